@@ -1,0 +1,21 @@
+// Package fs serves the shared workspace tree /workspace/agents.
+//
+// Every agent session owns one directory, <session>/{inputs,outputs,.home},
+// and reads every other session's directory. A Store keeps the whole tree:
+// metadata lives in memory as persistent (immutable, structurally shared)
+// maps, so a snapshot of a session or of the whole tree is a pointer copy
+// whose cost does not grow with the number of files; a write-ahead journal
+// plus periodic checkpoints make it durable; file data lives in blob files
+// under the state directory and is copied (or reflinked, where the backing
+// filesystem can) only when a file shared with a snapshot is opened for
+// writing.
+//
+// A View mounts the tree with go-fuse for one machine: its own session is
+// writable, every other session is read-only and their private .home is
+// hidden. The host view sees and writes everything. Data of files opened
+// through a view goes through the kernel's FUSE passthrough where the
+// kernel allows it, so bulk I/O runs at the backing filesystem's speed.
+//
+// Importers: the appliance, and tests. Machine drivers receive a mounted
+// view's path, never this package.
+package fs

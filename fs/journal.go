@@ -1,0 +1,215 @@
+package fs
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+)
+
+// op names one kind of change. The journal holds records; apply (store.go)
+// is the only code that changes the store's state, live or on replay, so a
+// replayed journal rebuilds exactly the state it recorded.
+type op uint8
+
+const (
+	opHeader         op = iota + 1 // checkpoint header: counters
+	opSession                      // create session sess
+	opSessionDelete                // delete session sess
+	opSessionRename                // rename session sess to name
+	opQuota                        // set quota of sess
+	opPut                          // store node n as ino in sess (or in a snapshot's copy)
+	opEntry                        // set entry name in directory ino to child (0 removes it)
+	opDrop                         // remove inode ino
+	opSnapshot                     // take snapshot name of scope sess ("" is the whole tree)
+	opSnapshotTree                 // checkpoint: add session name to snapshot (scope sess) from the live tree
+	opSnapshotDelete               // delete snapshot name of scope sess
+	opRestore                      // restore scope sess from snapshot name
+	opBranch                       // new session name2 from session name in snapshot (scope sess)
+)
+
+// record is one journal entry. Fields a kind does not use stay zero, and
+// zero varints cost one byte each.
+type record struct {
+	op    op
+	sess  string // the session (or snapshot scope) the record is about
+	name  string // entry name, snapshot name, or new session name
+	name2 string
+	snap  string // when set, opPut/opEntry/opDrop change this snapshot's copy of sess
+	ino   uint64
+	child uint64
+	time  int64
+	a, b  uint64 // opQuota: bytes, inodes; opHeader: epoch, gen
+	c     uint64 // opHeader: next blob
+	n     *node
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func (r *record) encode(b []byte) []byte {
+	b = append(b, byte(r.op))
+	b = appendString(b, r.sess)
+	b = appendString(b, r.name)
+	b = appendString(b, r.name2)
+	b = appendString(b, r.snap)
+	for _, v := range []uint64{r.ino, r.child, uint64(r.time), r.a, r.b, r.c} {
+		b = binary.AppendUvarint(b, v)
+	}
+	if r.n == nil {
+		return append(b, 0)
+	}
+	n := r.n
+	b = append(b, 1)
+	for _, v := range []uint64{uint64(n.mode), uint64(n.uid), uint64(n.gid), uint64(n.nlink), uint64(n.rdev),
+		uint64(n.size), uint64(n.atime), uint64(n.mtime), uint64(n.ctime), n.blob, n.birth, n.parent} {
+		b = binary.AppendUvarint(b, v)
+	}
+	b = appendString(b, n.target)
+	b = appendString(b, n.dname)
+	b = binary.AppendUvarint(b, uint64(len(n.xattrs)))
+	for k, v := range n.xattrs {
+		b = appendString(b, k)
+		b = appendString(b, string(v))
+	}
+	return b
+}
+
+var errCorrupt = errors.New("corrupt journal record")
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errCorrupt
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) string() string {
+	l := d.uvarint()
+	if d.err != nil || l > uint64(len(d.b)) {
+		d.err = errCorrupt
+		return ""
+	}
+	s := string(d.b[:l])
+	d.b = d.b[l:]
+	return s
+}
+
+func (d *decoder) byte() byte {
+	if len(d.b) == 0 {
+		d.err = errCorrupt
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func decodeRecord(b []byte) (*record, error) {
+	d := &decoder{b: b}
+	r := &record{op: op(d.byte())}
+	r.sess, r.name, r.name2, r.snap = d.string(), d.string(), d.string(), d.string()
+	r.ino, r.child, r.time = d.uvarint(), d.uvarint(), int64(d.uvarint())
+	r.a, r.b, r.c = d.uvarint(), d.uvarint(), d.uvarint()
+	if d.byte() == 1 {
+		n := &node{}
+		n.mode, n.uid, n.gid = uint32(d.uvarint()), uint32(d.uvarint()), uint32(d.uvarint())
+		n.nlink, n.rdev = uint32(d.uvarint()), uint32(d.uvarint())
+		n.size, n.atime, n.mtime, n.ctime = int64(d.uvarint()), int64(d.uvarint()), int64(d.uvarint()), int64(d.uvarint())
+		n.blob, n.birth, n.parent = d.uvarint(), d.uvarint(), d.uvarint()
+		n.target, n.dname = d.string(), d.string()
+		if k := d.uvarint(); k > 0 && d.err == nil {
+			n.xattrs = make(map[string][]byte, min(k, 1024))
+			for range k {
+				if d.err != nil {
+					break
+				}
+				name := d.string()
+				n.xattrs[name] = []byte(d.string())
+			}
+		}
+		r.n = n
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return nil, errCorrupt
+	}
+	return r, nil
+}
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// journalWriter appends framed records: uvarint length, payload, CRC-32C.
+// A torn last frame (a crash mid-append) fails its CRC and ends the replay.
+type journalWriter struct {
+	f   *os.File
+	w   *bufio.Writer
+	buf []byte
+	n   int64 // bytes appended since the file was opened
+}
+
+func newJournalWriter(f *os.File) *journalWriter {
+	return &journalWriter{f: f, w: bufio.NewWriterSize(f, 1<<20)}
+}
+
+func (j *journalWriter) append(r *record) error {
+	j.buf = r.encode(j.buf[:0])
+	var hdr [binary.MaxVarintLen64]byte
+	hn := binary.PutUvarint(hdr[:], uint64(len(j.buf)))
+	var sum [4]byte
+	binary.LittleEndian.PutUint32(sum[:], crc32.Checksum(j.buf, crcTable))
+	j.w.Write(hdr[:hn])
+	j.w.Write(j.buf)
+	_, err := j.w.Write(sum[:])
+	j.n += int64(hn + len(j.buf) + 4)
+	return err
+}
+
+// readJournal calls fn for each intact record of r in order. It returns the
+// offset just past the last intact record, so a torn tail can be cut off.
+func readJournal(r io.Reader, fn func(*record) error) (int64, error) {
+	br := bufio.NewReaderSize(r, 1<<20)
+	var off int64
+	for {
+		l, err := binary.ReadUvarint(br)
+		if err != nil {
+			return off, nil // clean end, or a torn length
+		}
+		if l > 64<<20 {
+			return off, nil
+		}
+		frame := make([]byte, l+4)
+		if _, err := io.ReadFull(br, frame); err != nil {
+			return off, nil
+		}
+		payload := frame[:l]
+		if crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(frame[l:]) {
+			return off, nil
+		}
+		rec, err := decodeRecord(payload)
+		if err != nil {
+			return off, fmt.Errorf("journal offset %d: %w", off, err)
+		}
+		if err := fn(rec); err != nil {
+			return off, fmt.Errorf("journal offset %d: %w", off, err)
+		}
+		off += int64(uvarintLen(l)) + int64(l) + 4
+	}
+}
+
+func uvarintLen(v uint64) int {
+	var b [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(b[:], v)
+}

@@ -1,0 +1,499 @@
+package fs
+
+import (
+	"os"
+	"path"
+	"syscall"
+	"time"
+)
+
+// The namespace operations below are shared by the FUSE views and the Go
+// API. Each runs with s.mu held for writing, checks everything first and
+// then logs records, so a refused operation changes nothing.
+
+func now() int64 { return time.Now().UnixNano() }
+
+// mknod creates a file, directory, symlink or special file named name in dir.
+func (s *Store) mknod(origin *View, sess *session, dir uint64, name string, mode, uid, gid, rdev uint32, target string) (uint64, *node, syscall.Errno) {
+	d := sess.t.get(dir)
+	if d == nil {
+		return 0, nil, syscall.ENOENT
+	}
+	if !d.isDir() {
+		return 0, nil, syscall.ENOTDIR
+	}
+	if err := validName(name); err != nil {
+		return 0, nil, syscall.EINVAL
+	}
+	if _, ok := d.entries.Get(name); ok {
+		return 0, nil, syscall.EEXIST
+	}
+	if q := sess.quota.Inodes; q > 0 && sess.t.files()+1 > q {
+		return 0, nil, syscall.EDQUOT
+	}
+	t := now()
+	n := &node{mode: mode, uid: uid, gid: gid, nlink: 1, rdev: rdev, atime: t, mtime: t, ctime: t, target: target}
+	if n.isDir() {
+		n.nlink, n.parent, n.dname, n.entries = 2, dir, name, emptyEntries
+	}
+	if mode&syscall.S_IFMT == syscall.S_IFLNK {
+		n.size = int64(len(target))
+	}
+	ino := sess.t.next
+	s.log(&record{op: opPut, sess: sess.name, ino: ino, n: n})
+	s.log(&record{op: opEntry, sess: sess.name, ino: dir, name: name, child: ino})
+	s.touchDir(sess, dir, t, nlinkDelta(n))
+	s.changed(origin, sess, dir, name, OpCreated, "")
+	return ino, n, 0
+}
+
+func nlinkDelta(n *node) int {
+	if n.isDir() {
+		return 1
+	}
+	return 0
+}
+
+// touchDir sets a directory's mtime and ctime to t and changes its link
+// count by delta (subdirectories' "..").
+func (s *Store) touchDir(sess *session, dir uint64, t int64, delta int) {
+	d := sess.t.get(dir).clone()
+	d.mtime, d.ctime = t, t
+	d.nlink = uint32(int(d.nlink) + delta)
+	s.log(&record{op: opPut, sess: sess.name, ino: dir, n: d})
+}
+
+// unlink removes a name that is not a directory.
+func (s *Store) unlink(origin *View, sess *session, dir uint64, name string) syscall.Errno {
+	ino, n := sess.t.lookup(dir, name)
+	if n == nil {
+		return syscall.ENOENT
+	}
+	if n.isDir() {
+		return syscall.EISDIR
+	}
+	t := now()
+	s.log(&record{op: opEntry, sess: sess.name, ino: dir, name: name})
+	s.dropLink(sess, ino, t)
+	s.touchDir(sess, dir, t, 0)
+	s.changed(origin, sess, dir, name, OpRemoved, "")
+	return 0
+}
+
+// dropLink lowers ino's link count. At zero the inode goes, unless a
+// handle still has it open: then it stays, unnamed, until the last close.
+func (s *Store) dropLink(sess *session, ino uint64, t int64) {
+	n := sess.t.get(ino).clone()
+	n.nlink--
+	n.ctime = t
+	if n.nlink == 0 && sess.open[ino] == 0 {
+		s.dropInode(sess, ino, n)
+		return
+	}
+	s.log(&record{op: opPut, sess: sess.name, ino: ino, n: n})
+}
+
+func (s *Store) dropInode(sess *session, ino uint64, n *node) {
+	s.log(&record{op: opDrop, sess: sess.name, ino: ino})
+	if n.blob != 0 && n.birth > sess.shared {
+		s.deletes = append(s.deletes, n.blob) // no snapshot holds it
+	}
+}
+
+// rmdir removes an empty directory.
+func (s *Store) rmdir(origin *View, sess *session, dir uint64, name string) syscall.Errno {
+	ino, n := sess.t.lookup(dir, name)
+	if n == nil {
+		return syscall.ENOENT
+	}
+	if !n.isDir() {
+		return syscall.ENOTDIR
+	}
+	if n.entries.Len() > 0 {
+		return syscall.ENOTEMPTY
+	}
+	t := now()
+	s.log(&record{op: opEntry, sess: sess.name, ino: dir, name: name})
+	s.log(&record{op: opDrop, sess: sess.name, ino: ino})
+	s.touchDir(sess, dir, t, -1)
+	s.changed(origin, sess, dir, name, OpRemoved, "")
+	return 0
+}
+
+// isAncestor reports whether dir a is dir b or one of b's ancestors.
+func isAncestor(t *tree, a, b uint64) bool {
+	for {
+		if a == b {
+			return true
+		}
+		if b == rootIno {
+			return false
+		}
+		n := t.get(b)
+		if n == nil {
+			return false
+		}
+		b = n.parent
+	}
+}
+
+// rename moves dir/name to newdir/newname, replacing a compatible target
+// (or swapping both with exchange).
+func (s *Store) rename(origin *View, sess *session, dir uint64, name string, newdir uint64, newname string, flags uint32) syscall.Errno {
+	ino, n := sess.t.lookup(dir, name)
+	if n == nil {
+		return syscall.ENOENT
+	}
+	nd := sess.t.get(newdir)
+	if nd == nil || !nd.isDir() {
+		return syscall.ENOTDIR
+	}
+	if validName(newname) != nil {
+		return syscall.EINVAL
+	}
+	if n.isDir() && isAncestor(&sess.t, ino, newdir) {
+		return syscall.EINVAL
+	}
+	tino, tn := sess.t.lookup(newdir, newname)
+	if tino == ino {
+		return 0
+	}
+	const noReplace, exchange = 1, 2 // RENAME_NOREPLACE, RENAME_EXCHANGE
+	if flags&noReplace != 0 && tn != nil {
+		return syscall.EEXIST
+	}
+	if flags&exchange != 0 {
+		if tn == nil {
+			return syscall.ENOENT
+		}
+		if tn.isDir() && isAncestor(&sess.t, tino, dir) {
+			return syscall.EINVAL
+		}
+		return s.exchange(origin, sess, dir, name, ino, newdir, newname, tino)
+	}
+	if tn != nil {
+		switch {
+		case n.isDir() && !tn.isDir():
+			return syscall.ENOTDIR
+		case !n.isDir() && tn.isDir():
+			return syscall.EISDIR
+		case tn.isDir() && tn.entries.Len() > 0:
+			return syscall.ENOTEMPTY
+		}
+	}
+	t := now()
+	if tn != nil {
+		if tn.isDir() {
+			s.log(&record{op: opDrop, sess: sess.name, ino: tino})
+			s.touchDir(sess, newdir, t, -1)
+		} else {
+			s.dropLink(sess, tino, t)
+		}
+	}
+	s.log(&record{op: opEntry, sess: sess.name, ino: dir, name: name})
+	s.log(&record{op: opEntry, sess: sess.name, ino: newdir, name: newname, child: ino})
+	moved := sess.t.get(ino).clone()
+	moved.ctime = t
+	delta := 0
+	if moved.isDir() {
+		moved.parent, moved.dname = newdir, newname
+		if dir != newdir {
+			delta = 1
+		}
+	}
+	s.log(&record{op: opPut, sess: sess.name, ino: ino, n: moved})
+	s.touchDir(sess, dir, t, -delta)
+	s.touchDir(sess, newdir, t, delta)
+	s.changed(origin, sess, newdir, newname, OpRenamed, s.relPath(sess, dir, name))
+	s.changed(origin, sess, dir, name, "", "")
+	return 0
+}
+
+func (s *Store) exchange(origin *View, sess *session, dir uint64, name string, ino, newdir uint64, newname string, tino uint64) syscall.Errno {
+	t := now()
+	s.log(&record{op: opEntry, sess: sess.name, ino: dir, name: name, child: tino})
+	s.log(&record{op: opEntry, sess: sess.name, ino: newdir, name: newname, child: ino})
+	for _, m := range []struct {
+		ino, dir uint64
+		name     string
+	}{{ino, newdir, newname}, {tino, dir, name}} {
+		n := sess.t.get(m.ino).clone()
+		n.ctime = t
+		if n.isDir() {
+			n.parent, n.dname = m.dir, m.name
+		}
+		s.log(&record{op: opPut, sess: sess.name, ino: m.ino, n: n})
+	}
+	a, b := sess.t.get(ino), sess.t.get(tino)
+	if dir != newdir && a.isDir() != b.isDir() {
+		d := 1
+		if a.isDir() {
+			d = -1
+		}
+		s.touchDir(sess, dir, t, d)
+		s.touchDir(sess, newdir, t, -d)
+	} else {
+		s.touchDir(sess, dir, t, 0)
+		s.touchDir(sess, newdir, t, 0)
+	}
+	s.changed(origin, sess, newdir, newname, OpRenamed, s.relPath(sess, dir, name))
+	s.changed(origin, sess, dir, name, OpRenamed, s.relPath(sess, newdir, newname))
+	return 0
+}
+
+// link adds a hard link to a file that is not a directory.
+func (s *Store) link(origin *View, sess *session, ino, newdir uint64, newname string) (*node, syscall.Errno) {
+	n := sess.t.get(ino)
+	if n == nil {
+		return nil, syscall.ENOENT
+	}
+	if n.isDir() {
+		return nil, syscall.EPERM
+	}
+	d := sess.t.get(newdir)
+	if d == nil || !d.isDir() {
+		return nil, syscall.ENOTDIR
+	}
+	if validName(newname) != nil {
+		return nil, syscall.EINVAL
+	}
+	if _, ok := d.entries.Get(newname); ok {
+		return nil, syscall.EEXIST
+	}
+	t := now()
+	c := n.clone()
+	c.nlink++
+	c.ctime = t
+	s.log(&record{op: opPut, sess: sess.name, ino: ino, n: c})
+	s.log(&record{op: opEntry, sess: sess.name, ino: newdir, name: newname, child: ino})
+	s.touchDir(sess, newdir, t, 0)
+	s.changed(origin, sess, newdir, newname, OpCreated, "")
+	return c, 0
+}
+
+// attrChange is a setattr request in the store's terms.
+type attrChange struct {
+	mode       *uint32
+	uid, gid   *uint32
+	size       *int64
+	atime      *int64
+	mtime      *int64
+	ctimeToNow bool
+}
+
+// setattr changes a node's attributes; a size change truncates its blob,
+// copying the blob first if a snapshot shares it.
+func (s *Store) setattr(origin *View, sess *session, ino uint64, ch attrChange) (*node, syscall.Errno) {
+	n := sess.t.get(ino)
+	if n == nil {
+		return nil, syscall.ENOENT
+	}
+	c := n.clone()
+	if ch.size != nil {
+		if !n.isRegular() {
+			return nil, syscall.EINVAL
+		}
+		if q := sess.quota.Bytes; q > 0 && *ch.size > n.size && sess.t.bytes+*ch.size-n.size > q {
+			return nil, syscall.EDQUOT
+		}
+		var errno syscall.Errno
+		if c, errno = s.ownBlob(sess, ino, *ch.size == 0); errno != 0 {
+			return nil, errno
+		}
+		c = c.clone()
+		if err := os.Truncate(s.blobPath(c.blob), *ch.size); err != nil {
+			return nil, errnoOf(err)
+		}
+		c.size = *ch.size
+		c.mtime = now()
+	}
+	if ch.mode != nil {
+		c.mode = n.mode&syscall.S_IFMT | *ch.mode&^uint32(syscall.S_IFMT)
+	}
+	if ch.uid != nil {
+		c.uid = *ch.uid
+	}
+	if ch.gid != nil {
+		c.gid = *ch.gid
+	}
+	if ch.atime != nil {
+		c.atime = *ch.atime
+	}
+	if ch.mtime != nil {
+		c.mtime = *ch.mtime
+	}
+	c.ctime = now()
+	s.log(&record{op: opPut, sess: sess.name, ino: ino, n: c})
+	s.changedInode(origin, sess, ino)
+	return c, 0
+}
+
+// ownBlob makes sure ino has a blob of its own that no snapshot or other
+// session shares, and returns the node as it now is. With empty the old
+// content is not needed (O_TRUNC, truncate to 0).
+//
+// A shared blob that nobody has open is copied for the live tree. One that
+// is open stays with the live tree, since open handles and the kernel's
+// passthrough file pin it, and the other holders get the copy instead.
+func (s *Store) ownBlob(sess *session, ino uint64, empty bool) (*node, syscall.Errno) {
+	n := sess.t.get(ino)
+	if n.blob != 0 && n.birth > sess.shared {
+		return n, 0
+	}
+	if n.blob != 0 && sess.open[ino] > 0 {
+		if err := s.detachShared(sess, ino, n.blob); err != nil {
+			return nil, errnoOf(err)
+		}
+		c := n.clone()
+		c.birth = s.epoch
+		s.log(&record{op: opPut, sess: sess.name, ino: ino, n: c})
+		return c, 0
+	}
+	c := n.clone()
+	if n.blob == 0 || empty {
+		id, f, err := s.newBlob()
+		if err != nil {
+			return nil, errnoOf(err)
+		}
+		f.Close()
+		c.blob, c.size = id, 0
+	} else {
+		id, err := s.copyOf(n.blob)
+		if err != nil {
+			return nil, errnoOf(err)
+		}
+		c.blob = id
+	}
+	c.birth = s.epoch
+	s.log(&record{op: opPut, sess: sess.name, ino: ino, n: c})
+	return c, 0
+}
+
+// newBlob makes an empty blob file. The caller holds s.mu.
+func (s *Store) newBlob() (uint64, *os.File, error) {
+	id := s.nextBlob
+	s.nextBlob++
+	f, err := os.OpenFile(s.blobPath(id), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	return id, f, err
+}
+
+// copyOf makes a new blob with the content of blob: a clone where the
+// backing filesystem supports it. The caller holds s.mu.
+func (s *Store) copyOf(blob uint64) (uint64, error) {
+	id, dst, err := s.newBlob()
+	if err != nil {
+		return 0, err
+	}
+	defer dst.Close()
+	src, err := os.Open(s.blobPath(blob))
+	if err == nil {
+		err = copyBlob(dst, src, s.reflink)
+		src.Close()
+	}
+	if err != nil {
+		os.Remove(dst.Name())
+		return 0, err
+	}
+	return id, nil
+}
+
+// detachShared gives every holder of blob at ino other than sess's live
+// tree (snapshots, sessions branched from them) one copy of it, so sess
+// may go on writing blob in place. It costs one copy plus a look at ino in
+// each session and snapshot, whatever their size.
+func (s *Store) detachShared(sess *session, ino, blob uint64) error {
+	var copyID uint64
+	repoint := func(r *record, t *tree) error {
+		n := t.get(ino)
+		if n == nil || n.blob != blob {
+			return nil
+		}
+		if copyID == 0 {
+			id, err := s.copyOf(blob)
+			if err != nil {
+				return err
+			}
+			copyID = id
+		}
+		c := n.clone()
+		c.blob = copyID
+		r.ino, r.n = ino, c
+		s.log(r)
+		return nil
+	}
+	for _, other := range s.sessions {
+		if other == sess {
+			continue
+		}
+		if err := repoint(&record{op: opPut, sess: other.name}, &other.t); err != nil {
+			return err
+		}
+	}
+	for _, sn := range s.snaps {
+		for name, st := range sn.trees {
+			if err := repoint(&record{op: opPut, sess: name, snap: sn.key.String()}, &st.t); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// relPath is the path of dir/name relative to the session directory.
+func (s *Store) relPath(sess *session, dir uint64, name string) string {
+	parts := []string{name}
+	for dir != rootIno {
+		d := sess.t.get(dir)
+		if d == nil {
+			break
+		}
+		parts = append(parts, d.dname)
+		dir = d.parent
+	}
+	for i, j := 0, len(parts)-1; i < j; i, j = i+1, j-1 {
+		parts[i], parts[j] = parts[j], parts[i]
+	}
+	return path.Join(parts...)
+}
+
+// changed publishes a file event (when op is set) and tells every view but
+// origin to forget its cached entry dir/name.
+func (s *Store) changed(origin *View, sess *session, dir uint64, name string, op EventOp, old string) {
+	if op != "" {
+		s.events.publish(Event{Session: sess.name, Path: s.relPath(sess, dir, name), OldPath: old, Op: op})
+	}
+	for _, v := range s.views {
+		if v != origin {
+			v.enqueue(notice{sess: sess, gen: sess.gen, ino: dir, name: name})
+		}
+	}
+	s.changedInode(origin, sess, dir)
+}
+
+// changedInode tells every view but origin to drop cached attributes and
+// data of ino.
+func (s *Store) changedInode(origin *View, sess *session, ino uint64) {
+	for _, v := range s.views {
+		if v != origin {
+			v.enqueue(notice{sess: sess, gen: sess.gen, ino: ino, inode: true})
+		}
+	}
+}
+
+// changedSession tells every view that a session directory appeared,
+// disappeared or was replaced.
+func (s *Store) changedSession(name string) {
+	for _, v := range s.views {
+		v.enqueue(notice{root: true, name: name})
+	}
+}
+
+func errnoOf(err error) syscall.Errno {
+	if pe, ok := err.(*os.PathError); ok {
+		err = pe.Err
+	}
+	if e, ok := err.(syscall.Errno); ok {
+		return e
+	}
+	return syscall.EIO
+}

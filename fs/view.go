@@ -1,0 +1,393 @@
+package fs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// ViewOptions say whose view a mount is.
+type ViewOptions struct {
+	// Session is the one session this view may write. Every other session
+	// is read-only and its private .home is hidden.
+	Session string
+	// Host makes a view that writes every session (the appliance's own).
+	Host bool
+	// Debug logs every FUSE request.
+	Debug bool
+}
+
+// cacheTTL is how long the kernel may trust an entry or attributes without
+// asking again. Changes made through another view or the Go API are pushed
+// to every view as invalidations, so this only bounds how late a change
+// nobody announced (a passthrough write still in progress) is seen.
+const cacheTTL = time.Second
+
+// View is one mounted view of the workspace tree.
+type View struct {
+	fuse.RawFileSystem // ENOSYS for what is not implemented below
+
+	s    *Store
+	opts ViewOptions
+	dir  string
+	srv  *fuse.Server
+
+	mu      sync.Mutex
+	nodes   map[uint64]*kref // kernel node id -> what it names
+	ids     map[nodeKey]uint64
+	nextID  uint64
+	handles map[uint64]*handle
+	nextFh  uint64
+	noPass  bool // the kernel refused passthrough once: stop asking
+
+	qmu     sync.Mutex
+	queue   []notice
+	qsignal chan struct{}
+	done    chan struct{}
+	wg      sync.WaitGroup
+	closeMu sync.Mutex
+	closed  bool
+}
+
+// nodeKey names an inode of one incarnation of a session. A restore or a
+// rename starts a new incarnation, so the kernel's old node ids go stale
+// instead of silently naming other files.
+type nodeKey struct {
+	sess *session
+	gen  uint64
+	ino  uint64
+}
+
+type kref struct {
+	key     nodeKey
+	lookups uint64
+	dir     uint64 // where the kernel last found it, for event paths
+	name    string
+	bk      backing
+}
+
+// backing is the kernel's view of one inode's data path. The kernel gives
+// an inode at most one passthrough file at a time and does not mix
+// passthrough with cached I/O, so opens are coordinated here.
+type backing struct {
+	id     int32    // registered passthrough id, 0 if none
+	blob   uint64   // blob that id serves
+	file   *os.File // the registered file
+	pass   int      // open handles using it
+	cached int      // open handles using FUSE reads and writes with the page cache
+}
+
+type handle struct {
+	nodeid uint64
+	key    nodeKey
+	f      *os.File // own descriptor when not passthrough; nil for an empty file
+	blob   uint64
+	write   bool
+	appends bool
+	mode    int // ioPass, ioCached or ioDirect
+	dir     uint64
+	name    string
+	wrote  bool
+
+	// directories
+	entries []fuse.DirEntry
+}
+
+const (
+	ioCached = iota
+	ioPass
+	ioDirect
+)
+
+type notice struct {
+	sess  *session
+	gen   uint64
+	ino   uint64
+	name  string
+	inode bool // invalidate ino's attributes and data, not an entry
+	root  bool // invalidate the session directory name in the mount root
+}
+
+// Mount serves a view of the tree at dir. A stale FUSE mount left there by
+// a crashed process is detached first.
+func (s *Store) Mount(dir string, opts ViewOptions) (*View, error) {
+	if !opts.Host {
+		if err := ValidateID("session", opts.Session); err != nil {
+			return nil, fmt.Errorf("mount view: %w", err)
+		}
+	}
+	if err := CleanStaleMount(dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("mount view at %s: %w", dir, err)
+	}
+	v := &View{RawFileSystem: fuse.NewDefaultRawFileSystem(), s: s, opts: opts, dir: dir,
+		nodes: map[uint64]*kref{}, ids: map[nodeKey]uint64{}, nextID: 2, handles: map[uint64]*handle{},
+		nextFh: 1, qsignal: make(chan struct{}, 1), done: make(chan struct{})}
+	name := "hearth-workspace"
+	mo := &fuse.MountOptions{
+		DirectMount:          true,
+		AllowOther:           true,
+		FsName:               name,
+		Name:                 "hearth",
+		Options:              []string{"default_permissions"},
+		MaxWrite:             1 << 20,
+		DisableReadDirPlus:   true,
+		EnableSymlinkCaching: true,
+		Debug:                opts.Debug,
+	}
+	srv, err := fuse.NewServer(v, dir, mo)
+	if err != nil {
+		return nil, fmt.Errorf("mount view at %s: %w", dir, err)
+	}
+	v.srv = srv
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		srv.Unmount()
+		return nil, ErrClosed
+	}
+	s.views = append(s.views, v)
+	s.mu.Unlock()
+	v.wg.Add(2)
+	go func() { defer v.wg.Done(); srv.Serve() }()
+	go v.notifier()
+	if err := srv.WaitMount(); err != nil {
+		v.Unmount()
+		return nil, fmt.Errorf("mount view at %s: %w", dir, err)
+	}
+	return v, nil
+}
+
+// Dir is where the view is mounted.
+func (v *View) Dir() string { return v.dir }
+
+// Unmount detaches the view and waits for its goroutines. Idempotent.
+func (v *View) Unmount() error {
+	v.closeMu.Lock()
+	defer v.closeMu.Unlock()
+	if v.closed {
+		return nil
+	}
+	v.closed = true
+	var err error
+	for i := 0; i < 50; i++ {
+		if err = v.srv.Unmount(); err == nil || !errors.Is(err, syscall.EBUSY) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil { // still busy: detach lazily so no stale mount stays behind
+		syscall.Unmount(v.dir, syscall.MNT_DETACH)
+		err = nil
+	}
+	close(v.done)
+	v.wg.Wait()
+	v.s.mu.Lock()
+	for i, o := range v.s.views {
+		if o == v {
+			v.s.views = append(v.s.views[:i], v.s.views[i+1:]...)
+			break
+		}
+	}
+	v.s.mu.Unlock()
+	v.mu.Lock()
+	for _, h := range v.handles {
+		if h.f != nil {
+			h.f.Close()
+		}
+	}
+	for _, k := range v.nodes {
+		if k.bk.file != nil {
+			k.bk.file.Close()
+		}
+	}
+	v.handles, v.nodes = map[uint64]*handle{}, map[uint64]*kref{}
+	v.mu.Unlock()
+	return err
+}
+
+// CleanStaleMount detaches a dead FUSE mount at dir (one whose server
+// died: every access fails with ENOTCONN). A live mount is left alone.
+func CleanStaleMount(dir string) error {
+	_, err := os.Stat(dir)
+	if err == nil || os.IsNotExist(err) {
+		return nil
+	}
+	if errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED) {
+		if uerr := syscall.Unmount(dir, syscall.MNT_DETACH); uerr != nil {
+			return fmt.Errorf("clean stale mount %s: %w", dir, uerr)
+		}
+		return nil
+	}
+	return fmt.Errorf("mount point %s: %w", dir, err)
+}
+
+func (v *View) String() string { return "hearth-workspace" }
+
+func (v *View) Init(srv *fuse.Server) {}
+
+// enqueue adds an invalidation for the notifier. Called with s.mu held; it
+// never blocks on the kernel.
+func (v *View) enqueue(n notice) {
+	v.qmu.Lock()
+	v.queue = append(v.queue, n)
+	v.qmu.Unlock()
+	select {
+	case v.qsignal <- struct{}{}:
+	default:
+	}
+}
+
+// notifier sends queued invalidations to the kernel. It runs apart from
+// request handlers because the kernel may hold locks that a handler's
+// caller is waiting for.
+func (v *View) notifier() {
+	defer v.wg.Done()
+	for {
+		select {
+		case <-v.done:
+			return
+		case <-v.qsignal:
+		}
+		v.qmu.Lock()
+		q := v.queue
+		v.queue = nil
+		v.qmu.Unlock()
+		for _, n := range q {
+			v.deliver(n)
+		}
+	}
+}
+
+func (v *View) deliver(n notice) {
+	if n.root {
+		v.srv.EntryNotify(fuse.FUSE_ROOT_ID, n.name)
+		return
+	}
+	v.mu.Lock()
+	id, ok := v.ids[nodeKey{n.sess, n.gen, n.ino}]
+	v.mu.Unlock()
+	if !ok {
+		return // the kernel has nothing cached for it
+	}
+	if n.inode {
+		v.srv.InodeNotify(id, 0, 0)
+	} else {
+		v.srv.EntryNotify(id, n.name)
+	}
+}
+
+// nodeID returns the kernel node id for k, found as name in dir, counting
+// one lookup.
+func (v *View) nodeID(k nodeKey, dir uint64, name string) uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	id, ok := v.ids[k]
+	if !ok {
+		id = v.nextID
+		v.nextID++
+		v.ids[k] = id
+		v.nodes[id] = &kref{key: k}
+	}
+	r := v.nodes[id]
+	r.lookups++
+	r.dir, r.name = dir, name
+	return id
+}
+
+func (v *View) Forget(nodeid, nlookup uint64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	k := v.nodes[nodeid]
+	if k == nil {
+		return
+	}
+	k.lookups -= min(nlookup, k.lookups)
+	if k.lookups == 0 && k.bk.pass == 0 && k.bk.cached == 0 {
+		delete(v.nodes, nodeid)
+		delete(v.ids, k.key)
+	}
+}
+
+// key returns what a kernel node id names. Node 1 is the mount root.
+func (v *View) key(nodeid uint64) (nodeKey, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	k := v.nodes[nodeid]
+	if k == nil {
+		return nodeKey{}, false
+	}
+	return k.key, true
+}
+
+// live returns the session of k if k still names its current incarnation.
+// The caller holds s.mu.
+func (v *View) live(k nodeKey) (*session, syscall.Errno) {
+	if v.s.closed {
+		return nil, syscall.EIO
+	}
+	sess := v.s.sessions[k.sess.name]
+	if sess != k.sess || sess.gen != k.gen {
+		return nil, syscall.ESTALE
+	}
+	return sess, 0
+}
+
+// writable reports whether this view may change sess.
+func (v *View) writable(sess *session) bool {
+	return v.opts.Host || sess.name == v.opts.Session
+}
+
+// hidden reports whether name in dir of sess is invisible in this view:
+// another session's private home.
+func (v *View) hidden(sess *session, dir uint64, name string) bool {
+	return dir == rootIno && name == HomeDir && !v.writable(sess) && !v.opts.Host
+}
+
+func (v *View) fillAttr(out *fuse.Attr, id uint64, sess *session, ino uint64, n *node) {
+	size, mtime := n.size, n.mtime
+	if sess.writers[ino] > 0 && n.blob != 0 {
+		// A passthrough writer changes the blob without telling us.
+		var st syscall.Stat_t
+		if syscall.Stat(v.s.blobPath(n.blob), &st) == nil {
+			size, mtime = st.Size, st.Mtim.Nano()
+		}
+	}
+	mode := n.mode
+	if !v.writable(sess) {
+		mode &^= 0o222
+	}
+	*out = fuse.Attr{Ino: id, Size: uint64(size), Blocks: uint64(size+511) / 512, Mode: mode,
+		Nlink: n.nlink, Rdev: n.rdev, Blksize: 4096, Owner: fuse.Owner{Uid: n.uid, Gid: n.gid}}
+	out.SetTimes(ptrTime(n.atime), ptrTime(mtime), ptrTime(n.ctime))
+}
+
+func ptrTime(ns int64) *time.Time {
+	t := time.Unix(0, ns)
+	return &t
+}
+
+func setTTL(out *fuse.EntryOut) {
+	out.SetEntryTimeout(cacheTTL)
+	out.SetAttrTimeout(cacheTTL)
+}
+
+// entry fills out for ino, found as name in dir of sess, and counts a
+// kernel lookup.
+func (v *View) entry(out *fuse.EntryOut, sess *session, dir uint64, name string, ino uint64, n *node) {
+	id := v.nodeID(nodeKey{sess, sess.gen, ino}, dir, name)
+	out.NodeId = id
+	v.fillAttr(&out.Attr, id, sess, ino, n)
+	setTTL(out)
+}
+
+func rootAttr(out *fuse.Attr) {
+	*out = fuse.Attr{Ino: fuse.FUSE_ROOT_ID, Mode: syscall.S_IFDIR | 0o755, Nlink: 2, Blksize: 4096}
+}

@@ -1,0 +1,407 @@
+package fs
+
+import (
+	"os"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// File data. A writable open first makes sure the file has a blob no
+// snapshot shares (copy-on-write happens here, once per open), then hands
+// the kernel the blob for passthrough, so reads and writes never come
+// through this process. Sessions with a byte quota write through FUSE
+// instead, where every write is checked.
+
+func (v *View) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	if in.NodeId == fuse.FUSE_ROOT_ID {
+		return fuse.EPERM
+	}
+	sess, dir, done, errno := v.at(in.NodeId, true)
+	if errno != 0 {
+		return st(errno)
+	}
+	mode := syscall.S_IFREG | (in.Mode &^ in.Umask & 0o7777)
+	ino, _, errno := v.s.mknod(v, sess, dir, name, mode, in.Caller.Uid, in.Caller.Gid, 0, "")
+	if errno != 0 {
+		done()
+		return st(errno)
+	}
+	h, n, errno := v.openLocked(sess, ino, in.Flags|syscall.O_TRUNC)
+	if errno != 0 {
+		done()
+		return st(errno)
+	}
+	v.entry(&out.EntryOut, sess, dir, name, ino, n)
+	done()
+	return st(v.finishOpen(out.EntryOut.NodeId, h, in.Flags, &out.OpenOut))
+}
+
+func (v *View) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	write := in.Flags&syscall.O_ACCMODE != syscall.O_RDONLY || in.Flags&syscall.O_TRUNC != 0
+	k, ok := v.key(in.NodeId)
+	if !ok {
+		return fuse.Status(syscall.ESTALE)
+	}
+	v.s.mu.Lock()
+	sess, errno := v.live(k)
+	if errno == 0 && write && !v.writable(sess) {
+		errno = syscall.EROFS
+	}
+	if errno != 0 {
+		v.s.mu.Unlock()
+		return st(errno)
+	}
+	h, _, errno := v.openLocked(sess, k.ino, in.Flags)
+	v.s.mu.Unlock()
+	if errno != 0 {
+		return st(errno)
+	}
+	return st(v.finishOpen(in.NodeId, h, in.Flags, out))
+}
+
+// openLocked prepares a handle for ino; the caller holds s.mu for writing.
+func (v *View) openLocked(sess *session, ino uint64, flags uint32) (*handle, *node, syscall.Errno) {
+	n := sess.t.get(ino)
+	if n == nil {
+		return nil, nil, syscall.ENOENT
+	}
+	if !n.isRegular() {
+		return nil, nil, syscall.EINVAL
+	}
+	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY
+	trunc := flags&syscall.O_TRUNC != 0
+	h := &handle{key: nodeKey{sess, sess.gen, ino}, write: write, appends: flags&syscall.O_APPEND != 0}
+	if write || trunc {
+		var errno syscall.Errno
+		if n, errno = v.s.ownBlob(sess, ino, trunc); errno != 0 {
+			return nil, nil, errno
+		}
+		if trunc && n.size > 0 {
+			if n, errno = v.s.setattr(v, sess, ino, attrChange{size: new(int64)}); errno != 0 {
+				return nil, nil, errno
+			}
+		}
+	}
+	h.blob = n.blob
+	if h.blob != 0 {
+		oflags := os.O_RDONLY
+		if write {
+			oflags = os.O_RDWR | int(flags&syscall.O_APPEND)
+		}
+		f, err := os.OpenFile(v.s.blobPath(h.blob), oflags, 0)
+		if err != nil {
+			return nil, nil, errnoOf(err)
+		}
+		h.f = f
+	}
+	sess.open[ino]++
+	if write {
+		sess.writers[ino]++
+	}
+	// Quota sessions keep writes on the FUSE path, where they are counted,
+	// and so reads too: the kernel does not mix the two on one inode.
+	if sess.quota.Bytes > 0 {
+		h.mode = -1
+	}
+	return h, n, 0
+}
+
+// finishOpen picks the data path for h and registers it under nodeid.
+func (v *View) finishOpen(nodeid uint64, h *handle, flags uint32, out *fuse.OpenOut) syscall.Errno {
+	h.nodeid = nodeid
+	v.mu.Lock()
+	k := v.nodes[nodeid]
+	if k != nil {
+		h.dir, h.name = k.dir, k.name
+	}
+	wantPass := h.mode != -1 && h.f != nil && !v.noPass && k != nil
+	h.mode = ioCached
+	switch {
+	case wantPass && k.bk.pass > 0 && k.bk.blob == h.blob:
+		h.mode = ioPass
+	case wantPass && k.bk.pass == 0 && k.bk.cached == 0:
+		if v.register(k, h) {
+			h.mode = ioPass
+		}
+	case k != nil && k.bk.pass > 0:
+		// The kernel wants every open of a passthrough inode to use its
+		// one backing file; ownBlob keeps open blobs with the live tree,
+		// so this is a bug if it happens.
+		v.mu.Unlock()
+		v.s.releaseCounts(h)
+		if h.f != nil {
+			h.f.Close()
+		}
+		return syscall.EBUSY
+	}
+	switch h.mode {
+	case ioPass:
+		k.bk.pass++
+		out.BackingID = k.bk.id
+		out.OpenFlags |= fuse.FOPEN_PASSTHROUGH
+		// Our own descriptor is not needed: the kernel uses the backing file.
+		h.f.Close()
+		h.f = nil
+	case ioDirect:
+		out.OpenFlags |= fuse.FOPEN_DIRECT_IO
+	default:
+		if k != nil {
+			k.bk.cached++
+		}
+	}
+	fh := v.nextFh
+	v.nextFh++
+	v.handles[fh] = h
+	v.mu.Unlock()
+	out.Fh = fh
+	return 0
+}
+
+// register gives the kernel h's blob as the passthrough file of node k.
+// The caller holds v.mu.
+func (v *View) register(k *kref, h *handle) bool {
+	f, err := os.OpenFile(v.s.blobPath(h.blob), os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+	id, errno := v.srv.RegisterBackingFd(&fuse.BackingMap{Fd: int32(f.Fd())})
+	if errno != 0 {
+		f.Close()
+		v.noPass = true // not root, or a kernel without passthrough
+		return false
+	}
+	k.bk = backing{id: id, blob: h.blob, file: f, cached: k.bk.cached}
+	return true
+}
+
+func (v *View) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	h := v.handle(in.Fh)
+	if h == nil {
+		return nil, fuse.EBADF
+	}
+	if h.f == nil {
+		return fuse.ReadResultData(nil), fuse.OK
+	}
+	return fuse.ReadResultFd(h.f.Fd(), int64(in.Offset), len(buf)), fuse.OK
+}
+
+func (v *View) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	h := v.handle(in.Fh)
+	if h == nil || !h.write || h.f == nil {
+		return 0, fuse.EBADF
+	}
+	h.wrote = true
+	var n int
+	var err error
+	if h.appends { // the descriptor has O_APPEND: the kernel picks the offset
+		var fi os.FileInfo
+		if fi, err = h.f.Stat(); err == nil {
+			if errno := v.grow(h, fi.Size()+int64(len(data))); errno != 0 {
+				return 0, st(errno)
+			}
+			n, err = h.f.Write(data)
+		}
+	} else {
+		if errno := v.grow(h, int64(in.Offset)+int64(len(data))); errno != 0 {
+			return 0, st(errno)
+		}
+		n, err = h.f.WriteAt(data, int64(in.Offset))
+	}
+	if err != nil {
+		return uint32(n), fuse.ToStatus(err)
+	}
+	return uint32(n), fuse.OK
+}
+
+// grow records that h's file now reaches end bytes, refusing growth past
+// the session's byte quota.
+func (v *View) grow(h *handle, end int64) syscall.Errno {
+	v.s.mu.Lock()
+	defer v.s.mu.Unlock()
+	sess, errno := v.live(h.key)
+	if errno != 0 {
+		return errno
+	}
+	n := sess.t.get(h.key.ino)
+	if n == nil || end <= n.size {
+		return 0
+	}
+	if q := sess.quota.Bytes; q > 0 && sess.t.bytes+end-n.size > q {
+		return syscall.EDQUOT
+	}
+	c := n.clone()
+	c.size, c.mtime = end, now()
+	v.s.log(&record{op: opPut, sess: sess.name, ino: h.key.ino, n: c})
+	return 0
+}
+
+// Flush is not needed: sizes are settled on release. ENOSYS tells the
+// kernel to stop sending it, which saves a round trip per close.
+func (v *View) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	return fuse.ENOSYS
+}
+
+func (v *View) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	h := v.handle(in.Fh)
+	if h != nil {
+		f := h.f
+		if f == nil {
+			v.mu.Lock()
+			if k := v.nodes[h.nodeid]; k != nil {
+				f = k.bk.file
+			}
+			v.mu.Unlock()
+		}
+		if f != nil {
+			if err := f.Sync(); err != nil {
+				return fuse.ToStatus(err)
+			}
+		}
+		v.settle(h)
+	}
+	return fuse.ToStatus(v.s.Sync())
+}
+
+// settle records the size and mtime a writable handle left in its blob.
+func (v *View) settle(h *handle) bool {
+	if !h.write || h.blob == 0 {
+		return false
+	}
+	var stt syscall.Stat_t
+	if syscall.Stat(v.s.blobPath(h.blob), &stt) != nil {
+		return false
+	}
+	v.s.mu.Lock()
+	defer v.s.mu.Unlock()
+	sess, errno := v.live(h.key)
+	if errno != 0 {
+		return false
+	}
+	n := sess.t.get(h.key.ino)
+	if n == nil || n.blob != h.blob || (n.size == stt.Size && n.mtime == stt.Mtim.Nano()) {
+		return n != nil && h.wrote
+	}
+	c := n.clone()
+	c.size, c.mtime = stt.Size, stt.Mtim.Nano()
+	v.s.log(&record{op: opPut, sess: sess.name, ino: h.key.ino, n: c})
+	return true
+}
+
+func (v *View) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	v.mu.Lock()
+	h := v.handles[in.Fh]
+	delete(v.handles, in.Fh)
+	if h == nil {
+		v.mu.Unlock()
+		return
+	}
+	if k := v.nodes[h.nodeid]; k != nil {
+		switch h.mode {
+		case ioPass:
+			if k.bk.pass--; k.bk.pass == 0 {
+				v.srv.UnregisterBackingFd(k.bk.id)
+				k.bk.file.Close()
+				k.bk = backing{cached: k.bk.cached}
+			}
+		case ioCached:
+			k.bk.cached--
+		}
+		if k.lookups == 0 && k.bk.pass == 0 && k.bk.cached == 0 {
+			delete(v.nodes, h.nodeid)
+			delete(v.ids, k.key)
+		}
+	}
+	v.mu.Unlock()
+	if h.f != nil {
+		h.f.Close()
+	}
+	changed := v.settle(h)
+	sess, n := v.s.releaseCounts(h)
+	if h.write && n != nil {
+		v.s.mu.Lock()
+		defer v.s.mu.Unlock()
+		ino := h.key.ino
+		p := v.s.relPath(sess, h.dir, h.name)
+		if changed {
+			v.s.events.publish(Event{Session: sess.name, Path: p, Op: OpWritten})
+			v.s.changedInode(v, sess, ino)
+		}
+		v.s.events.publish(Event{Session: sess.name, Path: p, Op: OpClosed})
+	}
+}
+
+// releaseCounts forgets an open handle and drops its inode if that was
+// the last reference to an unlinked file. It returns the session and the
+// node when the inode lives on.
+func (s *Store) releaseCounts(h *handle) (*session, *node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess := s.sessions[h.key.sess.name]
+	if sess != h.key.sess || sess.gen != h.key.gen || s.closed {
+		return nil, nil
+	}
+	ino := h.key.ino
+	sess.open[ino]--
+	if h.write {
+		sess.writers[ino]--
+	}
+	n := sess.t.get(ino)
+	if n != nil && n.nlink == 0 && sess.open[ino] == 0 {
+		s.dropInode(sess, ino, n)
+		return nil, nil
+	}
+	return sess, n
+}
+
+func (v *View) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
+	h := v.handle(in.Fh)
+	if h == nil || !h.write {
+		return fuse.EBADF
+	}
+	f, closeF := h.f, false
+	if f == nil {
+		var err error
+		if f, err = os.OpenFile(v.s.blobPath(h.blob), os.O_RDWR, 0); err != nil {
+			return fuse.ToStatus(err)
+		}
+		closeF = true
+	}
+	if closeF {
+		defer f.Close()
+	}
+	if in.Mode&unix.FALLOC_FL_KEEP_SIZE == 0 {
+		if errno := v.grow(h, int64(in.Offset+in.Length)); errno != 0 {
+			return st(errno)
+		}
+	}
+	if err := unix.Fallocate(int(f.Fd()), in.Mode, int64(in.Offset), int64(in.Length)); err != nil {
+		return fuse.ToStatus(err)
+	}
+	h.wrote = true
+	v.settle(h)
+	return fuse.OK
+}
+
+func (v *View) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
+	h := v.handle(in.Fh)
+	if h == nil {
+		return fuse.EBADF
+	}
+	if h.blob == 0 {
+		return fuse.Status(syscall.ENXIO)
+	}
+	f, err := os.Open(v.s.blobPath(h.blob))
+	if err != nil {
+		return fuse.ToStatus(err)
+	}
+	defer f.Close()
+	off, err := unix.Seek(int(f.Fd()), int64(in.Offset), int(in.Whence))
+	if err != nil {
+		return fuse.ToStatus(err)
+	}
+	out.Offset = uint64(off)
+	return fuse.OK
+}
+
