@@ -29,7 +29,7 @@ type node struct {
 	dname  string // directories: their own name, for event paths (directories have one parent)
 
 	entries *immutable.SortedMap[string, uint64] // directories
-	xattrs  map[string][]byte                     // copied on change, never written in place
+	xattrs  map[string][]byte                    // copied on change, never written in place
 }
 
 func (n *node) isDir() bool     { return n.mode&syscall.S_IFMT == syscall.S_IFDIR }

@@ -83,16 +83,16 @@ type backing struct {
 }
 
 type handle struct {
-	nodeid uint64
-	key    nodeKey
-	f      *os.File // own descriptor when not passthrough; nil for an empty file
-	blob   uint64
+	nodeid  uint64
+	key     nodeKey
+	f       *os.File // own descriptor when not passthrough; nil for an empty file
+	blob    uint64
 	write   bool
 	appends bool
 	mode    int // ioPass, ioCached or ioDirect
 	dir     uint64
 	name    string
-	wrote  bool
+	wrote   bool
 
 	// directories
 	entries []fuse.DirEntry

@@ -404,4 +404,3 @@ func (v *View) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOu
 	out.Offset = uint64(off)
 	return fuse.OK
 }
-
