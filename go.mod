@@ -3,7 +3,9 @@ module hearth
 go 1.26.0
 
 require (
+	github.com/BurntSushi/toml v1.6.0 // indirect
 	github.com/benbjohnson/immutable v0.4.3 // indirect
+	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/hanwen/go-fuse/v2 v2.12.1 // indirect
 	golang.org/x/exp v0.0.0-20220518171630-0b5c67f07fdf // indirect
 	golang.org/x/sys v0.49.0 // indirect

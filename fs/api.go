@@ -201,7 +201,9 @@ func (s *Store) Snapshot(id, name string) error {
 		sess := s.sessions[sessName]
 		for ino, n := range sess.writers {
 			if n > 0 {
-				if _, e := s.ownBlob(sess, ino, false); e != 0 {
+				_, e := s.ownBlob(sess, ino, false)
+				s.dropFresh()
+				if e != 0 {
 					return errOf(fmt.Sprintf("snapshot %q of %q", name, id), e)
 				}
 			}

@@ -297,7 +297,9 @@ func (s *Store) setattr(origin *View, sess *session, ino uint64, ch attrChange) 
 			return nil, syscall.EDQUOT
 		}
 		var errno syscall.Errno
-		if c, errno = s.ownBlob(sess, ino, *ch.size == 0); errno != 0 {
+		c, errno = s.ownBlob(sess, ino, *ch.size == 0)
+		s.dropFresh()
+		if errno != 0 {
 			return nil, errno
 		}
 		c = c.clone()
@@ -355,7 +357,7 @@ func (s *Store) ownBlob(sess *session, ino uint64, empty bool) (*node, syscall.E
 		if err != nil {
 			return nil, errnoOf(err)
 		}
-		f.Close()
+		s.fresh = f // the caller about to open it may take it
 		c.blob, c.size = id, 0
 	} else {
 		id, err := s.copyOf(n.blob)
@@ -369,12 +371,100 @@ func (s *Store) ownBlob(sess *session, ino uint64, empty bool) (*node, syscall.E
 	return c, 0
 }
 
+// takeFresh returns the descriptor of the blob ownBlob just made, if it
+// is blob, saving an open; the caller holds s.mu.
+func (s *Store) takeFresh(blob uint64) *os.File {
+	f := s.fresh
+	s.fresh = nil
+	if f != nil && f.Name() != s.blobPath(blob) {
+		f.Close()
+		return nil
+	}
+	return f
+}
+
+// dropFresh closes a descriptor ownBlob left that nobody took.
+func (s *Store) dropFresh() {
+	if s.fresh != nil {
+		s.fresh.Close()
+		s.fresh = nil
+	}
+}
+
 // newBlob makes an empty blob file. The caller holds s.mu.
+// It takes one from the pool that blobMaker keeps filled, so that creating
+// a file does not wait for the backing filesystem to create one.
 func (s *Store) newBlob() (uint64, *os.File, error) {
+	if n := len(s.pool); n > 0 {
+		b := s.pool[n-1]
+		s.pool = s.pool[:n-1]
+		if n <= poolLow {
+			s.wakeMaker()
+		}
+		return b.id, b.f, nil
+	}
+	s.wakeMaker()
 	id := s.nextBlob
 	s.nextBlob++
 	f, err := os.OpenFile(s.blobPath(id), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	return id, f, err
+}
+
+// The blob pool: empty blob files made ahead of need. A crash leaves them
+// unreferenced, and Open deletes them.
+const (
+	poolSize = 256
+	poolLow  = 128
+)
+
+type pooledBlob struct {
+	id uint64
+	f  *os.File
+}
+
+func (s *Store) wakeMaker() {
+	select {
+	case s.makeMore <- struct{}{}:
+	default:
+	}
+}
+
+// blobMaker refills the pool whenever it runs low.
+func (s *Store) blobMaker() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.makeMore:
+		}
+		for {
+			s.mu.Lock()
+			if s.closed || len(s.pool) >= poolSize {
+				s.mu.Unlock()
+				break
+			}
+			id := s.nextBlob
+			s.nextBlob++
+			s.mu.Unlock()
+			f, err := os.OpenFile(s.blobPath(id), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+			if err != nil {
+				break // newBlob reports the error when it makes one itself
+			}
+			s.mu.Lock()
+			s.pool = append(s.pool, pooledBlob{id, f})
+			s.mu.Unlock()
+		}
+	}
+}
+
+// drainPool closes and deletes the pooled blobs; the caller holds s.mu.
+func (s *Store) drainPool() {
+	for _, b := range s.pool {
+		b.f.Close()
+		os.Remove(b.f.Name())
+	}
+	s.pool = nil
 }
 
 // copyOf makes a new blob with the content of blob: a clone where the

@@ -49,6 +49,9 @@ type Store struct {
 	j        *journalWriter
 	jseq     uint64 // sequence number of the current journal file
 	deletes  []uint64
+	fresh    *os.File // see takeFresh
+	pool     []pooledBlob
+	makeMore chan struct{}
 	views    []*View
 	closed   bool
 	gcWanted bool
@@ -120,13 +123,15 @@ func Open(opts Options) (*Store, error) {
 		}
 	}
 	s := &Store{dir: opts.Dir, opts: opts, sessions: map[string]*session{}, snaps: map[snapKey]*snapshot{},
-		epoch: 1, nextBlob: 1, events: NewBus(), stop: make(chan struct{})}
+		epoch: 1, nextBlob: 1, events: NewBus(), stop: make(chan struct{}), makeMore: make(chan struct{}, 1)}
 	if err := s.load(); err != nil {
 		return nil, fmt.Errorf("open workspace store %s: %w", opts.Dir, err)
 	}
 	s.reflink = probeReflink(filepath.Join(opts.Dir, "blobs"))
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.flusher()
+	go s.blobMaker()
+	s.wakeMaker()
 	return s, nil
 }
 
@@ -725,6 +730,7 @@ func (s *Store) Close() error {
 	err := s.Checkpoint()
 	s.mu.Lock()
 	s.closed = true
+	s.drainPool()
 	if ferr := s.j.w.Flush(); err == nil {
 		err = ferr
 	}

@@ -45,6 +45,8 @@ type View struct {
 	nextFh  uint64
 	noPass  bool // the kernel refused passthrough once: stop asking
 
+	appendMu sync.Mutex // orders O_APPEND writes that come through FUSE
+
 	qmu     sync.Mutex
 	queue   []notice
 	qsignal chan struct{}

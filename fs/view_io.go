@@ -79,6 +79,7 @@ func (v *View) openLocked(sess *session, ino uint64, flags uint32) (*handle, *no
 			return nil, nil, errno
 		}
 		if trunc && n.size > 0 {
+			v.s.dropFresh()
 			if n, errno = v.s.setattr(v, sess, ino, attrChange{size: new(int64)}); errno != 0 {
 				return nil, nil, errno
 			}
@@ -86,15 +87,16 @@ func (v *View) openLocked(sess *session, ino uint64, flags uint32) (*handle, *no
 	}
 	h.blob = n.blob
 	if h.blob != 0 {
-		oflags := os.O_RDONLY
-		if write {
-			oflags = os.O_RDWR | int(flags&syscall.O_APPEND)
+		// Read-write even for readers: this may become the inode's
+		// passthrough file, which later writers share.
+		h.f = v.s.takeFresh(h.blob)
+		if h.f == nil {
+			f, err := os.OpenFile(v.s.blobPath(h.blob), os.O_RDWR, 0)
+			if err != nil {
+				return nil, nil, errnoOf(err)
+			}
+			h.f = f
 		}
-		f, err := os.OpenFile(v.s.blobPath(h.blob), oflags, 0)
-		if err != nil {
-			return nil, nil, errnoOf(err)
-		}
-		h.f = f
 	}
 	sess.open[ino]++
 	if write {
@@ -141,9 +143,10 @@ func (v *View) finishOpen(nodeid uint64, h *handle, flags uint32, out *fuse.Open
 		k.bk.pass++
 		out.BackingID = k.bk.id
 		out.OpenFlags |= fuse.FOPEN_PASSTHROUGH
-		// Our own descriptor is not needed: the kernel uses the backing file.
-		h.f.Close()
-		h.f = nil
+		if h.f != nil { // the kernel uses the backing file, not ours
+			h.f.Close()
+			h.f = nil
+		}
 	case ioDirect:
 		out.OpenFlags |= fuse.FOPEN_DIRECT_IO
 	default:
@@ -159,20 +162,16 @@ func (v *View) finishOpen(nodeid uint64, h *handle, flags uint32, out *fuse.Open
 	return 0
 }
 
-// register gives the kernel h's blob as the passthrough file of node k.
-// The caller holds v.mu.
+// register gives the kernel h's blob descriptor as the passthrough file of
+// node k, which then owns it. The caller holds v.mu.
 func (v *View) register(k *kref, h *handle) bool {
-	f, err := os.OpenFile(v.s.blobPath(h.blob), os.O_RDWR, 0)
-	if err != nil {
-		return false
-	}
-	id, errno := v.srv.RegisterBackingFd(&fuse.BackingMap{Fd: int32(f.Fd())})
+	id, errno := v.srv.RegisterBackingFd(&fuse.BackingMap{Fd: int32(h.f.Fd())})
 	if errno != 0 {
-		f.Close()
 		v.noPass = true // not root, or a kernel without passthrough
 		return false
 	}
-	k.bk = backing{id: id, blob: h.blob, file: f, cached: k.bk.cached}
+	k.bk = backing{id: id, blob: h.blob, file: h.f, cached: k.bk.cached}
+	h.f = nil
 	return true
 }
 
@@ -195,13 +194,15 @@ func (v *View) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uin
 	h.wrote = true
 	var n int
 	var err error
-	if h.appends { // the descriptor has O_APPEND: the kernel picks the offset
+	if h.appends { // O_APPEND: write at the end, one appender at a time
+		v.appendMu.Lock()
+		defer v.appendMu.Unlock()
 		var fi os.FileInfo
 		if fi, err = h.f.Stat(); err == nil {
 			if errno := v.grow(h, fi.Size()+int64(len(data))); errno != 0 {
 				return 0, st(errno)
 			}
-			n, err = h.f.Write(data)
+			n, err = h.f.WriteAt(data, fi.Size())
 		}
 	} else {
 		if errno := v.grow(h, int64(in.Offset)+int64(len(data))); errno != 0 {

@@ -1,0 +1,135 @@
+package appliance
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestLoadConfig(t *testing.T) {
+	tests := []struct {
+		name, body, wantErr string
+	}{
+		{"defaults", "", ""},
+		{"full", "state_dir = \"/x/state\"\n[workspace]\nmount = \"/x/agents\"\n", ""},
+		{"unknown key", "state_dir = \"/x\"\n[workspace]\nmonut = \"/y\"\n", "unknown key workspace.monut"},
+		{"relative", "state_dir = \"state\"\n", "state_dir = \"state\": must be an absolute path"},
+		{"mount inside state", "state_dir = \"/x\"\n[workspace]\nmount = \"/x/agents\"\n", "inside state_dir"},
+		{"syntax", "state_dir = \n", "line 1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "hearth.toml")
+			os.WriteFile(path, []byte(tc.body), 0o644)
+			_, err := LoadConfig(path)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("LoadConfig(%q) = %v, want nil", tc.body, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("LoadConfig(%q) = %v, want an error naming %s and containing %q", tc.body, err, path, tc.wantErr)
+			}
+		})
+	}
+}
+
+func startDaemon(t *testing.T) (*Daemon, *Client) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the daemon mounts the workspace with FUSE, which needs root")
+	}
+	dir := t.TempDir()
+	cfg := Config{StateDir: filepath.Join(dir, "state"), Workspace: WorkspaceConfig{Mount: filepath.Join(dir, "agents")}}
+	os.MkdirAll(cfg.StateDir, 0o700)
+	d, err := Start(cfg, nil)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d, NewClient(cfg.SocketPath())
+}
+
+func TestWorkspaceAPI(t *testing.T) {
+	d, c := startDaemon(t)
+	ctx := context.Background()
+	if err := c.CreateSession(ctx, "session-a"); err != nil {
+		t.Fatal(err)
+	}
+	report := filepath.Join(d.cfg.Workspace.Mount, "session-a", "outputs", "report.md")
+	if err := os.WriteFile(report, []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	name, err := c.Snapshot(ctx, "session-a", "")
+	if err != nil || name == "" {
+		t.Fatalf("Snapshot = %q, %v", name, err)
+	}
+	os.WriteFile(report, []byte("v2"), 0o644)
+	if err := c.Branch(ctx, BranchRequest{Session: "session-a", Snapshot: name, NewSession: "session-b"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Restore(ctx, "session-a", name); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"session-a", "session-b"} {
+		got, err := os.ReadFile(filepath.Join(d.cfg.Workspace.Mount, s, "outputs", "report.md"))
+		if err != nil || string(got) != "v1" {
+			t.Errorf("%s/outputs/report.md = %q, %v; want v1", s, got, err)
+		}
+	}
+	list, err := c.Sessions(ctx)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("Sessions = %v, %v; want 2", list, err)
+	}
+	var ae *APIError
+	if err := c.Restore(ctx, "nope", "x"); !errors.As(err, &ae) || ae.Code != "not_found" || ae.Status != 404 {
+		t.Errorf("Restore(nope) = %v, want not_found 404", err)
+	}
+	if err := c.CreateSession(ctx, "../etc"); !errors.As(err, &ae) || ae.Code != "bad_name" {
+		t.Errorf("CreateSession(../etc) = %v, want bad_name", err)
+	}
+}
+
+func TestAPIRejectsBadBodies(t *testing.T) {
+	_, c := startDaemon(t)
+	tests := []struct {
+		name, body string
+		status     int
+	}{
+		{"malformed", `{"id":`, 400},
+		{"unknown field", `{"id":"a","extra":1}`, 400},
+		{"huge", `{"id":"` + strings.Repeat("a", 2<<20) + `"}`, 413},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := c.hc.Post("http://hearth/v1/workspace/sessions", "application/json", strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status || !strings.Contains(string(body), `"error"`) {
+				t.Errorf("POST %s = %d %s, want %d with an error body", tc.name, resp.StatusCode, body, tc.status)
+			}
+		})
+	}
+	list, _ := c.Sessions(context.Background())
+	if len(list) != 0 {
+		t.Errorf("sessions after bad requests = %v, want none", list)
+	}
+}
+
+func TestClientDaemonDown(t *testing.T) {
+	c := NewClient(filepath.Join(t.TempDir(), "none.sock"))
+	_, err := c.Sessions(context.Background())
+	if !errors.Is(err, ErrDaemonDown) || !strings.Contains(err.Error(), "hearth up") {
+		t.Fatalf("Sessions with no daemon = %v, want ErrDaemonDown saying to run hearth up", err)
+	}
+	_ = http.StatusOK
+}

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestImportRules enforces the architecture's import rules with go list:
+// cmd -> appliance -> {agents, scheduler, vmm, fs, image}; leaf packages
+// never import appliance, cmd or each other, except agents using vmm's
+// interfaces (never a driver).
+func TestImportRules(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}:{{join .Deps " "}}`, "hearth/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	leaves := []string{"hearth/agents", "hearth/scheduler", "hearth/vmm", "hearth/fs", "hearth/image"}
+	allowed := map[string][]string{"hearth/agents": {"hearth/vmm"}}
+	under := func(pkg, root string) bool { return pkg == root || strings.HasPrefix(pkg, root+"/") }
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, deps, _ := strings.Cut(line, ":")
+		for _, dep := range strings.Fields(deps) {
+			if !strings.HasPrefix(dep, "hearth/") {
+				continue
+			}
+			if under(dep, "hearth/appliance") && !under(pkg, "hearth/cmd") && !under(pkg, "hearth/appliance") {
+				t.Errorf("%s imports %s: only cmd/ may import the appliance", pkg, dep)
+			}
+			if under(dep, "hearth/cmd") {
+				t.Errorf("%s imports %s: nothing imports a command", pkg, dep)
+			}
+			for _, leaf := range leaves {
+				if !under(pkg, leaf) {
+					continue
+				}
+				for _, other := range leaves {
+					if other == leaf || !under(dep, other) {
+						continue
+					}
+					ok := false
+					for _, a := range allowed[leaf] {
+						ok = ok || dep == a // the interfaces package itself, not its drivers
+					}
+					if !ok {
+						t.Errorf("%s imports %s: leaf packages do not import each other", pkg, dep)
+					}
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,236 @@
+package fs
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Benchmarks compare the mounted workspace with the same ext4 directory it
+// keeps its blobs in, in the same run, and report the ratio as x-native
+// (1.0 = as fast as the backing filesystem; higher is better).
+
+// benchPair mounts a host view over a fresh store and returns the session
+// directory inside the mount and a native directory on the same filesystem.
+func benchPair(b *testing.B) (mounted, native string) {
+	b.Helper()
+	s := testStore(b)
+	mustSession(b, s, "bench")
+	mnt := mountView(b, s, ViewOptions{Host: true})
+	native = filepath.Join(filepath.Dir(s.dir), "native")
+	if err := os.MkdirAll(native, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	return filepath.Join(mnt, "bench", "outputs"), native
+}
+
+const gib = 1 << 30
+
+func writeSeq(b *testing.B, path string, size int) time.Duration {
+	buf := bytes.Repeat([]byte{0xa5}, 1<<20)
+	start := time.Now()
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for n := 0; n < size; n += len(buf) {
+		if _, err := f.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+func readSeq(b *testing.B, path string) time.Duration {
+	dropCaches(path)
+	buf := make([]byte, 1<<20)
+	start := time.Now()
+	f, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for {
+		_, err := f.Read(buf)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	f.Close()
+	return time.Since(start)
+}
+
+// dropCaches evicts a file's pages so a read measures the same work on both
+// sides.
+func dropCaches(path string) {
+	if f, err := os.Open(path); err == nil {
+		f.Sync()
+		syscall.Syscall6(syscall.SYS_FADVISE64, f.Fd(), 0, 0, 4 /* POSIX_FADV_DONTNEED */, 0, 0)
+		f.Close()
+	}
+}
+
+func BenchmarkSeqWrite1GiB(b *testing.B) {
+	mounted, native := benchPair(b)
+	var tn, tm time.Duration
+	for i := 0; i < b.N; i++ {
+		tn += writeSeq(b, filepath.Join(native, "big"), gib)
+		tm += writeSeq(b, filepath.Join(mounted, "big"), gib)
+		os.Remove(filepath.Join(native, "big"))
+		os.Remove(filepath.Join(mounted, "big"))
+	}
+	b.ReportMetric(tn.Seconds()/tm.Seconds(), "x-native")
+	b.ReportMetric(float64(gib)/tm.Seconds()/(1<<20), "MiB/s")
+}
+
+func BenchmarkSeqRead1GiB(b *testing.B) {
+	mounted, native := benchPair(b)
+	writeSeq(b, filepath.Join(native, "big"), gib)
+	writeSeq(b, filepath.Join(mounted, "big"), gib)
+	b.ResetTimer()
+	var tn, tm time.Duration
+	for i := 0; i < b.N; i++ {
+		tn += readSeq(b, filepath.Join(native, "big"))
+		tm += readSeq(b, filepath.Join(mounted, "big"))
+	}
+	b.ReportMetric(tn.Seconds()/tm.Seconds(), "x-native")
+	b.ReportMetric(float64(gib)/tm.Seconds()/(1<<20), "MiB/s")
+}
+
+// smallFiles creates, stats and deletes n files of 100 bytes in dir.
+func smallFiles(b *testing.B, dir string, n int) time.Duration {
+	data := bytes.Repeat([]byte("x"), 100)
+	names := make([]string, n)
+	for i := range names {
+		names[i] = filepath.Join(dir, fmt.Sprintf("f%05d", i))
+	}
+	start := time.Now()
+	for _, p := range names {
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var st syscall.Stat_t
+	for _, p := range names {
+		if err := syscall.Stat(p, &st); err != nil || st.Size != 100 {
+			b.Fatalf("stat %s: %v size %d", p, err, st.Size)
+		}
+	}
+	for _, p := range names {
+		if err := os.Remove(p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return time.Since(start)
+}
+
+func BenchmarkSmallFiles20k(b *testing.B) {
+	mounted, native := benchPair(b)
+	var tn, tm time.Duration
+	for i := 0; i < b.N; i++ {
+		tn += smallFiles(b, native, 20000)
+		tm += smallFiles(b, mounted, 20000)
+	}
+	b.ReportMetric(tn.Seconds()/tm.Seconds(), "x-native")
+	b.ReportMetric(float64(tm.Microseconds())/float64(20000*b.N), "us/file")
+}
+
+// populate puts n empty files into session id, 1,000 per directory,
+// through the store's own operations (fast; no FUSE).
+func populate(b testing.TB, s *Store, id string, n int) {
+	b.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess := s.sessions[id]
+	out, _ := sess.t.lookup(rootIno, OutputsDir)
+	var dir uint64
+	for i := 0; i < n; i++ {
+		if i%1000 == 0 {
+			var e syscall.Errno
+			if dir, _, e = s.mknod(nil, sess, out, fmt.Sprintf("d%03d", i/1000), syscall.S_IFDIR|0o755, 0, 0, 0, ""); e != 0 {
+				b.Fatal(e)
+			}
+		}
+		if _, _, e := s.mknod(nil, sess, dir, fmt.Sprintf("f%05d", i), syscall.S_IFREG|0o644, 0, 0, 0, ""); e != 0 {
+			b.Fatal(e)
+		}
+	}
+}
+
+func timeSnapshots(b *testing.B, files int) time.Duration {
+	s := testStore(b)
+	mustSession(b, s, "snap")
+	populate(b, s, "snap", files)
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		if err := s.Snapshot("snap", fmt.Sprintf("s%d", i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return time.Since(start) / time.Duration(b.N)
+}
+
+// BenchmarkSnapshot reports the time of one snapshot of a session holding
+// 100,000 files and its ratio to one holding 1,000 (x-1k; 1.0 = no growth).
+func BenchmarkSnapshot(b *testing.B) {
+	small := timeSnapshots(b, 1000)
+	large := timeSnapshots(b, 100000)
+	b.ReportMetric(float64(small.Nanoseconds()), "ns-1k-files")
+	b.ReportMetric(float64(large.Nanoseconds()), "ns-100k-files")
+	b.ReportMetric(float64(large)/float64(small), "x-1k")
+}
+
+// BenchmarkRestore100k restores a 100,000-file session from a snapshot,
+// alternating between two snapshots so every restore changes the tree.
+func BenchmarkRestore100k(b *testing.B) {
+	s := testStore(b)
+	mustSession(b, s, "snap")
+	populate(b, s, "snap", 100000)
+	if err := s.Snapshot("snap", "full"); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.WriteFile("snap", "outputs/extra", bytes.NewReader([]byte("x")), 0, Owner{}); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Snapshot("snap", "extra"); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := s.Restore("snap", []string{"full", "extra"}[i%2]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMemory100k reports the heap the store holds for a session of
+// 100,000 files, total and per file.
+func BenchmarkMemory100k(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		runtime.GC()
+		debug.FreeOSMemory()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		s := testStore(b)
+		mustSession(b, s, "mem")
+		populate(b, s, "mem", 100000)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		heap := float64(after.HeapInuse) - float64(before.HeapInuse)
+		b.ReportMetric(heap/(1<<20), "MiB-heap")
+		b.ReportMetric(heap/100000, "B/file")
+		runtime.KeepAlive(s)
+	}
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what the tests need and runs them: vet, gofmt, every test with
+# the race detector, then every benchmark once so the figures are printed.
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+need_root
+ensure_fuse
+ensure_go
+
+echo "==> go vet"
+go vet ./...
+echo "==> gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change: $unformatted" >&2
+  exit 1
+fi
+echo "==> go test -race"
+go test -race -count=1 -timeout 30m ./...
+echo "==> benchmarks (one round each; ratios are x-native, see README)"
+go test -run '^$' -bench . -benchtime 1x -timeout 30m ./...
