@@ -423,9 +423,13 @@ func (s *Store) WriteFile(id, p string, r io.Reader, limit int64, owner Owner) (
 		s.mu.Unlock()
 		return 0, ErrClosed
 	}
-	blob := s.nextBlob
-	s.nextBlob++
+	blob := s.reserve()
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.reserved, blob)
+		s.mu.Unlock()
+	}()
 	f, err := os.OpenFile(s.blobPath(blob), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return 0, fmt.Errorf("write %s: %w", p, err)

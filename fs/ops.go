@@ -396,12 +396,14 @@ func (s *Store) dropFresh() {
 // a file does not wait for the backing filesystem to create one.
 func (s *Store) newBlob() (uint64, *os.File, error) {
 	if n := len(s.pool); n > 0 {
-		b := s.pool[n-1]
+		id := s.pool[n-1]
 		s.pool = s.pool[:n-1]
+		delete(s.reserved, id)
 		if n <= poolLow {
 			s.wakeMaker()
 		}
-		return b.id, b.f, nil
+		f, err := os.OpenFile(s.blobPath(id), os.O_RDWR, 0)
+		return id, f, err
 	}
 	s.wakeMaker()
 	id := s.nextBlob
@@ -410,17 +412,13 @@ func (s *Store) newBlob() (uint64, *os.File, error) {
 	return id, f, err
 }
 
-// The blob pool: empty blob files made ahead of need. A crash leaves them
+// The blob pool: empty blob files made ahead of need (opening one is
+// much cheaper than creating one). A crash leaves them
 // unreferenced, and Open deletes them.
 const (
 	poolSize = 256
 	poolLow  = 128
 )
-
-type pooledBlob struct {
-	id uint64
-	f  *os.File
-}
 
 func (s *Store) wakeMaker() {
 	select {
@@ -444,15 +442,18 @@ func (s *Store) blobMaker() {
 				s.mu.Unlock()
 				break
 			}
-			id := s.nextBlob
-			s.nextBlob++
+			id := s.reserve()
 			s.mu.Unlock()
 			f, err := os.OpenFile(s.blobPath(id), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 			if err != nil {
+				s.mu.Lock()
+				delete(s.reserved, id)
+				s.mu.Unlock()
 				break // newBlob reports the error when it makes one itself
 			}
+			f.Close()
 			s.mu.Lock()
-			s.pool = append(s.pool, pooledBlob{id, f})
+			s.pool = append(s.pool, id)
 			s.mu.Unlock()
 		}
 	}
@@ -460,31 +461,46 @@ func (s *Store) blobMaker() {
 
 // drainPool closes and deletes the pooled blobs; the caller holds s.mu.
 func (s *Store) drainPool() {
-	for _, b := range s.pool {
-		b.f.Close()
-		os.Remove(b.f.Name())
+	for _, id := range s.pool {
+		os.Remove(s.blobPath(id))
+		delete(s.reserved, id)
 	}
 	s.pool = nil
+}
+
+// reserve takes a blob id for a blob made outside the lock, which garbage
+// collection leaves alone until release. The caller holds s.mu.
+func (s *Store) reserve() uint64 {
+	id := s.nextBlob
+	s.nextBlob++
+	s.reserved[id] = true
+	return id
 }
 
 // copyOf makes a new blob with the content of blob: a clone where the
 // backing filesystem supports it. The caller holds s.mu.
 func (s *Store) copyOf(blob uint64) (uint64, error) {
-	id, dst, err := s.newBlob()
+	id := s.nextBlob
+	s.nextBlob++
+	return id, s.copyInto(id, blob)
+}
+
+// copyInto makes blob id a copy of blob src; on failure nothing is left.
+func (s *Store) copyInto(id, src uint64) error {
+	dst, err := os.OpenFile(s.blobPath(id), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer dst.Close()
-	src, err := os.Open(s.blobPath(blob))
+	in, err := os.Open(s.blobPath(src))
 	if err == nil {
-		err = copyBlob(dst, src, s.reflink)
-		src.Close()
+		err = copyBlob(dst, in, s.reflink)
+		in.Close()
 	}
 	if err != nil {
 		os.Remove(dst.Name())
-		return 0, err
 	}
-	return id, nil
+	return err
 }
 
 // detachShared gives every holder of blob at ino other than sess's live

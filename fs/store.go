@@ -49,8 +49,9 @@ type Store struct {
 	j        *journalWriter
 	jseq     uint64 // sequence number of the current journal file
 	deletes  []uint64
-	fresh    *os.File // see takeFresh
-	pool     []pooledBlob
+	fresh    *os.File        // see takeFresh
+	pool     []uint64        // empty blobs made ahead; see newBlob
+	reserved map[uint64]bool // blob ids made or being made but not yet in a tree: GC leaves them
 	makeMore chan struct{}
 	views    []*View
 	closed   bool
@@ -123,7 +124,7 @@ func Open(opts Options) (*Store, error) {
 		}
 	}
 	s := &Store{dir: opts.Dir, opts: opts, sessions: map[string]*session{}, snaps: map[snapKey]*snapshot{},
-		epoch: 1, nextBlob: 1, events: NewBus(), stop: make(chan struct{}), makeMore: make(chan struct{}, 1)}
+		epoch: 1, nextBlob: 1, events: NewBus(), stop: make(chan struct{}), makeMore: make(chan struct{}, 1), reserved: map[uint64]bool{}}
 	if err := s.load(); err != nil {
 		return nil, fmt.Errorf("open workspace store %s: %w", opts.Dir, err)
 	}
@@ -544,8 +545,11 @@ func (s *Store) collectGarbage() {
 		}
 	}
 	limit := s.nextBlob
-	s.mu.RUnlock()
 	live := map[uint64]bool{}
+	for id := range s.reserved {
+		live[id] = true
+	}
+	s.mu.RUnlock()
 	for _, t := range trees {
 		t.blobs(func(b uint64, _ int64) { live[b] = true })
 	}

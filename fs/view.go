@@ -32,10 +32,11 @@ const cacheTTL = time.Second
 type View struct {
 	fuse.RawFileSystem // ENOSYS for what is not implemented below
 
-	s    *Store
-	opts ViewOptions
-	dir  string
-	srv  *fuse.Server
+	s       *Store
+	opts    ViewOptions
+	dir     string
+	srv     *fuse.Server
+	mounted time.Time
 
 	mu      sync.Mutex
 	nodes   map[uint64]*kref // kernel node id -> what it names
@@ -131,7 +132,7 @@ func (s *Store) Mount(dir string, opts ViewOptions) (*View, error) {
 	}
 	v := &View{RawFileSystem: fuse.NewDefaultRawFileSystem(), s: s, opts: opts, dir: dir,
 		nodes: map[uint64]*kref{}, ids: map[nodeKey]uint64{}, nextID: 2, handles: map[uint64]*handle{},
-		nextFh: 1, qsignal: make(chan struct{}, 1), done: make(chan struct{})}
+		nextFh: 1, qsignal: make(chan struct{}, 1), done: make(chan struct{}), mounted: time.Now()}
 	name := "hearth-workspace"
 	mo := &fuse.MountOptions{
 		DirectMount:          true,
@@ -390,6 +391,7 @@ func (v *View) entry(out *fuse.EntryOut, sess *session, dir uint64, name string,
 	setTTL(out)
 }
 
-func rootAttr(out *fuse.Attr) {
+func (v *View) rootAttr(out *fuse.Attr) {
 	*out = fuse.Attr{Ino: fuse.FUSE_ROOT_ID, Mode: syscall.S_IFDIR | 0o755, Nlink: 2, Blksize: 4096}
+	out.SetTimes(&v.mounted, &v.mounted, &v.mounted)
 }

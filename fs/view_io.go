@@ -44,6 +44,9 @@ func (v *View) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) 
 	if !ok {
 		return fuse.Status(syscall.ESTALE)
 	}
+	if write && in.Flags&syscall.O_TRUNC == 0 {
+		v.s.copyUp(k) // the slow part of copy-on-write, without the lock
+	}
 	v.s.mu.Lock()
 	sess, errno := v.live(k)
 	if errno == 0 && write && !v.writable(sess) {
@@ -59,6 +62,38 @@ func (v *View) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) 
 		return st(errno)
 	}
 	return st(v.finishOpen(in.NodeId, h, in.Flags, out))
+}
+
+// copyUp copies the shared blob of k for its live tree outside the store
+// lock, so a large copy does not stall other operations. If the tree
+// changed meanwhile the copy is thrown away and ownBlob decides again.
+func (s *Store) copyUp(k nodeKey) {
+	s.mu.Lock()
+	sess := s.sessions[k.sess.name]
+	if sess != k.sess || sess.gen != k.gen || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	n := sess.t.get(k.ino)
+	if n == nil || !n.isRegular() || n.blob == 0 || n.birth > sess.shared || sess.open[k.ino] > 0 {
+		s.mu.Unlock()
+		return
+	}
+	src, id := n.blob, s.reserve()
+	s.mu.Unlock()
+
+	err := s.copyInto(id, src)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.reserved, id)
+	cur := sess.t.get(k.ino)
+	if err != nil || s.closed || sess.gen != k.gen || cur == nil || cur.blob != src || cur.birth > sess.shared || sess.open[k.ino] > 0 {
+		os.Remove(s.blobPath(id))
+		return
+	}
+	c := cur.clone()
+	c.blob, c.birth = id, s.epoch
+	s.log(&record{op: opPut, sess: sess.name, ino: k.ino, n: c})
 }
 
 // openLocked prepares a handle for ino; the caller holds s.mu for writing.

@@ -68,7 +68,7 @@ func (v *View) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out
 func (v *View) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
 	out.SetTimeout(cacheTTL)
 	if in.NodeId == fuse.FUSE_ROOT_ID {
-		rootAttr(&out.Attr)
+		v.rootAttr(&out.Attr)
 		return fuse.OK
 	}
 	sess, ino, done, errno := v.at(in.NodeId, false)
