@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 need_root
 ensure_fuse
 ensure_go
+# btrfs-progs: the reflink test formats a loop-mounted btrfs image.
+ensure_packages btrfs-progs
 
 echo "==> go vet"
 go vet ./...
