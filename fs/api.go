@@ -54,7 +54,7 @@ func errOf(op string, e syscall.Errno) error {
 		base = ErrIsDir
 	case syscall.ENOTEMPTY:
 		base = ErrNotEmpty
-	case syscall.EINVAL:
+	case syscall.EINVAL, syscall.ENAMETOOLONG:
 		base = ErrBadName
 	}
 	return fmt.Errorf("%s: %w", op, base)
@@ -166,8 +166,18 @@ func (s *Store) SetQuota(id string, q Quota) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, err := s.sessionLocked(id); err != nil {
+	sess, err := s.sessionLocked(id)
+	if err != nil {
 		return fmt.Errorf("set quota: %w", err)
+	}
+	if (q.Bytes > 0) != (sess.quota.Bytes > 0) {
+		// Sessions with a byte quota use another data path (see View), and
+		// handles already open keep theirs.
+		for _, n := range sess.open {
+			if n > 0 {
+				return fmt.Errorf("set quota of %q: %w: files are open; set or clear the byte quota while the session's machine is stopped", id, ErrBusy)
+			}
+		}
 	}
 	s.log(&record{op: opQuota, sess: id, a: uint64(q.Bytes), b: uint64(q.Inodes)})
 	return nil
@@ -469,13 +479,18 @@ func (s *Store) linkBlob(id, p string, blob uint64, size int64, owner Owner) err
 	if err != nil {
 		return fmt.Errorf("write: %w", err)
 	}
-	if q := sess.quota.Bytes; q > 0 && sess.t.bytes+size > q {
+	_, old := sess.t.lookup(dir, name)
+	if old != nil && !old.isRegular() {
+		return fmt.Errorf("write %s: %w", p, ErrExists)
+	}
+	var freed int64
+	if old != nil && old.nlink == 1 {
+		freed = old.size // replaced, so it does not count against the quota
+	}
+	if q := sess.quota.Bytes; q > 0 && sess.t.bytes-freed+size > q {
 		return fmt.Errorf("write %s: %w: session %q may hold %d bytes", p, ErrQuota, id, q)
 	}
-	if _, old := sess.t.lookup(dir, name); old != nil {
-		if !old.isRegular() {
-			return fmt.Errorf("write %s: %w", p, ErrExists)
-		}
+	if old != nil {
 		if e := s.unlink(nil, sess, dir, name); e != 0 {
 			return errOf("write "+p, e)
 		}
@@ -501,7 +516,8 @@ func (s *Store) syncLocked() error {
 }
 
 // ReadFile returns the content of the file at path in session id, or of
-// the same path in snapshot snap when snap is set. It reads at most limit
+// the same path in snapshot snap when snap is set (the session's own
+// snapshot of that name, else a whole-tree one). It reads at most limit
 // bytes (0: all).
 func (s *Store) ReadFile(id, snap, p string, limit int64) ([]byte, error) {
 	s.mu.RLock()
@@ -514,9 +530,16 @@ func (s *Store) ReadFile(id, snap, p string, limit int64) ([]byte, error) {
 		}
 		t = sess.t
 	} else {
+		// The session's own snapshot, else a whole-tree one that holds it.
 		sn, err := s.snapshotLocked(id, snap)
 		if err != nil {
+			sn, _ = s.snapshotLocked("", snap)
+		}
+		if sn == nil || sn.trees[id] == nil {
 			s.mu.RUnlock()
+			if err == nil {
+				err = fmt.Errorf("snapshot %q holds no session %q: %w", snap, id, ErrNotFound)
+			}
 			return nil, err
 		}
 		t = sn.trees[id].t

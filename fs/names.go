@@ -32,6 +32,7 @@ var (
 	ErrSymlinkInPath = errors.New("path crosses a symbolic link")
 	ErrNotEmpty      = errors.New("directory not empty")
 	ErrClosed        = errors.New("workspace store is closed")
+	ErrBusy          = errors.New("busy")
 )
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)

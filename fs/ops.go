@@ -22,8 +22,8 @@ func (s *Store) mknod(origin *View, sess *session, dir uint64, name string, mode
 	if !d.isDir() {
 		return 0, nil, syscall.ENOTDIR
 	}
-	if err := validName(name); err != nil {
-		return 0, nil, syscall.EINVAL
+	if e := nameErrno(name); e != 0 {
+		return 0, nil, e
 	}
 	if _, ok := d.entries.Get(name); ok {
 		return 0, nil, syscall.EEXIST
@@ -45,6 +45,18 @@ func (s *Store) mknod(origin *View, sess *session, dir uint64, name string, mode
 	s.touchDir(sess, dir, t, nlinkDelta(n))
 	s.changed(origin, sess, dir, name, OpCreated, "")
 	return ino, n, 0
+}
+
+// nameErrno is validName for FUSE callers: ENAMETOOLONG for long names,
+// as every Linux filesystem says, EINVAL for the rest.
+func nameErrno(name string) syscall.Errno {
+	if len(name) > MaxNameLen {
+		return syscall.ENAMETOOLONG
+	}
+	if validName(name) != nil {
+		return syscall.EINVAL
+	}
+	return 0
 }
 
 func nlinkDelta(n *node) int {
@@ -148,8 +160,8 @@ func (s *Store) rename(origin *View, sess *session, dir uint64, name string, new
 	if nd == nil || !nd.isDir() {
 		return syscall.ENOTDIR
 	}
-	if validName(newname) != nil {
-		return syscall.EINVAL
+	if e := nameErrno(newname); e != 0 {
+		return e
 	}
 	if n.isDir() && isAncestor(&sess.t, ino, newdir) {
 		return syscall.EINVAL
@@ -254,8 +266,8 @@ func (s *Store) link(origin *View, sess *session, ino, newdir uint64, newname st
 	if d == nil || !d.isDir() {
 		return nil, syscall.ENOTDIR
 	}
-	if validName(newname) != nil {
-		return nil, syscall.EINVAL
+	if e := nameErrno(newname); e != 0 {
+		return nil, e
 	}
 	if _, ok := d.entries.Get(newname); ok {
 		return nil, syscall.EEXIST
@@ -348,6 +360,7 @@ func (s *Store) ownBlob(sess *session, ino uint64, empty bool) (*node, syscall.E
 		}
 		c := n.clone()
 		c.birth = s.epoch
+		s.statInto(c)
 		s.log(&record{op: opPut, sess: sess.name, ino: ino, n: c})
 		return c, 0
 	}
@@ -388,6 +401,15 @@ func (s *Store) dropFresh() {
 	if s.fresh != nil {
 		s.fresh.Close()
 		s.fresh = nil
+	}
+}
+
+// statInto sets n's size and mtime from its blob, which passthrough
+// writers change without telling the store.
+func (s *Store) statInto(n *node) {
+	var st syscall.Stat_t
+	if syscall.Stat(s.blobPath(n.blob), &st) == nil {
+		n.size, n.mtime = st.Size, st.Mtim.Nano()
 	}
 }
 
@@ -523,6 +545,7 @@ func (s *Store) detachShared(sess *session, ino, blob uint64) error {
 		}
 		c := n.clone()
 		c.blob = copyID
+		s.statInto(c) // passthrough writers may have changed the size
 		r.ino, r.n = ino, c
 		s.log(r)
 		return nil

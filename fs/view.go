@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -145,7 +146,14 @@ func (s *Store) Mount(dir string, opts ViewOptions) (*View, error) {
 		EnableSymlinkCaching: true,
 		Debug:                opts.Debug,
 	}
+	// go-fuse opens /dev/fuse without O_CLOEXEC. A child that inherited it
+	// would keep the connection alive after this process dies, so the
+	// mount would hang instead of going stale. Hold off forks (ForkLock,
+	// as os/exec takes it) until the descriptor is marked.
+	syscall.ForkLock.Lock()
 	srv, err := fuse.NewServer(v, dir, mo)
+	closeOnExecFUSE()
+	syscall.ForkLock.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("mount view at %s: %w", dir, err)
 	}
@@ -216,20 +224,40 @@ func (v *View) Unmount() error {
 	return err
 }
 
-// CleanStaleMount detaches a dead FUSE mount at dir (one whose server
-// died: every access fails with ENOTCONN). A live mount is left alone.
-func CleanStaleMount(dir string) error {
-	_, err := os.Stat(dir)
-	if err == nil || os.IsNotExist(err) {
-		return nil
+// closeOnExecFUSE marks every open /dev/fuse descriptor close-on-exec.
+func closeOnExecFUSE() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
 	}
-	if errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED) {
+	for _, e := range ents {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && target == "/dev/fuse" {
+			if fd, err := strconv.Atoi(e.Name()); err == nil {
+				syscall.CloseOnExec(fd)
+			}
+		}
+	}
+}
+
+// CleanStaleMount detaches dead FUSE mounts at dir (ones whose server
+// died: the kernel answers ENOTCONN). It asks with statfs(2), which the
+// kernel never answers from its cache, so a mount that died a moment ago
+// is found too. A live mount is left alone.
+func CleanStaleMount(dir string) error {
+	for i := 0; i < 16; i++ { // mounts can be stacked; peel the dead ones
+		var st syscall.Statfs_t
+		err := syscall.Statfs(dir, &st)
+		if err == nil || errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, syscall.ENOTCONN) && !errors.Is(err, syscall.ECONNABORTED) {
+			return fmt.Errorf("mount point %s: %w", dir, err)
+		}
 		if uerr := syscall.Unmount(dir, syscall.MNT_DETACH); uerr != nil {
 			return fmt.Errorf("clean stale mount %s: %w", dir, uerr)
 		}
-		return nil
 	}
-	return fmt.Errorf("mount point %s: %w", dir, err)
+	return fmt.Errorf("mount point %s: too many stale mounts stacked", dir)
 }
 
 func (v *View) String() string { return "hearth-workspace" }

@@ -40,6 +40,9 @@ func (v *View) at(nodeid uint64, write bool) (sess *session, ino uint64, done fu
 }
 
 func (v *View) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	if len(name) > MaxNameLen {
+		return fuse.Status(syscall.ENAMETOOLONG)
+	}
 	if h.NodeId == fuse.FUSE_ROOT_ID {
 		v.s.mu.RLock()
 		defer v.s.mu.RUnlock()
