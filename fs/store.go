@@ -497,9 +497,7 @@ func (s *Store) flushAndCollect() error {
 		if err := s.Sync(); err != nil {
 			return err
 		}
-		for _, b := range deletes {
-			os.Remove(s.blobPath(b))
-		}
+		s.recycle(deletes)
 	}
 	if gc {
 		s.collectGarbage()
@@ -508,6 +506,32 @@ func (s *Store) flushAndCollect() error {
 		return s.Checkpoint()
 	}
 	return nil
+}
+
+// recycle empties dead blobs into the pool of blobs for new files, which
+// spares the backing filesystem a delete and a create each, and deletes
+// those the pool has no room for.
+func (s *Store) recycle(dead []uint64) {
+	for _, b := range dead {
+		s.mu.Lock()
+		room := !s.closed && len(s.pool)+len(s.reserved) < 2*poolSize
+		if room {
+			s.reserved[b] = true
+		}
+		s.mu.Unlock()
+		if !room || os.Truncate(s.blobPath(b), 0) != nil {
+			if room {
+				s.mu.Lock()
+				delete(s.reserved, b)
+				s.mu.Unlock()
+			}
+			os.Remove(s.blobPath(b))
+			continue
+		}
+		s.mu.Lock()
+		s.pool = append(s.pool, b)
+		s.mu.Unlock()
+	}
 }
 
 // Sync makes every change made so far durable.
