@@ -236,6 +236,17 @@ func BenchmarkRestore100k(b *testing.B) {
 	}
 }
 
+// rss is this process's resident set size in bytes.
+func rss() int64 {
+	data, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var size, resident int64
+	fmt.Sscan(string(data), &size, &resident)
+	return resident * int64(os.Getpagesize())
+}
+
 // BenchmarkMemory100k reports the heap the store holds for a session of
 // 100,000 files, total and per file.
 func BenchmarkMemory100k(b *testing.B) {
@@ -251,6 +262,7 @@ func BenchmarkMemory100k(b *testing.B) {
 		runtime.ReadMemStats(&after)
 		heap := float64(after.HeapInuse) - float64(before.HeapInuse)
 		b.ReportMetric(heap/(1<<20), "MiB-heap")
+		b.ReportMetric(float64(rss())/(1<<20), "MiB-rss-process")
 		b.ReportMetric(heap/100000, "B/file")
 		runtime.KeepAlive(s)
 	}
