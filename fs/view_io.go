@@ -301,12 +301,10 @@ func (v *View) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 }
 
 // settle records the size and mtime a writable handle left in its blob.
+// It reads them with the store locked: releases run concurrently, and a
+// size read before another handle truncated the file must not land after.
 func (v *View) settle(h *handle) bool {
 	if !h.write || h.blob == 0 {
-		return false
-	}
-	var stt syscall.Stat_t
-	if syscall.Stat(v.s.blobPath(h.blob), &stt) != nil {
 		return false
 	}
 	v.s.mu.Lock()
@@ -316,11 +314,14 @@ func (v *View) settle(h *handle) bool {
 		return false
 	}
 	n := sess.t.get(h.key.ino)
-	if n == nil || n.blob != h.blob || (n.size == stt.Size && n.mtime == stt.Mtim.Nano()) {
-		return n != nil && h.wrote
+	if n == nil || n.blob != h.blob {
+		return false
 	}
 	c := n.clone()
-	c.size, c.mtime = stt.Size, stt.Mtim.Nano()
+	v.s.statInto(c)
+	if c.size == n.size && c.mtime == n.mtime {
+		return h.wrote
+	}
 	v.s.log(&record{op: opPut, sess: sess.name, ino: h.key.ino, n: c})
 	return true
 }
