@@ -87,16 +87,17 @@ type backing struct {
 }
 
 type handle struct {
-	nodeid  uint64
-	key     nodeKey
-	f       *os.File // own descriptor when not passthrough; nil for an empty file
-	blob    uint64
-	write   bool
-	appends bool
-	mode    int // ioPass, ioCached or ioDirect
-	dir     uint64
-	name    string
-	wrote   bool
+	nodeid   uint64
+	key      nodeKey
+	f        *os.File // own descriptor when not passthrough; nil for an empty file
+	blob     uint64
+	write    bool
+	appends  bool
+	mode     int  // ioPass or ioCached
+	fusePath bool // keep data on the FUSE path (byte-quota sessions)
+	dir      uint64
+	name     string
+	wrote    bool
 
 	// directories
 	entries []fuse.DirEntry
@@ -105,7 +106,6 @@ type handle struct {
 const (
 	ioCached = iota
 	ioPass
-	ioDirect
 )
 
 type notice struct {

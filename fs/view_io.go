@@ -35,7 +35,7 @@ func (v *View) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, ou
 	}
 	v.entry(&out.EntryOut, sess, dir, name, ino, n)
 	done()
-	return st(v.finishOpen(out.EntryOut.NodeId, h, in.Flags, &out.OpenOut))
+	return st(v.finishOpen(out.EntryOut.NodeId, h, &out.OpenOut))
 }
 
 func (v *View) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
@@ -61,7 +61,7 @@ func (v *View) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) 
 	if errno != 0 {
 		return st(errno)
 	}
-	return st(v.finishOpen(in.NodeId, h, in.Flags, out))
+	return st(v.finishOpen(in.NodeId, h, out))
 }
 
 // copyUp copies the shared blob of k for its live tree outside the store
@@ -139,22 +139,19 @@ func (v *View) openLocked(sess *session, ino uint64, flags uint32) (*handle, *no
 	}
 	// Quota sessions keep writes on the FUSE path, where they are counted,
 	// and so reads too: the kernel does not mix the two on one inode.
-	if sess.quota.Bytes > 0 {
-		h.mode = -1
-	}
+	h.fusePath = sess.quota.Bytes > 0
 	return h, n, 0
 }
 
 // finishOpen picks the data path for h and registers it under nodeid.
-func (v *View) finishOpen(nodeid uint64, h *handle, flags uint32, out *fuse.OpenOut) syscall.Errno {
+func (v *View) finishOpen(nodeid uint64, h *handle, out *fuse.OpenOut) syscall.Errno {
 	h.nodeid = nodeid
 	v.mu.Lock()
 	k := v.nodes[nodeid]
 	if k != nil {
 		h.dir, h.name = k.dir, k.name
 	}
-	wantPass := h.mode != -1 && h.f != nil && !v.noPass && k != nil
-	h.mode = ioCached
+	wantPass := !h.fusePath && h.f != nil && !v.noPass && k != nil
 	switch {
 	case wantPass && k.bk.pass > 0 && k.bk.blob == h.blob:
 		h.mode = ioPass
@@ -182,8 +179,6 @@ func (v *View) finishOpen(nodeid uint64, h *handle, flags uint32, out *fuse.Open
 			h.f.Close()
 			h.f = nil
 		}
-	case ioDirect:
-		out.OpenFlags |= fuse.FOPEN_DIRECT_IO
 	default:
 		if k != nil {
 			k.bk.cached++

@@ -67,9 +67,13 @@ func exitCode(err error, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "hearth: %v\n", err)
 	var ue usageError
 	var ae *appliance.APIError
+	hint := ""
+	if errors.As(err, &ae) && ae.Code == "not_found" {
+		hint = " (list what exists with 'hearth workspace ls' or 'hearth workspace snapshots SESSION')"
+	}
+	fmt.Fprintf(stderr, "hearth: %v%s\n", err, hint)
 	switch {
 	case errors.As(err, &ue), errors.Is(err, flag.ErrHelp):
 		return exitUsage
