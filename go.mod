@@ -3,10 +3,12 @@ module hearth
 go 1.26.0
 
 require (
-	github.com/BurntSushi/toml v1.6.0 // indirect
-	github.com/benbjohnson/immutable v0.4.3 // indirect
-	github.com/dustin/go-humanize v1.1.0 // indirect
-	github.com/hanwen/go-fuse/v2 v2.12.1 // indirect
-	golang.org/x/exp v0.0.0-20220518171630-0b5c67f07fdf // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	github.com/BurntSushi/toml v1.6.0
+	github.com/benbjohnson/immutable v0.4.3
+	github.com/dustin/go-humanize v1.1.0
+	github.com/hanwen/go-fuse/v2 v2.12.1
+	github.com/hashicorp/yamux v0.1.2
+	golang.org/x/sys v0.49.0
 )
+
+require golang.org/x/exp v0.0.0-20220518171630-0b5c67f07fdf // indirect

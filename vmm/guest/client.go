@@ -1,0 +1,323 @@
+package guest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+
+	"github.com/hashicorp/yamux"
+)
+
+// Dialer connects a forwarded connection to a host service.
+type Dialer func(ctx context.Context) (net.Conn, error)
+
+// Client is the host's side: it talks to one machine's agent.
+type Client struct {
+	sess     *yamux.Session
+	hc       *http.Client
+	mu       sync.Mutex
+	services map[string]Dialer
+	wg       sync.WaitGroup
+	closed   chan struct{}
+	once     sync.Once
+}
+
+// NewClient starts the protocol on conn, the machine's host channel.
+func NewClient(conn io.ReadWriteCloser) (*Client, error) {
+	cfg := yamux.DefaultConfig()
+	cfg.LogOutput = io.Discard
+	sess, err := yamux.Client(conn, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{sess: sess, services: map[string]Dialer{}, closed: make(chan struct{})}
+	tr := &http.Transport{
+		DialContext:        func(ctx context.Context, _, _ string) (net.Conn, error) { return sess.Open() },
+		DisableCompression: true,
+		MaxIdleConns:       16,
+	}
+	c.hc = &http.Client{Transport: tr}
+	c.wg.Add(1)
+	go c.acceptForwards()
+	return c, nil
+}
+
+// Close ends the session; calls in flight fail. Idempotent.
+func (c *Client) Close() error {
+	var err error
+	c.once.Do(func() {
+		close(c.closed)
+		err = c.sess.Close()
+		c.hc.CloseIdleConnections()
+		c.wg.Wait()
+	})
+	return err
+}
+
+// Done is closed when the session with the agent ends.
+func (c *Client) Done() <-chan struct{} { return c.sess.CloseChan() }
+
+func (c *Client) url(path string, q url.Values) string {
+	u := "http://guest" + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	return u
+}
+
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, c.url(path, q), body)
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("guest %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	if err := responseError(resp); err != nil {
+		return err
+	}
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+func responseError(resp *http.Response) error {
+	if resp.StatusCode < 300 {
+		return nil
+	}
+	var e Error
+	if json.NewDecoder(resp.Body).Decode(&e) != nil {
+		return fmt.Errorf("guest: HTTP %d", resp.StatusCode)
+	}
+	switch e.Code {
+	case "not_found":
+		return fmt.Errorf("%w: %s", ErrNotFound, e.Message)
+	case "too_large":
+		return fmt.Errorf("%w: %s", ErrTooLarge, e.Message)
+	case "outside":
+		return fmt.Errorf("%w: %s", ErrOutside, e.Message)
+	}
+	return &e
+}
+
+// Health asks the agent about the machine.
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	var h Health
+	return h, c.do(ctx, "GET", "/v1/health", nil, nil, &h)
+}
+
+// Process is a running exec.
+type Process struct {
+	PID  int
+	resp *http.Response
+	out  io.Writer
+	errw io.Writer
+}
+
+// Start starts a process; its output goes to stdout and stderr as it is
+// produced, once Wait runs. stdin (may be nil) is copied to the process
+// when req.Stdin is set.
+func (c *Client) Start(ctx context.Context, req ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (*Process, error) {
+	line, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	body := io.MultiReader(bytes.NewReader(append(line, '\n')))
+	if req.Stdin && stdin != nil {
+		body = io.MultiReader(bytes.NewReader(append(line, '\n')), stdin)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, "POST", c.url("/v1/exec", nil), body)
+	if err != nil {
+		return nil, err
+	}
+	hreq.Close = true // each exec has its own stream, never reused
+	resp, err := c.hc.Do(hreq)
+	if err != nil {
+		return nil, fmt.Errorf("guest exec %s: %w", req.Argv[0], err)
+	}
+	if err := responseError(resp); err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	kind, payload, err := readFrame(resp.Body)
+	if err != nil {
+		resp.Body.Close()
+		return nil, fmt.Errorf("guest exec %s: %w", req.Argv[0], err)
+	}
+	p := &Process{resp: resp, out: stdout, errw: stderr}
+	switch kind {
+	case FrameStarted:
+		p.PID, _ = strconv.Atoi(string(payload))
+		return p, nil
+	case FrameExit: // it never started
+		resp.Body.Close()
+		var st ExitStatus
+		json.Unmarshal(payload, &st)
+		return nil, fmt.Errorf("guest exec %s: %s", req.Argv[0], st.Error)
+	}
+	resp.Body.Close()
+	return nil, fmt.Errorf("guest exec %s: unexpected frame %d", req.Argv[0], kind)
+}
+
+// Wait copies output until the process ends and returns how it ended. If
+// the session breaks first it says so instead of hanging.
+func (p *Process) Wait() (ExitStatus, error) {
+	defer p.resp.Body.Close()
+	for {
+		kind, payload, err := readFrame(p.resp.Body)
+		if err != nil {
+			return ExitStatus{Code: -1}, fmt.Errorf("guest exec pid %d: output ended without an exit status: %w", p.PID, err)
+		}
+		switch kind {
+		case FrameStdout:
+			if p.out != nil {
+				p.out.Write(payload)
+			}
+		case FrameStderr:
+			if p.errw != nil {
+				p.errw.Write(payload)
+			}
+		case FrameExit:
+			var st ExitStatus
+			if err := json.Unmarshal(payload, &st); err != nil {
+				return ExitStatus{Code: -1}, err
+			}
+			return st, nil
+		}
+	}
+}
+
+// Exec runs a process to the end.
+func (c *Client) Exec(ctx context.Context, req ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (ExitStatus, error) {
+	p, err := c.Start(ctx, req, stdin, stdout, stderr)
+	if err != nil {
+		return ExitStatus{Code: -1}, err
+	}
+	return p.Wait()
+}
+
+// Signal sends sig ("TERM", "KILL", ...) to the process group of pid.
+func (c *Client) Signal(ctx context.Context, pid int, sig string) error {
+	return c.do(ctx, "POST", fmt.Sprintf("/v1/signal/%d/%s", pid, url.PathEscape(sig)), nil, nil, nil)
+}
+
+// Upload writes r to path in the machine (atomically) with mode.
+func (c *Client) Upload(ctx context.Context, path string, r io.Reader, mode uint32) (int64, error) {
+	var out struct{ Size int64 }
+	q := url.Values{"path": {path}, "mode": {strconv.FormatUint(uint64(mode), 8)}}
+	return out.Size, c.do(ctx, "PUT", "/v1/files/content", q, r, &out)
+}
+
+// Download copies the file at path in the machine to w.
+func (c *Client) Download(ctx context.Context, path string, w io.Writer) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", c.url("/v1/files/content", url.Values{"path": {path}}), nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("guest download %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	if err := responseError(resp); err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(w, resp.Body)
+	if err == nil && resp.ContentLength >= 0 && n != resp.ContentLength {
+		err = fmt.Errorf("guest download %s: got %d of %d bytes", path, n, resp.ContentLength)
+	}
+	return n, err
+}
+
+// Stat describes the file at path in the machine.
+func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
+	var fi FileInfo
+	return fi, c.do(ctx, "GET", "/v1/files/stat", url.Values{"path": {path}}, nil, &fi)
+}
+
+// List lists the directory at path in the machine.
+func (c *Client) List(ctx context.Context, path string) ([]FileInfo, error) {
+	var out []FileInfo
+	return out, c.do(ctx, "GET", "/v1/files/list", url.Values{"path": {path}}, nil, &out)
+}
+
+// Forward makes the agent listen on listen (a loopback address inside the
+// machine) and carries each connection to the host service name, which
+// must have been registered with Serve.
+func (c *Client) Forward(ctx context.Context, listen, name string) (string, error) {
+	c.mu.Lock()
+	_, ok := c.services[name]
+	c.mu.Unlock()
+	if !ok {
+		return "", fmt.Errorf("forward %s: no host service %q registered", listen, name)
+	}
+	body, _ := json.Marshal(map[string]string{"listen": listen, "name": name})
+	var out struct{ Listen string }
+	return out.Listen, c.do(ctx, "POST", "/v1/forward", nil, bytes.NewReader(body), &out)
+}
+
+// Serve registers the host service that forwarded connections named name
+// are connected to.
+func (c *Client) Serve(name string, dial Dialer) {
+	c.mu.Lock()
+	c.services[name] = dial
+	c.mu.Unlock()
+}
+
+// acceptForwards connects each stream the agent opens to its service.
+func (c *Client) acceptForwards() {
+	defer c.wg.Done()
+	for {
+		st, err := c.sess.AcceptStream()
+		if err != nil {
+			return
+		}
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			defer st.Close()
+			br := bufio.NewReader(io.LimitReader(st, 4096))
+			line, err := br.ReadBytes('\n')
+			var fw Forward
+			if err != nil || json.Unmarshal(line, &fw) != nil {
+				return
+			}
+			c.mu.Lock()
+			dial := c.services[fw.Name]
+			c.mu.Unlock()
+			if dial == nil {
+				return
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			go func() {
+				select {
+				case <-c.closed:
+				case <-ctx.Done():
+				}
+				cancel()
+			}()
+			defer cancel()
+			conn, err := dial(ctx)
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			if br.Buffered() > 0 { // bytes the agent sent after the header
+				buf, _ := br.Peek(br.Buffered())
+				conn.Write(buf)
+			}
+			splice(conn, st)
+		}()
+	}
+}

@@ -1,0 +1,281 @@
+package guest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// pair runs a Server and a Client over a real unix socket pair, the way
+// the jail tier connects them.
+func pair(t testing.TB, opts ServerOptions) *Client {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int) net.Conn {
+		f := os.NewFile(uintptr(fd), "sock")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	hostEnd, guestEnd := conn(fds[0]), conn(fds[1])
+	served := make(chan error, 1)
+	go func() { served <- Serve(guestEnd, opts) }()
+	c, err := NewClient(hostEnd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		guestEnd.Close()
+		<-served
+	})
+	return c
+}
+
+func run(t *testing.T, c *Client, req ExecRequest, stdin string) (string, string, ExitStatus) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	var in io.Reader
+	if stdin != "" {
+		req.Stdin, in = true, strings.NewReader(stdin)
+	}
+	st, err := c.Exec(context.Background(), req, in, &out, &errb)
+	if err != nil {
+		t.Fatalf("Exec(%v) = %v", req.Argv, err)
+	}
+	return out.String(), errb.String(), st
+}
+
+func TestExec(t *testing.T) {
+	c := pair(t, ServerOptions{})
+	tests := []struct {
+		name           string
+		argv           []string
+		stdin          string
+		env            map[string]string
+		wantOut, wantE string
+		want           ExitStatus
+	}{
+		{"echo", []string{"echo", "hello"}, "", nil, "hello\n", "", ExitStatus{}},
+		{"separate streams", []string{"sh", "-c", "echo out1; echo err1 >&2; echo out2"}, "", nil, "out1\nout2\n", "err1\n", ExitStatus{}},
+		{"exit code", []string{"sh", "-c", "exit 3"}, "", nil, "", "", ExitStatus{Code: 3}},
+		{"signal", []string{"sh", "-c", "kill -KILL $$"}, "", nil, "", "", ExitStatus{Code: -1, Signal: "killed"}},
+		{"stdin", []string{"cat"}, "piped in", nil, "piped in", "", ExitStatus{}},
+		{"env", []string{"sh", "-c", "echo $GREETING"}, "", map[string]string{"GREETING": "hi"}, "hi\n", "", ExitStatus{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errOut, st := run(t, c, ExecRequest{Argv: tc.argv, Env: tc.env}, tc.stdin)
+			if out != tc.wantOut || errOut != tc.wantE || st != tc.want {
+				t.Errorf("Exec(%v) = %q, %q, %+v; want %q, %q, %+v", tc.argv, out, errOut, st, tc.wantOut, tc.wantE, tc.want)
+			}
+		})
+	}
+	if _, err := c.Exec(context.Background(), ExecRequest{Argv: []string{"/no/such/binary"}}, nil, nil, nil); err == nil {
+		t.Errorf("Exec of a missing binary = nil error, want one")
+	}
+}
+
+// timedWriter records when the first byte arrived.
+type timedWriter struct {
+	mu    sync.Mutex
+	first time.Time
+	buf   bytes.Buffer
+}
+
+func (w *timedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.first.IsZero() {
+		w.first = time.Now()
+	}
+	return w.buf.Write(p)
+}
+
+func TestExecStreamsWhileRunning(t *testing.T) {
+	c := pair(t, ServerOptions{})
+	var w timedWriter
+	start := time.Now()
+	st, err := c.Exec(context.Background(), ExecRequest{Argv: []string{"sh", "-c", "echo first; sleep 1; echo second"}}, nil, &w, nil)
+	if err != nil || st.Code != 0 {
+		t.Fatalf("Exec = %+v, %v", st, err)
+	}
+	if lag := w.first.Sub(start); lag > 700*time.Millisecond {
+		t.Errorf("first output arrived %v after start, want it before the process ends (~1s)", lag)
+	}
+	if w.buf.String() != "first\nsecond\n" {
+		t.Errorf("output = %q", w.buf.String())
+	}
+}
+
+func TestExecTimeoutAndSignal(t *testing.T) {
+	c := pair(t, ServerOptions{})
+	start := time.Now()
+	_, _, st := run(t, c, ExecRequest{Argv: []string{"sleep", "30"}, Timeout: Duration(200 * time.Millisecond)}, "")
+	if !st.TimedOut || st.Signal != "killed" || time.Since(start) > 5*time.Second {
+		t.Errorf("sleep 30 with a 200ms timeout = %+v after %v, want timed out and killed at once", st, time.Since(start))
+	}
+	p, err := c.Start(context.Background(), ExecRequest{Argv: []string{"sleep", "30"}}, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Signal(context.Background(), p.PID, "TERM"); err != nil {
+		t.Fatalf("Signal(TERM) = %v", err)
+	}
+	if st, err := p.Wait(); err != nil || st.Signal != "terminated" {
+		t.Errorf("after TERM: %+v, %v; want terminated", st, err)
+	}
+	if err := c.Signal(context.Background(), 1, "KILL"); err == nil {
+		t.Errorf("Signal to a process the agent did not start = nil, want an error")
+	}
+}
+
+func TestWaitDoesNotHangWhenSessionDies(t *testing.T) {
+	c := pair(t, ServerOptions{})
+	p, err := c.Start(context.Background(), ExecRequest{Argv: []string{"sleep", "30"}}, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		c.Close()
+	}()
+	done := make(chan error, 1)
+	go func() { _, err := p.Wait(); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("Wait after the session died = nil error, want one")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait hangs after the session died")
+	}
+	c.Signal(context.Background(), p.PID, "KILL")
+}
+
+func TestFiles(t *testing.T) {
+	root := t.TempDir()
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "secret"), []byte("no"), 0o600)
+	os.Symlink(outside, filepath.Join(root, "escape"))
+	c := pair(t, ServerOptions{Roots: []string{root}, MaxFileSize: 1 << 20})
+	ctx := context.Background()
+	p := filepath.Join(root, "a.txt")
+	if n, err := c.Upload(ctx, p, strings.NewReader("content"), 0o640); err != nil || n != 7 {
+		t.Fatalf("Upload = %d, %v", n, err)
+	}
+	var buf bytes.Buffer
+	if _, err := c.Download(ctx, p, &buf); err != nil || buf.String() != "content" {
+		t.Fatalf("Download = %q, %v", buf.String(), err)
+	}
+	fi, err := c.Stat(ctx, p)
+	if err != nil || fi.Size != 7 || fi.Mode != 0o640 {
+		t.Fatalf("Stat = %+v, %v", fi, err)
+	}
+	list, err := c.List(ctx, root)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("List = %+v, %v; want a.txt and escape", list, err)
+	}
+	refused := []struct {
+		name string
+		err  error
+		call func() error
+	}{
+		{"download outside", ErrOutside, func() error { _, err := c.Download(ctx, "/etc/passwd", io.Discard); return err }},
+		{"download through symlink", ErrOutside, func() error {
+			_, err := c.Download(ctx, filepath.Join(root, "escape/secret"), io.Discard)
+			return err
+		}},
+		{"upload through symlink", ErrOutside, func() error {
+			_, err := c.Upload(ctx, filepath.Join(root, "escape/new"), strings.NewReader("x"), 0o644)
+			return err
+		}},
+		{"relative path", ErrOutside, func() error { _, err := c.Stat(ctx, "a.txt"); return err }},
+		{"missing", ErrNotFound, func() error { _, err := c.Stat(ctx, filepath.Join(root, "nope")); return err }},
+		{"too large", ErrTooLarge, func() error {
+			_, err := c.Upload(ctx, filepath.Join(root, "big"), bytes.NewReader(make([]byte, 2<<20)), 0o644)
+			return err
+		}},
+	}
+	for _, tc := range refused {
+		if err := tc.call(); !errors.Is(err, tc.err) {
+			t.Errorf("%s = %v, want %v", tc.name, err, tc.err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(outside, "new")); err == nil {
+		t.Errorf("an upload through a symlink wrote outside the root")
+	}
+	if _, err := os.Stat(filepath.Join(root, "big")); err == nil {
+		t.Errorf("a refused upload left a file behind")
+	}
+}
+
+func TestForward(t *testing.T) {
+	// The host service: an echo server on the host's loopback.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(conn, conn); conn.Close() }()
+		}
+	}()
+	c := pair(t, ServerOptions{})
+	c.Serve("echo", func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", ln.Addr().String())
+	})
+	addr, err := c.Forward(context.Background(), "127.0.0.1:0", "echo")
+	if err != nil {
+		t.Fatalf("Forward = %v", err)
+	}
+	for i := 0; i < 3; i++ {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := strings.Repeat("ping ", 1000)
+		conn.Write([]byte(msg))
+		conn.(*net.TCPConn).CloseWrite()
+		got, _ := io.ReadAll(conn)
+		conn.Close()
+		if string(got) != msg {
+			t.Errorf("through the forward: got %d bytes, want %d", len(got), len(msg))
+		}
+	}
+	if _, err := c.Forward(context.Background(), "0.0.0.0:0", "echo"); err == nil {
+		t.Errorf("Forward on a non-loopback address = nil error, want one")
+	}
+	if _, err := c.Forward(context.Background(), "127.0.0.1:0", "unregistered"); err == nil {
+		t.Errorf("Forward to an unregistered service = nil error, want one")
+	}
+}
+
+func TestHealth(t *testing.T) {
+	c := pair(t, ServerOptions{})
+	h, err := c.Health(context.Background())
+	if err != nil || h.MemTotal == 0 || h.Processes == 0 || h.AgentPID != os.Getpid() {
+		t.Fatalf("Health = %+v, %v", h, err)
+	}
+}

@@ -1,0 +1,489 @@
+package guest
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+// ServerOptions configure the agent.
+type ServerOptions struct {
+	// Roots confine file requests: a path must lie under one of them after
+	// symlinks are resolved. Empty means "/".
+	Roots []string
+	// MaxFileSize bounds uploads and downloads. Default 1 GiB.
+	MaxFileSize int64
+	// DefaultUID and DefaultGID run processes that ask for no user.
+	DefaultUID, DefaultGID uint32
+	// BaseEnv is every process's environment before its own.
+	BaseEnv []string
+}
+
+// Server is the guest agent's side of the protocol.
+type Server struct {
+	opts    ServerOptions
+	started time.Time
+	sess    *yamux.Session
+	mu      sync.Mutex
+	procs   map[int]*exec.Cmd
+}
+
+// Serve runs the agent on conn until the host goes away. It returns the
+// reason the session ended.
+func Serve(conn io.ReadWriteCloser, opts ServerOptions) error {
+	if opts.MaxFileSize <= 0 {
+		opts.MaxFileSize = 1 << 30
+	}
+	if len(opts.Roots) == 0 {
+		opts.Roots = []string{"/"}
+	}
+	cfg := yamux.DefaultConfig()
+	cfg.LogOutput = io.Discard
+	sess, err := yamux.Server(conn, cfg)
+	if err != nil {
+		return err
+	}
+	s := &Server{opts: opts, started: time.Now(), sess: sess, procs: map[int]*exec.Cmd{}}
+	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 30 * time.Second}
+	err = srv.Serve(sess) // yamux.Session is a net.Listener of host-opened streams
+	sess.Close()
+	return err
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/health", s.health)
+	mux.HandleFunc("POST /v1/exec", s.exec)
+	mux.HandleFunc("POST /v1/signal/{pid}/{sig}", s.signal)
+	mux.HandleFunc("GET /v1/files/content", s.download)
+	mux.HandleFunc("PUT /v1/files/content", s.upload)
+	mux.HandleFunc("GET /v1/files/stat", s.stat)
+	mux.HandleFunc("GET /v1/files/list", s.list)
+	mux.HandleFunc("POST /v1/forward", s.forward)
+	return mux
+}
+
+func fail(w http.ResponseWriter, status int, code, format string, args ...any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(&Error{Code: code, Message: fmt.Sprintf(format, args...)})
+}
+
+func reply(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+// exec runs a process and streams its output as frames while it runs.
+func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
+	body := bufio.NewReader(r.Body)
+	line, err := body.ReadBytes('\n')
+	var req ExecRequest
+	if err == nil {
+		err = json.Unmarshal(line, &req)
+	}
+	if err != nil || len(req.Argv) == 0 {
+		fail(w, http.StatusBadRequest, "bad_request", "exec: want one JSON line with argv: %v", err)
+		return
+	}
+	if req.Stdin {
+		// stdin keeps arriving on the body while output streams back.
+		http.NewResponseController(w).EnableFullDuplex()
+	}
+	w.Header().Set("Connection", "close") // one stream per exec: yamux streams are cheap
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.WriteHeader(http.StatusOK)
+	out := &frameWriter{w: w, rc: http.NewResponseController(w)}
+	st := s.run(r.Context(), &req, body, out)
+	b, _ := json.Marshal(st)
+	out.frame(FrameExit, b)
+}
+
+// frameWriter serialises frames from stdout and stderr copiers and flushes
+// each, so the host sees output as it is produced.
+type frameWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (f *frameWriter) frame(kind byte, p []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := writeFrame(f.w, kind, p); err != nil {
+		return err
+	}
+	return f.rc.Flush()
+}
+
+type streamWriter struct {
+	f    *frameWriter
+	kind byte
+}
+
+func (s streamWriter) Write(p []byte) (int, error) {
+	for off := 0; off < len(p); off += maxFrame {
+		if err := s.f.frame(s.kind, p[off:min(off+maxFrame, len(p))]); err != nil {
+			return off, err
+		}
+	}
+	return len(p), nil
+}
+
+func (s *Server) run(ctx context.Context, req *ExecRequest, stdin io.Reader, out *frameWriter) ExitStatus {
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.Timeout))
+		defer cancel()
+	}
+	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
+	cmd.Dir = req.Dir
+	cmd.Env = append([]string(nil), s.opts.BaseEnv...)
+	for k, v := range req.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	uid, gid := s.opts.DefaultUID, s.opts.DefaultGID
+	if req.UID != nil {
+		uid = *req.UID
+	}
+	if req.GID != nil {
+		gid = *req.GID
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if uid != uint32(os.Getuid()) || gid != uint32(os.Getgid()) {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uid, Gid: gid}
+	}
+	cmd.Stdout = streamWriter{out, FrameStdout}
+	cmd.Stderr = streamWriter{out, FrameStderr}
+	var stdinW io.WriteCloser
+	if req.Stdin {
+		var err error
+		if stdinW, err = cmd.StdinPipe(); err != nil {
+			return ExitStatus{Code: -1, Error: err.Error()}
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		return ExitStatus{Code: -1, Error: err.Error()}
+	}
+	pid := cmd.Process.Pid
+	s.track(pid, cmd)
+	defer s.untrack(pid)
+	out.frame(FrameStarted, []byte(strconv.Itoa(pid)))
+	if stdinW != nil {
+		go func() {
+			io.Copy(stdinW, stdin)
+			stdinW.Close()
+		}()
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var timedOut bool
+	select {
+	case err := <-done:
+		return exitStatus(cmd, err, false)
+	case <-ctx.Done():
+		timedOut = ctx.Err() == context.DeadlineExceeded
+		syscall.Kill(-pid, syscall.SIGKILL) // the whole process group
+		return exitStatus(cmd, <-done, timedOut)
+	}
+}
+
+func exitStatus(cmd *exec.Cmd, err error, timedOut bool) ExitStatus {
+	st := ExitStatus{TimedOut: timedOut}
+	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	switch {
+	case ok && ws.Signaled():
+		st.Code, st.Signal = -1, ws.Signal().String()
+	case cmd.ProcessState != nil:
+		st.Code = cmd.ProcessState.ExitCode()
+	default:
+		st.Code, st.Error = -1, fmt.Sprint(err)
+	}
+	return st
+}
+
+func (s *Server) track(pid int, cmd *exec.Cmd) {
+	s.mu.Lock()
+	s.procs[pid] = cmd
+	s.mu.Unlock()
+}
+
+func (s *Server) untrack(pid int) {
+	s.mu.Lock()
+	delete(s.procs, pid)
+	s.mu.Unlock()
+}
+
+var signals = map[string]syscall.Signal{"TERM": syscall.SIGTERM, "KILL": syscall.SIGKILL, "INT": syscall.SIGINT,
+	"HUP": syscall.SIGHUP, "QUIT": syscall.SIGQUIT, "USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2,
+	"STOP": syscall.SIGSTOP, "CONT": syscall.SIGCONT}
+
+// signal sends a signal to a process the agent started (its group).
+func (s *Server) signal(w http.ResponseWriter, r *http.Request) {
+	pid, err := strconv.Atoi(r.PathValue("pid"))
+	sig, ok := signals[strings.ToUpper(strings.TrimPrefix(r.PathValue("sig"), "SIG"))]
+	if err != nil || !ok {
+		fail(w, http.StatusBadRequest, "bad_request", "signal: want a pid and one of TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP, CONT")
+		return
+	}
+	s.mu.Lock()
+	_, mine := s.procs[pid]
+	s.mu.Unlock()
+	if !mine {
+		fail(w, http.StatusNotFound, "not_found", "signal: no running process %d started by the agent", pid)
+		return
+	}
+	if err := syscall.Kill(-pid, sig); err != nil {
+		fail(w, http.StatusConflict, "gone", "signal %d: %v", pid, err)
+		return
+	}
+	reply(w, map[string]int{"pid": pid})
+}
+
+// confine resolves p and checks it lies under an allowed root. With parent
+// the file itself may not exist yet; its directory must.
+func (s *Server) confine(p string, parent bool) (string, error) {
+	if !filepath.IsAbs(p) || strings.ContainsRune(p, 0) {
+		return "", fmt.Errorf("%w: %q is not an absolute path", ErrOutside, p)
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if parent && errors.Is(err, fs.ErrNotExist) {
+		var dir string
+		if dir, err = filepath.EvalSymlinks(filepath.Dir(p)); err == nil {
+			real = filepath.Join(dir, filepath.Base(p))
+		}
+	}
+	if err != nil {
+		return "", err
+	}
+	for _, root := range s.opts.Roots {
+		if rel, err := filepath.Rel(root, real); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return real, nil
+		}
+	}
+	return "", fmt.Errorf("%w: %q", ErrOutside, p)
+}
+
+func (s *Server) fileError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, ErrOutside):
+		fail(w, http.StatusForbidden, "outside", "%v", err)
+	case errors.Is(err, fs.ErrNotExist):
+		fail(w, http.StatusNotFound, "not_found", "%v", err)
+	case errors.Is(err, ErrTooLarge):
+		fail(w, http.StatusRequestEntityTooLarge, "too_large", "%v", err)
+	default:
+		fail(w, http.StatusInternalServerError, "io", "%v", err)
+	}
+}
+
+func (s *Server) download(w http.ResponseWriter, r *http.Request) {
+	p, err := s.confine(r.URL.Query().Get("path"), false)
+	if err != nil {
+		s.fileError(w, err)
+		return
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		s.fileError(w, err)
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.IsDir() {
+		s.fileError(w, fmt.Errorf("download %s: not a regular file", p))
+		return
+	}
+	if fi.Size() > s.opts.MaxFileSize {
+		s.fileError(w, fmt.Errorf("%w: %s is %d bytes, the limit is %d", ErrTooLarge, p, fi.Size(), s.opts.MaxFileSize))
+		return
+	}
+	w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
+	io.Copy(w, f)
+}
+
+// upload writes the body to a temporary file beside the target and renames
+// it into place, so a cut-off upload leaves the old file as it was.
+func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p, err := s.confine(q.Get("path"), true)
+	if err != nil {
+		s.fileError(w, err)
+		return
+	}
+	mode := os.FileMode(0o644)
+	if m, err := strconv.ParseUint(q.Get("mode"), 8, 32); err == nil {
+		mode = os.FileMode(m) & os.ModePerm
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(p), ".upload-*")
+	if err != nil {
+		s.fileError(w, err)
+		return
+	}
+	defer os.Remove(tmp.Name())
+	n, err := io.Copy(tmp, io.LimitReader(r.Body, s.opts.MaxFileSize+1))
+	if err == nil && n > s.opts.MaxFileSize {
+		err = fmt.Errorf("%w: upload to %s is over the limit of %d bytes", ErrTooLarge, p, s.opts.MaxFileSize)
+	}
+	if err == nil {
+		err = tmp.Chmod(mode)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), p)
+	}
+	if err != nil {
+		s.fileError(w, err)
+		return
+	}
+	reply(w, map[string]int64{"size": n})
+}
+
+func info(name string, fi os.FileInfo) FileInfo {
+	return FileInfo{Name: name, Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), ModTime: fi.ModTime(), IsDir: fi.IsDir()}
+}
+
+func (s *Server) stat(w http.ResponseWriter, r *http.Request) {
+	p, err := s.confine(r.URL.Query().Get("path"), false)
+	if err != nil {
+		s.fileError(w, err)
+		return
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		s.fileError(w, err)
+		return
+	}
+	reply(w, info(p, fi))
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	p, err := s.confine(r.URL.Query().Get("path"), false)
+	if err != nil {
+		s.fileError(w, err)
+		return
+	}
+	ents, err := os.ReadDir(p)
+	if err != nil {
+		s.fileError(w, err)
+		return
+	}
+	out := make([]FileInfo, 0, len(ents))
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil {
+			out = append(out, info(e.Name(), fi))
+		}
+	}
+	reply(w, out)
+}
+
+// forward listens on a loopback port inside the machine; every connection
+// to it becomes a stream to the host, which connects it to the service
+// named in the request. The listener lives as long as the session.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Listen string `json:"listen"`
+		Name   string `json:"name"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil || req.Name == "" {
+		fail(w, http.StatusBadRequest, "bad_request", "forward: want {\"listen\": \"127.0.0.1:PORT\", \"name\": SERVICE}")
+		return
+	}
+	host, _, err := net.SplitHostPort(req.Listen)
+	if err != nil || !net.ParseIP(host).IsLoopback() {
+		fail(w, http.StatusBadRequest, "bad_request", "forward: listen address %q must be on loopback", req.Listen)
+		return
+	}
+	ln, err := net.Listen("tcp", req.Listen)
+	if err != nil {
+		fail(w, http.StatusConflict, "listen", "forward: %v", err)
+		return
+	}
+	go func() {
+		<-s.sess.CloseChan()
+		ln.Close()
+	}()
+	go s.acceptForwarded(ln, req.Name)
+	reply(w, map[string]string{"listen": ln.Addr().String(), "name": req.Name})
+}
+
+func (s *Server) acceptForwarded(ln net.Listener, name string) {
+	hdr, _ := json.Marshal(Forward{Name: name})
+	hdr = append(hdr, '\n')
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			st, err := s.sess.OpenStream()
+			if err != nil {
+				return
+			}
+			defer st.Close()
+			if _, err := st.Write(hdr); err != nil {
+				return
+			}
+			splice(c, st)
+		}()
+	}
+}
+
+// splice copies both ways until either side is done.
+func splice(a, b io.ReadWriteCloser) {
+	done := make(chan struct{}, 2)
+	cp := func(dst, src io.ReadWriteCloser) {
+		io.Copy(dst, src)
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		} else {
+			dst.Close()
+		}
+		done <- struct{}{}
+	}
+	go cp(a, b)
+	go cp(b, a)
+	<-done
+	<-done
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	h := Health{Uptime: Duration(time.Since(s.started)), AgentPID: os.Getpid(), AgentIsInit: os.Getpid() == 1}
+	var si syscall.Sysinfo_t
+	if syscall.Sysinfo(&si) == nil {
+		h.Load1 = float64(si.Loads[0]) / 65536
+		h.MemTotal = si.Totalram * uint64(si.Unit)
+		h.MemFree = (si.Freeram + si.Bufferram) * uint64(si.Unit)
+	}
+	var st syscall.Statfs_t
+	if syscall.Statfs("/", &st) == nil {
+		h.DiskTotal, h.DiskFree = st.Blocks*uint64(st.Bsize), st.Bavail*uint64(st.Bsize)
+	}
+	if ents, err := os.ReadDir("/proc"); err == nil {
+		for _, e := range ents {
+			if _, err := strconv.Atoi(e.Name()); err == nil {
+				h.Processes++
+			}
+		}
+	}
+	reply(w, h)
+}
