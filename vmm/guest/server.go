@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
+	"golang.org/x/sys/unix"
 )
 
 // ServerOptions configure the agent.
@@ -44,26 +46,79 @@ type Server struct {
 	procs   map[int]*exec.Cmd
 }
 
-// Serve runs the agent on conn until the host goes away. It returns the
-// reason the session ended.
-func Serve(conn io.ReadWriteCloser, opts ServerOptions) error {
+// NewServer returns an agent with opts.
+func NewServer(opts ServerOptions) *Server {
 	if opts.MaxFileSize <= 0 {
 		opts.MaxFileSize = 1 << 30
 	}
 	if len(opts.Roots) == 0 {
 		opts.Roots = []string{"/"}
 	}
+	return &Server{opts: opts, started: time.Now(), procs: map[int]*exec.Cmd{}}
+}
+
+// Serve runs an agent with opts on conn; see Server.Serve.
+func Serve(conn io.ReadWriteCloser, opts ServerOptions) error {
+	return NewServer(opts).Serve(conn)
+}
+
+// Serve runs the agent on conn until the host goes away. It returns the
+// reason the session ended. A Server serves one session.
+func (s *Server) Serve(conn io.ReadWriteCloser) error {
 	cfg := yamux.DefaultConfig()
 	cfg.LogOutput = io.Discard
 	sess, err := yamux.Server(conn, cfg)
 	if err != nil {
 		return err
 	}
-	s := &Server{opts: opts, started: time.Now(), sess: sess, procs: map[int]*exec.Cmd{}}
+	s.sess = sess
 	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 30 * time.Second}
 	err = srv.Serve(sess) // yamux.Session is a net.Listener of host-opened streams
 	sess.Close()
 	return err
+}
+
+// ReapOrphans waits for children that are not the agent's own execs:
+// processes orphaned inside the machine, whose parent becomes the agent
+// when it is PID 1. Its own execs are left to their waiters. It returns
+// when stop is closed.
+func (s *Server) ReapOrphans(stop <-chan struct{}) {
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, syscall.SIGCHLD)
+	defer signal.Stop(sigc)
+	tick := time.NewTicker(time.Second) // a SIGCHLD may come while an own exec blocks the scan
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-sigc:
+		case <-tick.C:
+		}
+		for s.reapOne() {
+		}
+	}
+}
+
+// reapOne reaps one exited orphan, if there is one that is not an own
+// exec, and reports whether it did.
+func (s *Server) reapOne() bool {
+	s.mu.Lock() // held across Start and track in run, so no exec is mistaken for an orphan
+	defer s.mu.Unlock()
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
+		return false
+	}
+	pid := int(siginfoPID(&info))
+	if pid == 0 {
+		return false
+	}
+	if _, own := s.procs[pid]; own {
+		return false
+	}
+	var ws syscall.WaitStatus
+	_, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+	return err == nil
 }
 
 func (s *Server) routes() http.Handler {
@@ -178,11 +233,16 @@ func (s *Server) run(ctx context.Context, req *ExecRequest, stdin io.Reader, out
 			return ExitStatus{Code: -1, Error: err.Error()}
 		}
 	}
-	if err := cmd.Start(); err != nil {
+	s.mu.Lock()
+	err := cmd.Start()
+	if err == nil {
+		s.procs[cmd.Process.Pid] = cmd
+	}
+	s.mu.Unlock()
+	if err != nil {
 		return ExitStatus{Code: -1, Error: err.Error()}
 	}
 	pid := cmd.Process.Pid
-	s.track(pid, cmd)
 	defer s.untrack(pid)
 	out.frame(FrameStarted, []byte(strconv.Itoa(pid)))
 	if stdinW != nil {
@@ -216,12 +276,6 @@ func exitStatus(cmd *exec.Cmd, err error, timedOut bool) ExitStatus {
 		st.Code, st.Error = -1, fmt.Sprint(err)
 	}
 	return st
-}
-
-func (s *Server) track(pid int, cmd *exec.Cmd) {
-	s.mu.Lock()
-	s.procs[pid] = cmd
-	s.mu.Unlock()
 }
 
 func (s *Server) untrack(pid int) {

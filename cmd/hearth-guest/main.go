@@ -1,0 +1,111 @@
+// Command hearth-guest is the agent that runs inside every machine, in
+// every tier, usually as PID 1. It mounts what a process tree needs (when
+// it is PID 1), reaps orphans, and serves the host over one byte stream
+// with the protocol of package vmm/guest.
+//
+// Usage: hearth-guest --channel fd:3|unix:PATH|dev:PATH [--hostname NAME]
+// [--root DIR]... [--uid N --gid N]
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"hearth/vmm/guest"
+)
+
+type roots []string
+
+func (r *roots) String() string     { return strings.Join(*r, ",") }
+func (r *roots) Set(v string) error { *r = append(*r, v); return nil }
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "hearth-guest:", err)
+		if os.Getpid() == 1 {
+			powerOff()
+		}
+		os.Exit(1)
+	}
+	if os.Getpid() == 1 {
+		powerOff()
+	}
+}
+
+func run(args []string) error {
+	fl := flag.NewFlagSet("hearth-guest", flag.ContinueOnError)
+	channel := fl.String("channel", "fd:3", "the host channel: fd:N, unix:PATH or dev:PATH (a virtio-serial port)")
+	hostname := fl.String("hostname", "", "hostname to set (PID 1 only)")
+	uid := fl.Uint("uid", uint(os.Getuid()), "user that runs processes by default")
+	gid := fl.Uint("gid", uint(os.Getgid()), "group that runs processes by default")
+	var allowed roots
+	fl.Var(&allowed, "root", "directory file requests may reach (repeatable; default /)")
+	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	if os.Getpid() == 1 {
+		if err := initMounts(); err != nil {
+			return err
+		}
+		if *hostname != "" {
+			if err := syscall.Sethostname([]byte(*hostname)); err != nil {
+				return fmt.Errorf("set hostname: %w", err)
+			}
+		}
+	}
+	conn, err := openChannel(*channel)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	srv := guest.NewServer(guest.ServerOptions{Roots: allowed, DefaultUID: uint32(*uid), DefaultGID: uint32(*gid),
+		BaseEnv: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"}})
+	stop := make(chan struct{})
+	if os.Getpid() == 1 {
+		go srv.ReapOrphans(stop)
+	}
+	err = srv.Serve(conn)
+	close(stop)
+	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || isSessionEnd(err) {
+		return nil // the host hung up: a normal end
+	}
+	return err
+}
+
+func isSessionEnd(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "session shutdown")
+}
+
+// openChannel opens the byte stream to the host.
+func openChannel(spec string) (io.ReadWriteCloser, error) {
+	kind, arg, ok := strings.Cut(spec, ":")
+	if !ok {
+		return nil, fmt.Errorf("channel %q: want fd:N, unix:PATH or dev:PATH", spec)
+	}
+	switch kind {
+	case "fd":
+		n, err := strconv.Atoi(arg)
+		if err != nil {
+			return nil, fmt.Errorf("channel %q: %w", spec, err)
+		}
+		f := os.NewFile(uintptr(n), "host-channel")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("channel %q is not a socket: %w", spec, err)
+		}
+		return c, nil
+	case "unix":
+		return net.Dial("unix", arg)
+	case "dev":
+		return os.OpenFile(arg, os.O_RDWR, 0)
+	}
+	return nil, fmt.Errorf("channel %q: unknown kind %q", spec, kind)
+}
