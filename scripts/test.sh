@@ -8,6 +8,11 @@ ensure_fuse
 ensure_go
 # btrfs-progs: the reflink test formats a loop-mounted btrfs image.
 ensure_packages btrfs-progs
+# debootstrap, e2fsprogs: image's TestBuild builds real images (debootstrap a
+# Debian root, then mkfs.ext4 and e2fsck -fn on the result).
+ensure_packages debootstrap e2fsprogs
+# busybox-static: the jail tests build a small image root from it.
+ensure_packages busybox-static
 
 echo "==> go vet"
 go vet ./...

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"hearth/vmm/guest"
 )
 
@@ -45,14 +47,48 @@ func run(args []string) error {
 	hostname := fl.String("hostname", "", "hostname to set (PID 1 only)")
 	uid := fl.Uint("uid", uint(os.Getuid()), "user that runs processes by default")
 	gid := fl.Uint("gid", uint(os.Getgid()), "group that runs processes by default")
+	jail := fl.String("jail", "", "set up a jail from this JSON config first (PID 1 of new namespaces)")
+	waitFD := fl.Int("wait-fd", -1, "read one byte from this descriptor before starting (the host places us in cgroups meanwhile)")
 	var allowed roots
 	fl.Var(&allowed, "root", "directory file requests may reach (repeatable; default /)")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
+	if *waitFD >= 0 {
+		f := os.NewFile(uintptr(*waitFD), "wait")
+		var b [1]byte
+		if _, err := f.Read(b[:]); err != nil {
+			return fmt.Errorf("wait for the host: %w", err)
+		}
+		f.Close()
+	}
+	// A listening channel is made before the jail hides the host's paths.
+	var ln net.Listener
+	if path, ok := strings.CutPrefix(*channel, "listen:"); ok {
+		os.Remove(path)
+		var err error
+		if ln, err = net.Listen("unix", path); err != nil {
+			return err
+		}
+		os.Chmod(path, 0o600)
+	}
+	if *jail != "" {
+		cfg, err := loadJail(*jail)
+		if err != nil {
+			return err
+		}
+		if err := enterJail(cfg); err != nil {
+			return err
+		}
+	}
 	if os.Getpid() == 1 {
 		if err := initMounts(); err != nil {
 			return err
+		}
+		if *jail != "" {
+			if err := loopbackUp(); err != nil {
+				return err
+			}
 		}
 		if *hostname != "" {
 			if err := syscall.Sethostname([]byte(*hostname)); err != nil {
@@ -60,19 +96,41 @@ func run(args []string) error {
 			}
 		}
 	}
+	// Processes the agent starts may never gain privileges (setuid
+	// binaries, file capabilities).
+	// The flag is per thread, and any thread may fork: set it on all.
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
+		return fmt.Errorf("no_new_privs: %w (build hearth-guest with CGO_ENABLED=0)", e)
+	}
+	opts := guest.ServerOptions{Roots: allowed, DefaultUID: uint32(*uid), DefaultGID: uint32(*gid),
+		BaseEnv: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"}}
+	stop := make(chan struct{})
+	defer close(stop)
+	if ln != nil {
+		// One host at a time; a host that restarts connects again.
+		srv := guest.NewServer(opts)
+		if os.Getpid() == 1 {
+			go srv.ReapOrphans(stop)
+		}
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return err
+			}
+			srv.Serve(conn)
+			conn.Close()
+		}
+	}
 	conn, err := openChannel(*channel)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	srv := guest.NewServer(guest.ServerOptions{Roots: allowed, DefaultUID: uint32(*uid), DefaultGID: uint32(*gid),
-		BaseEnv: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"}})
-	stop := make(chan struct{})
+	srv := guest.NewServer(opts)
 	if os.Getpid() == 1 {
 		go srv.ReapOrphans(stop)
 	}
 	err = srv.Serve(conn)
-	close(stop)
 	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || isSessionEnd(err) {
 		return nil // the host hung up: a normal end
 	}

@@ -23,7 +23,9 @@ func startInit(t *testing.T) (*guest.Client, *exec.Cmd) {
 		t.Skip("running the agent as PID 1 of new namespaces needs root")
 	}
 	bin := filepath.Join(t.TempDir(), "hearth-guest")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v: %s", err, out)
 	}
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)

@@ -107,6 +107,17 @@ func (w *timedWriter) Write(p []byte) (int, error) {
 	return w.buf.Write(p)
 }
 
+// TestExecFastOutput: a process that writes before the agent has sent the
+// started frame must not break the stream.
+func TestExecFastOutput(t *testing.T) {
+	c := pair(t, ServerOptions{})
+	for i := 0; i < 200; i++ {
+		if out, _, st := run(t, c, ExecRequest{Argv: []string{"echo", "fast"}}, ""); out != "fast\n" || st.Code != 0 {
+			t.Fatalf("run %d: echo fast = %q, %+v", i, out, st)
+		}
+	}
+}
+
 func TestExecStreamsWhileRunning(t *testing.T) {
 	c := pair(t, ServerOptions{})
 	var w timedWriter

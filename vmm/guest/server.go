@@ -63,7 +63,8 @@ func Serve(conn io.ReadWriteCloser, opts ServerOptions) error {
 }
 
 // Serve runs the agent on conn until the host goes away. It returns the
-// reason the session ended. A Server serves one session.
+// reason the session ended. Sessions may follow one another (a host that
+// restarted connects again); processes started in one outlive it.
 func (s *Server) Serve(conn io.ReadWriteCloser) error {
 	cfg := yamux.DefaultConfig()
 	cfg.LogOutput = io.Discard
@@ -164,7 +165,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Connection", "close") // one stream per exec: yamux streams are cheap
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.WriteHeader(http.StatusOK)
-	out := &frameWriter{w: w, rc: http.NewResponseController(w)}
+	out := &frameWriter{w: w, rc: http.NewResponseController(w), started: make(chan struct{})}
 	st := s.run(r.Context(), &req, body, out)
 	b, _ := json.Marshal(st)
 	out.frame(FrameExit, b)
@@ -173,9 +174,10 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 // frameWriter serialises frames from stdout and stderr copiers and flushes
 // each, so the host sees output as it is produced.
 type frameWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-	rc *http.ResponseController
+	mu      sync.Mutex
+	w       io.Writer
+	rc      *http.ResponseController
+	started chan struct{} // closed once the started frame is out: output waits for it
 }
 
 func (f *frameWriter) frame(kind byte, p []byte) error {
@@ -193,6 +195,7 @@ type streamWriter struct {
 }
 
 func (s streamWriter) Write(p []byte) (int, error) {
+	<-s.f.started
 	for off := 0; off < len(p); off += maxFrame {
 		if err := s.f.frame(s.kind, p[off:min(off+maxFrame, len(p))]); err != nil {
 			return off, err
@@ -240,11 +243,13 @@ func (s *Server) run(ctx context.Context, req *ExecRequest, stdin io.Reader, out
 	}
 	s.mu.Unlock()
 	if err != nil {
+		close(out.started)
 		return ExitStatus{Code: -1, Error: err.Error()}
 	}
 	pid := cmd.Process.Pid
 	defer s.untrack(pid)
 	out.frame(FrameStarted, []byte(strconv.Itoa(pid)))
+	close(out.started)
 	if stdinW != nil {
 		go func() {
 			io.Copy(stdinW, stdin)
@@ -471,15 +476,16 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusConflict, "listen", "forward: %v", err)
 		return
 	}
+	sess := s.sess // this request's session; forwards end with it
 	go func() {
-		<-s.sess.CloseChan()
+		<-sess.CloseChan()
 		ln.Close()
 	}()
-	go s.acceptForwarded(ln, req.Name)
+	go acceptForwarded(sess, ln, req.Name)
 	reply(w, map[string]string{"listen": ln.Addr().String(), "name": req.Name})
 }
 
-func (s *Server) acceptForwarded(ln net.Listener, name string) {
+func acceptForwarded(sess *yamux.Session, ln net.Listener, name string) {
 	hdr, _ := json.Marshal(Forward{Name: name})
 	hdr = append(hdr, '\n')
 	for {
@@ -489,7 +495,7 @@ func (s *Server) acceptForwarded(ln net.Listener, name string) {
 		}
 		go func() {
 			defer c.Close()
-			st, err := s.sess.OpenStream()
+			st, err := sess.OpenStream()
 			if err != nil {
 				return
 			}

@@ -1,0 +1,57 @@
+package jail
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	"hearth/vmm"
+	"hearth/vmm/guest"
+)
+
+type firstByte struct {
+	at time.Time
+}
+
+func (f *firstByte) Write(p []byte) (int, error) {
+	if f.at.IsZero() {
+		f.at = time.Now()
+	}
+	return len(p), nil
+}
+
+// BenchmarkCreateToFirstByte measures a jail from Create to the first
+// byte of an exec's output, against a plain fork+exec of the same echo on
+// the host in the same run, and reports the median of each.
+func BenchmarkCreateToFirstByte(b *testing.B) {
+	d := newDriver(b)
+	root := busyboxRoot(b)
+	ctx := context.Background()
+	var jail, host []time.Duration
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		m, err := d.Create(ctx, vmm.Spec{ID: fmt.Sprintf("bench-%d", i), RootFS: root, UID: 1000, GID: 1000})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var fb firstByte
+		if _, err := m.Guest().Exec(ctx, guest.ExecRequest{Argv: []string{"echo", "hi"}}, nil, &fb, nil); err != nil {
+			b.Fatal(err)
+		}
+		jail = append(jail, fb.at.Sub(start))
+		b.StopTimer()
+		m.Destroy(ctx)
+		t0 := time.Now()
+		exec.Command("echo", "hi").Run()
+		host = append(host, time.Since(t0))
+		b.StartTimer()
+	}
+	slices.Sort(jail)
+	slices.Sort(host)
+	b.ReportMetric(float64(jail[len(jail)/2].Microseconds())/1000, "ms-median-create-to-first-byte")
+	b.ReportMetric(float64(host[len(host)/2].Microseconds())/1000, "ms-median-host-fork-exec")
+	b.ReportMetric(float64(jail[len(jail)/2])/float64(host[len(host)/2]), "x-fork-exec")
+}

@@ -1,0 +1,152 @@
+package jail
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// cgroup limits and freezes one machine, on cgroup v1 (one hierarchy per
+// controller, as on the hosts Hearth is developed on) or v2 (one unified
+// hierarchy, as on most current hosts).
+type cgroup struct {
+	v2   bool
+	dirs map[string]string // controller ("" for v2) -> directory
+}
+
+const cgroupRoot = "/sys/fs/cgroup"
+
+// cgroupV2 reports whether the host's cgroup controllers live in a
+// unified v2 hierarchy.
+func cgroupV2() bool {
+	b, err := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.controllers"))
+	return err == nil && strings.Contains(string(b), "memory")
+}
+
+// newCgroup makes (or finds, after a restart) the cgroup of machine id.
+func newCgroup(id string) (*cgroup, error) {
+	cg := &cgroup{v2: cgroupV2(), dirs: map[string]string{}}
+	if cg.v2 {
+		parent := filepath.Join(cgroupRoot, "hearth")
+		os.MkdirAll(parent, 0o755)
+		for _, dir := range []string{cgroupRoot, parent} {
+			// Let the children use these controllers; cpu may be missing.
+			os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+memory +pids +cpu"), 0)
+		}
+		cg.dirs[""] = filepath.Join(parent, id)
+	} else {
+		for _, c := range []string{"memory", "cpu", "pids", "freezer"} {
+			if _, err := os.Stat(filepath.Join(cgroupRoot, c)); err == nil {
+				cg.dirs[c] = filepath.Join(cgroupRoot, c, "hearth", id)
+			}
+		}
+	}
+	for c, dir := range cg.dirs {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("cgroup %s %s: %w", c, dir, err)
+		}
+	}
+	return cg, nil
+}
+
+func (cg *cgroup) write(controller, file, value string) error {
+	dir, ok := cg.dirs[controller]
+	if cg.v2 {
+		dir, ok = cg.dirs[""]
+	}
+	if !ok {
+		return fmt.Errorf("cgroup controller %s is not mounted on this host", controller)
+	}
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
+		return fmt.Errorf("cgroup %s = %s: %w", filepath.Join(dir, file), value, err)
+	}
+	return nil
+}
+
+// limit sets memory (bytes), cpus (cores) and pids; zero leaves one unset.
+func (cg *cgroup) limit(memory int64, cpus float64, pids int64) error {
+	const period = 100000
+	var errs []error
+	if memory > 0 {
+		if cg.v2 {
+			errs = append(errs, cg.write("memory", "memory.max", strconv.FormatInt(memory, 10)),
+				cg.write("memory", "memory.swap.max", "0"))
+		} else {
+			errs = append(errs, cg.write("memory", "memory.limit_in_bytes", strconv.FormatInt(memory, 10)))
+		}
+	}
+	if cpus > 0 {
+		quota := int64(cpus * period)
+		if cg.v2 {
+			errs = append(errs, cg.write("cpu", "cpu.max", fmt.Sprintf("%d %d", quota, period)))
+		} else {
+			errs = append(errs, cg.write("cpu", "cpu.cfs_period_us", strconv.Itoa(period)),
+				cg.write("cpu", "cpu.cfs_quota_us", strconv.FormatInt(quota, 10)))
+		}
+	}
+	if pids > 0 {
+		errs = append(errs, cg.write("pids", "pids.max", strconv.FormatInt(pids, 10)))
+	}
+	return errors.Join(errs...)
+}
+
+// add moves pid into every controller's cgroup.
+func (cg *cgroup) add(pid int) error {
+	for c, dir := range cg.dirs {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("cgroup %s: add %d: %w", c, pid, err)
+		}
+	}
+	return nil
+}
+
+// freeze stops (or thaws) every process of the machine and waits until the
+// kernel says it is done.
+func (cg *cgroup) freeze(frozen bool) error {
+	file, want, value := "freezer.state", "FROZEN", "FROZEN"
+	controller := "freezer"
+	if !frozen {
+		want, value = "THAWED", "THAWED"
+	}
+	if cg.v2 {
+		file, controller, want, value = "cgroup.freeze", "", "frozen 1", "1"
+		if !frozen {
+			want, value = "frozen 0", "0"
+		}
+	}
+	if err := cg.write(controller, file, value); err != nil {
+		return err
+	}
+	check := filepath.Join(cg.dirs[controller], "freezer.state")
+	if cg.v2 {
+		check = filepath.Join(cg.dirs[""], "cgroup.events")
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if b, err := os.ReadFile(check); err == nil && strings.Contains(string(b), want) {
+			return nil
+		}
+	}
+	return fmt.Errorf("cgroup freezer: %s not reached in 5s", want)
+}
+
+// remove deletes the cgroups; they must be empty.
+func (cg *cgroup) remove() error {
+	var errs []error
+	for _, dir := range cg.dirs {
+		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			err := os.Remove(dir)
+			if err == nil || os.IsNotExist(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", dir, err))
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,178 @@
+package jail
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"hearth/vmm"
+	"hearth/vmm/vmmtest"
+)
+
+var (
+	agentOnce sync.Once
+	agentBin  string
+	agentErr  error
+)
+
+// agent builds cmd/hearth-guest once per test binary.
+func agent(t testing.TB) string {
+	t.Helper()
+	agentOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "hearth-agent-")
+		if err != nil {
+			agentErr = err
+			return
+		}
+		agentBin = filepath.Join(dir, "hearth-guest")
+		build := exec.Command("go", "build", "-o", agentBin, "hearth/cmd/hearth-guest")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as machines run it
+		out, err := build.CombinedOutput()
+		if err != nil {
+			agentErr = err
+			t.Logf("go build: %s", out)
+		}
+	})
+	if agentErr != nil {
+		t.Fatalf("build hearth-guest: %v", agentErr)
+	}
+	return agentBin
+}
+
+// busyboxRoot makes a small image root: a static busybox with its applets,
+// root and an unprivileged user agent (uid 1000).
+func busyboxRoot(t testing.TB) string {
+	t.Helper()
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Skip("jail tests need a static busybox for their image root (Debian package busybox-static; scripts/test.sh installs it)")
+	}
+	root := filepath.Join(t.TempDir(), "rootfs")
+	for _, d := range []string{"bin", "etc", "tmp", "proc", "sys", "dev", "root", "home/agent", "workspace/agents"} {
+		os.MkdirAll(filepath.Join(root, d), 0o755)
+	}
+	os.Chmod(filepath.Join(root, "tmp"), 0o1777)
+	os.Chown(filepath.Join(root, "home/agent"), 1000, 1000)
+	data, err := os.ReadFile(bb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(root, "bin/busybox"), data, 0o755)
+	out, _ := exec.Command(bb, "--list").Output()
+	for _, applet := range strings.Fields(string(out)) {
+		if applet != "busybox" {
+			os.Symlink("busybox", filepath.Join(root, "bin", applet))
+		}
+	}
+	os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/sh\nagent:x:1000:1000:agent:/home/agent:/bin/sh\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "etc/group"), []byte("root:x:0:\nagent:x:1000:\n"), 0o644)
+	return root
+}
+
+func newDriver(t testing.TB) *Driver {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the jail driver needs root (namespaces, mounts, cgroups)")
+	}
+	d, err := New(filepath.Join(t.TempDir(), "jail"), agent(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestConformance(t *testing.T) {
+	d := newDriver(t)
+	root := busyboxRoot(t)
+	vmmtest.Run(t, d, func(id string) vmm.Spec {
+		return vmm.Spec{ID: id, RootFS: root, UID: 1000, GID: 1000, Memory: 256 << 20, Pids: 256}
+	})
+}
+
+func TestContainment(t *testing.T) {
+	d := newDriver(t)
+	root := busyboxRoot(t)
+	ctx := context.Background()
+	m, err := d.Create(ctx, vmm.Spec{ID: "contain", RootFS: root, UID: 1000, GID: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Destroy(ctx)
+	checks := []struct {
+		name, script, want string
+	}{
+		{"runs as agent", "id -u", "1000\n"},
+		{"own PID namespace", "ps -o pid= | wc -l | tr -d ' '", ""}, // checked below: a handful
+		{"no network but loopback", "ls /sys/class/net", "lo\n"},
+		{"hostname", "hostname", "contain\n"},
+		{"cannot write the image's /bin", "touch /bin/x 2>/dev/null && echo wrote || echo refused", "refused\n"},
+		{"writable layer", "echo data > /tmp/f && cat /tmp/f", "data\n"},
+		{"no privileges to gain", "grep NoNewPrivs /proc/self/status | tr -d '\\t '", "NoNewPrivs:1\n"},
+		{"no host devices", "ls /dev | tr '\\n' ' '", ""},
+	}
+	for _, c := range checks {
+		out, st := vmmtest.Sh(t, m, c.script)
+		if c.want != "" && out != c.want {
+			t.Errorf("%s: %q = %q (exit %d), want %q", c.name, c.script, out, st.Code, c.want)
+		}
+		switch c.name {
+		case "own PID namespace":
+			if n := strings.TrimSpace(out); len(n) != 1 {
+				t.Errorf("processes visible in the machine: %s, want a handful", n)
+			}
+		case "no host devices":
+			if strings.Contains(out, "sda") || strings.Contains(out, "vda") || strings.Contains(out, "fuse") || strings.Contains(out, "kvm") {
+				t.Errorf("/dev in the machine shows host devices: %s", out)
+			}
+		}
+	}
+	// As root inside, the image still cannot change: writes land in the
+	// machine's own layer.
+	vmmtest.Sh(t, m, "true")
+	if _, err := os.Stat(filepath.Join(root, "tmp/f")); err == nil {
+		t.Errorf("a write in the machine reached the image root")
+	}
+}
+
+func TestLimits(t *testing.T) {
+	d := newDriver(t)
+	root := busyboxRoot(t)
+	ctx := context.Background()
+	m, err := d.Create(ctx, vmm.Spec{ID: "limits", RootFS: root, UID: 1000, GID: 1000, Memory: 64 << 20, Pids: 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Destroy(ctx)
+	// A memory hog: tail keeps one endless line in memory.
+	_, st := vmmtest.Sh(t, m, "head -c 400000000 /dev/zero | tail -n 1 > /dev/null")
+	if st.Code == 0 {
+		t.Errorf("a 400 MB line under a 64 MiB limit finished (%+v), want it killed", st)
+	}
+	// A fork bomb stops at the pids limit.
+	vmmtest.Sh(t, m, "i=0; while [ $i -lt 100 ]; do sleep 30 >/dev/null 2>&1 & i=$((i+1)); done 2>/dev/null; true")
+	cg := m.(*machine).cg
+	pidsFile := func(name string) string {
+		dir := cg.dirs["pids"]
+		if cg.v2 {
+			dir = cg.dirs[""]
+		}
+		b, _ := os.ReadFile(filepath.Join(dir, name))
+		return strings.TrimSpace(string(b))
+	}
+	if n, err := strconv.Atoi(pidsFile("pids.current")); err != nil || n > 40 || n < 30 {
+		t.Errorf("pids in the machine after trying to start 100 sleeps under a limit of 40: %q, want 30-40", pidsFile("pids.current"))
+	}
+	if ev := pidsFile("pids.events"); !strings.HasPrefix(ev, "max ") || ev == "max 0" {
+		t.Errorf("pids.events = %q, want forks refused at the limit", ev)
+	}
+	vmmtest.Sh(t, m, "kill -9 -1 2>/dev/null; true") // as agent: every process of the workload
+	// The machine still works after both.
+	if out, _ := vmmtest.Sh(t, m, "echo alive"); out != "alive\n" {
+		t.Errorf("machine after hitting its limits: %q, want alive", out)
+	}
+}

@@ -1,0 +1,88 @@
+package vmm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"hearth/vmm/guest"
+)
+
+// Spec describes a machine to create.
+type Spec struct {
+	// ID names the machine: 1-63 lowercase letters, digits and '-'.
+	ID string
+	// RootFS is the image's root directory. The machine sees it read-only
+	// under a writable layer of its own; the image never changes.
+	RootFS string
+	// Workspace is the host path of the session's mounted workspace view;
+	// the machine sees it at /workspace/agents. Empty: none.
+	Workspace string
+	// Hostname inside the machine; default the ID.
+	Hostname string
+	// Limits; zero means none.
+	CPUs   float64 // cores
+	Memory int64   // bytes
+	Pids   int64
+	// UID and GID run processes that ask for no user (the image's agent).
+	UID, GID uint32
+}
+
+var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// Validate checks the spec.
+func (s Spec) Validate() error {
+	if !idPattern.MatchString(s.ID) {
+		return fmt.Errorf("machine id %q: use 1-63 lowercase letters, digits or '-'", s.ID)
+	}
+	if s.RootFS == "" {
+		return fmt.Errorf("machine %s: no root filesystem given", s.ID)
+	}
+	if s.CPUs < 0 || s.Memory < 0 || s.Pids < 0 {
+		return fmt.Errorf("machine %s: limits must not be negative", s.ID)
+	}
+	return nil
+}
+
+// Capabilities say what a driver can do beyond the basics.
+type Capabilities struct {
+	Isolation string // e.g. "namespaces", "vm"
+	Pause     bool
+}
+
+// Driver makes machines of one tier.
+type Driver interface {
+	// Name is the tier: "jail", "qemu", "chv".
+	Name() string
+	Capabilities() Capabilities
+	// Create boots a machine and returns once its agent answers.
+	Create(ctx context.Context, spec Spec) (Machine, error)
+	// Recover re-attaches to a machine still running after the daemon
+	// restarted. It returns ErrNotFound when the machine is gone (and
+	// cleans up what it left).
+	Recover(ctx context.Context, id string) (Machine, error)
+	// List returns the ids of machines this driver has running.
+	List(ctx context.Context) ([]string, error)
+}
+
+// Machine is one running machine.
+type Machine interface {
+	ID() string
+	// Guest is the client of the machine's agent: exec, files, ports.
+	Guest() *guest.Client
+	// Pause freezes every process; Resume thaws them. Both are idempotent.
+	Pause(ctx context.Context) error
+	Resume(ctx context.Context) error
+	// Destroy kills everything in the machine and removes everything it
+	// made. Idempotent.
+	Destroy(ctx context.Context) error
+	// Done is closed once the machine has stopped, for whatever reason.
+	Done() <-chan struct{}
+}
+
+// Errors drivers return.
+var (
+	ErrNotFound = errors.New("machine not found")
+	ErrExists   = errors.New("machine already exists")
+)

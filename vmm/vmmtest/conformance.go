@@ -1,0 +1,124 @@
+// Package vmmtest is the conformance suite every vmm.Driver must pass, run
+// by each driver's own tests with a way to make specs. Only tests import it.
+package vmmtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"hearth/vmm"
+	"hearth/vmm/guest"
+)
+
+// Run runs the suite against d. spec returns a valid spec for a new id.
+func Run(t *testing.T, d vmm.Driver, spec func(id string) vmm.Spec) {
+	ctx := context.Background()
+	create := func(t *testing.T, id string) vmm.Machine {
+		t.Helper()
+		m, err := d.Create(ctx, spec(id))
+		if err != nil {
+			t.Fatalf("Create(%s) = %v", id, err)
+		}
+		t.Cleanup(func() { m.Destroy(ctx) })
+		return m
+	}
+	t.Run("Exec", func(t *testing.T) {
+		m := create(t, "conf-exec")
+		out, st := sh(t, m, "echo hello; echo oops >&2; exit 7")
+		if out != "hello\n" || st.Code != 7 {
+			t.Errorf("exec = %q, %+v; want hello and exit 7", out, st)
+		}
+	})
+	t.Run("DuplicateID", func(t *testing.T) {
+		create(t, "conf-dup")
+		if _, err := d.Create(ctx, spec("conf-dup")); !errors.Is(err, vmm.ErrExists) {
+			t.Errorf("second Create(conf-dup) = %v, want ErrExists", err)
+		}
+	})
+	t.Run("PauseResume", func(t *testing.T) {
+		if !d.Capabilities().Pause {
+			t.Skipf("driver %s cannot pause", d.Name())
+		}
+		m := create(t, "conf-pause")
+		p, err := m.Guest().Start(ctx, guest.ExecRequest{Argv: []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.02; done"}}, nil, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if err := m.Pause(ctx); err != nil {
+			t.Fatalf("Pause = %v", err)
+		}
+		// A paused machine cannot answer, so the count is read after Resume.
+		time.Sleep(300 * time.Millisecond)
+		if err := m.Resume(ctx); err != nil {
+			t.Fatalf("Resume = %v", err)
+		}
+		before, _ := sh(t, m, "cat /tmp/count")
+		time.Sleep(200 * time.Millisecond)
+		after, _ := sh(t, m, "cat /tmp/count")
+		if before == after {
+			t.Errorf("count did not move after Resume (%q)", before)
+		}
+		m.Guest().Signal(ctx, p.PID, "KILL")
+		p.Wait()
+	})
+	t.Run("Destroy", func(t *testing.T) {
+		m := create(t, "conf-destroy")
+		if err := m.Destroy(ctx); err != nil {
+			t.Fatalf("Destroy = %v", err)
+		}
+		select {
+		case <-m.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("Done not closed after Destroy")
+		}
+		if err := m.Destroy(ctx); err != nil {
+			t.Errorf("second Destroy = %v, want nil (idempotent)", err)
+		}
+		ids, _ := d.List(ctx)
+		for _, id := range ids {
+			if id == "conf-destroy" {
+				t.Errorf("List after Destroy still has conf-destroy")
+			}
+		}
+	})
+	t.Run("Recover", func(t *testing.T) {
+		m := create(t, "conf-recover")
+		sh(t, m, "echo kept > /tmp/mark")
+		m.Guest().Close() // as a daemon that died would
+		r, err := d.Recover(ctx, "conf-recover")
+		if err != nil {
+			t.Fatalf("Recover = %v", err)
+		}
+		if out, _ := sh(t, r, "cat /tmp/mark"); out != "kept\n" {
+			t.Errorf("after Recover, /tmp/mark = %q, want kept", out)
+		}
+		if _, err := d.Recover(ctx, "conf-none"); !errors.Is(err, vmm.ErrNotFound) {
+			t.Errorf("Recover(unknown) = %v, want ErrNotFound", err)
+		}
+	})
+}
+
+// Sh runs a shell script in m and returns stdout and the exit status.
+func Sh(t testing.TB, m vmm.Machine, script string) (string, guest.ExitStatus) {
+	t.Helper()
+	return sh(t, m, script)
+}
+
+func sh(t testing.TB, m vmm.Machine, script string) (string, guest.ExitStatus) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := m.Guest().Exec(ctx, guest.ExecRequest{Argv: []string{"sh", "-c", script}}, nil, &out, &errb)
+	if err != nil {
+		t.Fatalf("exec %q in %s: %v", script, m.ID(), err)
+	}
+	if st.Error != "" {
+		t.Fatalf("exec %q in %s: %s", script, m.ID(), st.Error)
+	}
+	return out.String(), st
+}
