@@ -1,0 +1,318 @@
+package image
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"golang.org/x/sys/unix"
+)
+
+// Builder builds images from a catalog into a cache directory. Its methods
+// are safe to call from several goroutines and several processes sharing
+// the directory: they take turns.
+type Builder struct {
+	dir      string
+	recipes  *Catalog
+	progress io.Writer
+
+	// Mirror, when set, is the Debian mirror debootstrap uses instead of
+	// the one found in AptDir.
+	Mirror string
+	// AptDir is the host apt configuration searched for a mirror.
+	AptDir string
+
+	mu sync.Mutex
+}
+
+// Image is a built image in the cache.
+type Image struct {
+	// Dir holds rootfs/, rootfs.ext4 and manifest.json.
+	Dir string
+	Manifest
+}
+
+// Rootfs is the image's root directory, for jails.
+func (i Image) Rootfs() string { return filepath.Join(i.Dir, "rootfs") }
+
+// Ext4 is the image as an ext4 filesystem file, for VMs.
+func (i Image) Ext4() string { return filepath.Join(i.Dir, "rootfs.ext4") }
+
+// Manifest records what went into an image; it is manifest.json.
+type Manifest struct {
+	Name       string    `json:"name"`
+	Hash       string    `json:"hash"`
+	Parent     string    `json:"parent,omitempty"`
+	ParentHash string    `json:"parent_hash,omitempty"`
+	Suite      string    `json:"suite"`
+	Mirror     string    `json:"mirror"`
+	Built      time.Time `json:"built"`
+	// BuildSeconds is how long this image's own steps took, parents
+	// excluded.
+	BuildSeconds float64 `json:"build_seconds"`
+	// User is the default user, inherited from the nearest recipe with one.
+	User *User `json:"user,omitempty"`
+	// Env is what /etc/environment sets, parents' values included.
+	Env    map[string]string `json:"env,omitempty"`
+	Debian []Package         `json:"debian_packages"`
+	Npm    []Package         `json:"npm_packages"`
+	// Size is the bytes the root directory takes, in 4 KiB blocks.
+	Size int64 `json:"size"`
+	// Ext4Size is the size of rootfs.ext4.
+	Ext4Size int64 `json:"ext4_size"`
+}
+
+// Package is an installed package and its version.
+type Package struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// NewBuilder returns a builder caching images in dir, which it creates.
+// Progress lines go to progress (nil discards them).
+func NewBuilder(dir string, recipes *Catalog, progress io.Writer) (*Builder, error) {
+	if progress == nil {
+		progress = io.Discard
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("image cache %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("image cache %s: %w", dir, err)
+	}
+	return &Builder{dir: dir, recipes: recipes, progress: progress, AptDir: "/etc/apt"}, nil
+}
+
+// Build returns the named recipe's image, building it and any parent that
+// is not cached yet. Nothing is left in the cache if it fails; the error is
+// a *StepError when a build step failed.
+func (b *Builder) Build(ctx context.Context, name string) (Image, error) {
+	unlock, err := b.lock()
+	if err != nil {
+		return Image{}, err
+	}
+	defer unlock()
+	if err := b.removeStale(); err != nil {
+		return Image{}, err
+	}
+	return b.build(ctx, name)
+}
+
+func (b *Builder) build(ctx context.Context, name string) (Image, error) {
+	r, err := b.recipes.Get(name)
+	if err != nil {
+		return Image{}, fmt.Errorf("build image %s: %w", name, err)
+	}
+	hash, err := b.recipes.Hash(name)
+	if err != nil {
+		return Image{}, fmt.Errorf("build image %s: %w", name, err)
+	}
+	dir := b.imageDir(name, hash)
+	if img, err := readImage(dir); err == nil {
+		fmt.Fprintf(b.progress, "image %s: cached %s\n", name, filepath.Base(dir))
+		return img, nil
+	}
+	var parent Image
+	if r.Parent != "" {
+		// The parent's error already names the parent and its step.
+		if parent, err = b.build(ctx, r.Parent); err != nil {
+			return Image{}, err
+		}
+	}
+	return b.buildNew(ctx, r, hash, parent)
+}
+
+func (b *Builder) imageDir(name, hash string) string {
+	return filepath.Join(b.dir, name+"-"+hash[:12])
+}
+
+// buildNew runs the steps in a temporary directory and renames it into
+// place only when all of them succeeded.
+func (b *Builder) buildNew(ctx context.Context, r *Recipe, hash string, parent Image) (Image, error) {
+	dir := b.imageDir(r.Name, hash)
+	if err := removeTree(dir); err != nil { // a leftover without a manifest
+		return Image{}, fmt.Errorf("build image %s: %w", r.Name, err)
+	}
+	tmp, err := os.MkdirTemp(b.dir, tmpPrefix+r.Name+"-")
+	if err != nil {
+		return Image{}, fmt.Errorf("build image %s: %w", r.Name, err)
+	}
+	bd, err := b.newBuild(r, hash, parent, tmp)
+	if err == nil {
+		err = bd.run(ctx)
+		bd.log.Close()
+	}
+	if err == nil {
+		err = os.Rename(tmp, dir)
+	}
+	if err != nil {
+		if rerr := removeTree(tmp); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return Image{}, wrapBuildErr(r.Name, err)
+	}
+	took := time.Duration(bd.man.BuildSeconds * float64(time.Second)).Round(100 * time.Millisecond)
+	fmt.Fprintf(b.progress, "image %s: built %s in %s (rootfs %s, ext4 %s)\n", r.Name, filepath.Base(dir), took,
+		humanize.IBytes(uint64(bd.man.Size)), humanize.IBytes(uint64(bd.man.Ext4Size)))
+	return readImage(dir)
+}
+
+func wrapBuildErr(name string, err error) error {
+	var se *StepError
+	if errors.As(err, &se) {
+		return err
+	}
+	return fmt.Errorf("build image %s: %w", name, err)
+}
+
+// StepError says which build step failed.
+type StepError struct {
+	Image string
+	Step  string
+	Err   error
+}
+
+func (e *StepError) Error() string {
+	return fmt.Sprintf("build image %s: step %q: %v", e.Image, e.Step, e.Err)
+}
+
+func (e *StepError) Unwrap() error { return e.Err }
+
+// tmpPrefix marks build directories; any found while holding the lock
+// belong to a build that crashed.
+const tmpPrefix = ".build-"
+
+func (b *Builder) removeStale() error {
+	ents, err := os.ReadDir(b.dir)
+	if err != nil {
+		return fmt.Errorf("image cache %s: %w", b.dir, err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), tmpPrefix) {
+			if err := removeTree(filepath.Join(b.dir, e.Name())); err != nil {
+				return fmt.Errorf("image cache %s: %w", b.dir, err)
+			}
+		}
+	}
+	return nil
+}
+
+// lock serialises builders in this process and in others sharing the dir.
+func (b *Builder) lock() (func(), error) {
+	b.mu.Lock()
+	f, err := os.OpenFile(filepath.Join(b.dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err == nil {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		b.mu.Unlock()
+		return nil, fmt.Errorf("image cache %s: lock: %w", b.dir, err)
+	}
+	return func() { f.Close(); b.mu.Unlock() }, nil
+}
+
+func readImage(dir string) (Image, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		return Image{}, err
+	}
+	img := Image{Dir: dir}
+	if err := json.Unmarshal(data, &img.Manifest); err != nil {
+		return Image{}, fmt.Errorf("%s: %w", filepath.Join(dir, "manifest.json"), err)
+	}
+	return img, nil
+}
+
+// List returns the built images, sorted by name then newest first.
+func (b *Builder) List() ([]Image, error) {
+	ents, err := os.ReadDir(b.dir)
+	if err != nil {
+		return nil, fmt.Errorf("image cache %s: %w", b.dir, err)
+	}
+	var out []Image
+	for _, e := range ents {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if img, err := readImage(filepath.Join(b.dir, e.Name())); err == nil {
+			out = append(out, img)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Built.After(out[j].Built)
+	})
+	return out, nil
+}
+
+// Inspect returns the manifest of the named image: the one matching the
+// current recipe if built, else the newest. The error wraps ErrNotFound
+// when no image of that name is built.
+func (b *Builder) Inspect(name string) (Manifest, error) {
+	imgs, err := b.images(name)
+	if err != nil {
+		return Manifest{}, err
+	}
+	if hash, err := b.recipes.Hash(name); err == nil {
+		for _, img := range imgs {
+			if img.Hash == hash {
+				return img.Manifest, nil
+			}
+		}
+	}
+	return imgs[0].Manifest, nil
+}
+
+// Remove deletes every built version of the named image. Children keep
+// working: each image has its own copy of the root directory. The error
+// wraps ErrNotFound when none is built.
+func (b *Builder) Remove(name string) error {
+	unlock, err := b.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	imgs, err := b.images(name)
+	if err != nil {
+		return err
+	}
+	for _, img := range imgs {
+		if err := removeTree(img.Dir); err != nil {
+			return fmt.Errorf("remove image %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// images lists the built versions of name, newest first.
+func (b *Builder) images(name string) ([]Image, error) {
+	all, err := b.List()
+	if err != nil {
+		return nil, err
+	}
+	var out []Image
+	for _, img := range all {
+		if img.Name == name {
+			out = append(out, img)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("image %s: %w", name, ErrNotFound)
+	}
+	return out, nil
+}
