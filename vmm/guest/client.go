@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/yamux"
 )
@@ -320,4 +321,48 @@ func (c *Client) acceptForwards() {
 			splice(conn, st)
 		}()
 	}
+}
+
+// StartJob runs req in the background; the job outlives this call and this
+// session.
+func (c *Client) StartJob(ctx context.Context, req ExecRequest) (JobStatus, error) {
+	body, _ := json.Marshal(req)
+	var st JobStatus
+	return st, c.do(ctx, "POST", "/v1/jobs", nil, bytes.NewReader(body), &st)
+}
+
+// Jobs lists every job the agent has started, oldest first.
+func (c *Client) Jobs(ctx context.Context) ([]JobStatus, error) {
+	var out []JobStatus
+	return out, c.do(ctx, "GET", "/v1/jobs", nil, nil, &out)
+}
+
+// Job returns one job's status.
+func (c *Client) Job(ctx context.Context, id string) (JobStatus, error) {
+	var st JobStatus
+	return st, c.do(ctx, "GET", "/v1/jobs/"+url.PathEscape(id), nil, nil, &st)
+}
+
+// JobOutput returns the output a job kept of stream ("stdout" or
+// "stderr"): the newest bytes, up to 1 MiB.
+func (c *Client) JobOutput(ctx context.Context, id, stream string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", c.url("/v1/jobs/"+url.PathEscape(id)+"/output", url.Values{"stream": {stream}}), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("guest job output %s: %w", id, err)
+	}
+	defer resp.Body.Close()
+	if err := responseError(resp); err != nil {
+		return nil, err
+	}
+	return io.ReadAll(resp.Body)
+}
+
+// StopJob sends TERM, then KILL after grace, and returns the final status.
+func (c *Client) StopJob(ctx context.Context, id string, grace time.Duration) (JobStatus, error) {
+	var st JobStatus
+	return st, c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(id)+"/stop", url.Values{"grace": {grace.String()}}, nil, &st)
 }

@@ -19,6 +19,12 @@ import (
 // the jail tier connects them.
 func pair(t testing.TB, opts ServerOptions) *Client {
 	t.Helper()
+	return serveOn(t, NewServer(opts))
+}
+
+// serveOn connects a new client to srv over a fresh socket pair.
+func serveOn(t testing.TB, srv *Server) *Client {
+	t.Helper()
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +40,7 @@ func pair(t testing.TB, opts ServerOptions) *Client {
 	}
 	hostEnd, guestEnd := conn(fds[0]), conn(fds[1])
 	served := make(chan error, 1)
-	go func() { served <- Serve(guestEnd, opts) }()
+	go func() { served <- srv.Serve(guestEnd) }()
 	c, err := NewClient(hostEnd)
 	if err != nil {
 		t.Fatal(err)

@@ -44,6 +44,7 @@ type Server struct {
 	sess    *yamux.Session
 	mu      sync.Mutex
 	procs   map[int]*exec.Cmd
+	jobs    jobTable
 }
 
 // NewServer returns an agent with opts.
@@ -54,7 +55,7 @@ func NewServer(opts ServerOptions) *Server {
 	if len(opts.Roots) == 0 {
 		opts.Roots = []string{"/"}
 	}
-	return &Server{opts: opts, started: time.Now(), procs: map[int]*exec.Cmd{}}
+	return &Server{opts: opts, started: time.Now(), procs: map[int]*exec.Cmd{}, jobs: jobTable{jobs: map[string]*job{}}}
 }
 
 // Serve runs an agent with opts on conn; see Server.Serve.
@@ -132,6 +133,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/files/stat", s.stat)
 	mux.HandleFunc("GET /v1/files/list", s.list)
 	mux.HandleFunc("POST /v1/forward", s.forward)
+	s.jobRoutes(mux)
 	return mux
 }
 
@@ -210,23 +212,7 @@ func (s *Server) run(ctx context.Context, req *ExecRequest, stdin io.Reader, out
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.Timeout))
 		defer cancel()
 	}
-	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
-	cmd.Dir = req.Dir
-	cmd.Env = append([]string(nil), s.opts.BaseEnv...)
-	for k, v := range req.Env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	uid, gid := s.opts.DefaultUID, s.opts.DefaultGID
-	if req.UID != nil {
-		uid = *req.UID
-	}
-	if req.GID != nil {
-		gid = *req.GID
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if uid != uint32(os.Getuid()) || gid != uint32(os.Getgid()) {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uid, Gid: gid}
-	}
+	cmd := s.command(req)
 	cmd.Stdout = streamWriter{out, FrameStdout}
 	cmd.Stderr = streamWriter{out, FrameStderr}
 	var stdinW io.WriteCloser
@@ -267,6 +253,29 @@ func (s *Server) run(ctx context.Context, req *ExecRequest, stdin io.Reader, out
 		syscall.Kill(-pid, syscall.SIGKILL) // the whole process group
 		return exitStatus(cmd, <-done, timedOut)
 	}
+}
+
+// command prepares req's process: environment, directory, user, and a
+// process group of its own so signals reach its children too.
+func (s *Server) command(req *ExecRequest) *exec.Cmd {
+	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
+	cmd.Dir = req.Dir
+	cmd.Env = append([]string(nil), s.opts.BaseEnv...)
+	for k, v := range req.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	uid, gid := s.opts.DefaultUID, s.opts.DefaultGID
+	if req.UID != nil {
+		uid = *req.UID
+	}
+	if req.GID != nil {
+		gid = *req.GID
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if uid != uint32(os.Getuid()) || gid != uint32(os.Getgid()) {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uid, Gid: gid}
+	}
+	return cmd
 }
 
 func exitStatus(cmd *exec.Cmd, err error, timedOut bool) ExitStatus {
