@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 
 	"hearth/vmm/guest"
 )
@@ -86,3 +87,11 @@ var (
 	ErrNotFound = errors.New("machine not found")
 	ErrExists   = errors.New("machine already exists")
 )
+
+// Event is one step in a machine's life, for the audit trail.
+type Event struct {
+	Time    time.Time `json:"time"`
+	Machine string    `json:"machine"`
+	Kind    string    `json:"kind"` // create, start, pause, resume, recover, destroy, exit
+	Detail  string    `json:"detail,omitempty"`
+}

@@ -30,6 +30,26 @@ import (
 type Driver struct {
 	dir   string
 	agent string // path of the hearth-guest binary on the host
+
+	auditMu sync.Mutex
+	audit   *os.File        // <dir>/audit.jsonl: every lifecycle step, appended
+	notify  func(vmm.Event) // also told each event, if set
+}
+
+// OnEvent sets a function told of every lifecycle event (after it is in
+// the audit log). Set it before creating machines.
+func (d *Driver) OnEvent(fn func(vmm.Event)) { d.notify = fn }
+
+// record appends a lifecycle event to the audit log.
+func (d *Driver) record(id, kind, detail string) {
+	e := vmm.Event{Time: time.Now().UTC(), Machine: id, Kind: kind, Detail: detail}
+	b, _ := json.Marshal(e)
+	d.auditMu.Lock()
+	d.audit.Write(append(b, '\n'))
+	d.auditMu.Unlock()
+	if d.notify != nil {
+		d.notify(e)
+	}
 }
 
 var _ vmm.Driver = (*Driver)(nil)
@@ -43,10 +63,14 @@ func New(dir, agent string) (*Driver, error) {
 	if _, err := os.Stat(agent); err != nil {
 		return nil, fmt.Errorf("jail driver: agent binary: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, "machines"), 0o700); err != nil {
 		return nil, err
 	}
-	return &Driver{dir: dir, agent: agent}, nil
+	audit, err := os.OpenFile(filepath.Join(dir, "audit.jsonl"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return &Driver{dir: dir, agent: agent, audit: audit}, nil
 }
 
 func (d *Driver) Name() string { return "jail" }
@@ -69,20 +93,30 @@ func (d *Driver) Create(ctx context.Context, spec vmm.Spec) (vmm.Machine, error)
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(d.dir, spec.ID)
+	dir := d.machineDir(spec.ID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if os.IsExist(err) {
 			return nil, fmt.Errorf("create machine %s: %w", spec.ID, vmm.ErrExists)
 		}
 		return nil, err
 	}
+	d.record(spec.ID, "create", fmt.Sprintf("rootfs=%s workspace=%s memory=%d cpus=%g pids=%d", spec.RootFS, spec.Workspace, spec.Memory, spec.CPUs, spec.Pids))
+	start := time.Now()
 	m, err := d.start(ctx, spec, dir)
 	if err != nil {
 		os.RemoveAll(dir)
+		d.record(spec.ID, "destroy", "start failed: "+err.Error())
 		return nil, fmt.Errorf("create machine %s: %w", spec.ID, err)
 	}
+	d.record(spec.ID, "start", fmt.Sprintf("agent pid %d answered after %v", m.pid, time.Since(start).Round(time.Microsecond)))
 	return m, nil
 }
+
+// Close closes the audit log. Machines keep running; a new Driver over
+// the same directory recovers them.
+func (d *Driver) Close() error { return d.audit.Close() }
+
+func (d *Driver) machineDir(id string) string { return filepath.Join(d.dir, "machines", id) }
 
 func (d *Driver) start(ctx context.Context, spec vmm.Spec, dir string) (*machine, error) {
 	cfg := jailConfig{Lower: spec.RootFS, Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"),
@@ -154,9 +188,15 @@ func (d *Driver) spawn(spec vmm.Spec, dir string, cg *cgroup) (*machine, error) 
 	}
 	release.Write([]byte{1})
 	os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(pid)), 0o600)
-	m := &machine{id: spec.ID, dir: dir, pid: pid, cg: cg, done: make(chan struct{})}
+	m := &machine{d: d, id: spec.ID, dir: dir, pid: pid, cg: cg, done: make(chan struct{})}
 	go func() {
-		cmd.Wait()
+		err := cmd.Wait()
+		m.mu.Lock()
+		unexpected := !m.destroyed
+		m.mu.Unlock()
+		if unexpected {
+			d.record(spec.ID, "exit", fmt.Sprintf("agent ended by itself: %v", err))
+		}
 		close(m.done)
 	}()
 	return m, nil
@@ -164,7 +204,7 @@ func (d *Driver) spawn(spec vmm.Spec, dir string, cg *cgroup) (*machine, error) 
 
 // Recover re-attaches to a machine left running by a daemon that stopped.
 func (d *Driver) Recover(ctx context.Context, id string) (vmm.Machine, error) {
-	dir := filepath.Join(d.dir, id)
+	dir := d.machineDir(id)
 	b, err := os.ReadFile(filepath.Join(dir, "pid"))
 	if err != nil {
 		return nil, fmt.Errorf("recover machine %s: %w", id, vmm.ErrNotFound)
@@ -174,9 +214,10 @@ func (d *Driver) Recover(ctx context.Context, id string) (vmm.Machine, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &machine{id: id, dir: dir, pid: pid, cg: cg, done: make(chan struct{})}
+	m := &machine{d: d, id: id, dir: dir, pid: pid, cg: cg, done: make(chan struct{})}
 	if !d.isAgent(pid) {
 		m.cleanup()
+		d.record(id, "destroy", "found dead after a daemon restart; cleaned up")
 		return nil, fmt.Errorf("recover machine %s: its agent is gone: %w", id, vmm.ErrNotFound)
 	}
 	go m.watch()
@@ -184,6 +225,7 @@ func (d *Driver) Recover(ctx context.Context, id string) (vmm.Machine, error) {
 		m.Destroy(context.Background())
 		return nil, fmt.Errorf("recover machine %s: %w", id, err)
 	}
+	d.record(id, "recover", fmt.Sprintf("re-attached to agent pid %d", pid))
 	return m, nil
 }
 
@@ -195,7 +237,7 @@ func (d *Driver) isAgent(pid int) bool {
 
 // List returns the machines with state on disk.
 func (d *Driver) List(ctx context.Context) ([]string, error) {
-	ents, err := os.ReadDir(d.dir)
+	ents, err := os.ReadDir(filepath.Join(d.dir, "machines"))
 	if err != nil {
 		return nil, err
 	}
@@ -209,6 +251,7 @@ func (d *Driver) List(ctx context.Context) ([]string, error) {
 }
 
 type machine struct {
+	d    *Driver
 	id   string
 	dir  string
 	pid  int
@@ -268,8 +311,21 @@ func (m *machine) watch() {
 	close(m.done)
 }
 
-func (m *machine) Pause(ctx context.Context) error  { return m.cg.freeze(true) }
-func (m *machine) Resume(ctx context.Context) error { return m.cg.freeze(false) }
+func (m *machine) Pause(ctx context.Context) error {
+	if err := m.cg.freeze(true); err != nil {
+		return fmt.Errorf("pause machine %s: %w", m.id, err)
+	}
+	m.d.record(m.id, "pause", "")
+	return nil
+}
+
+func (m *machine) Resume(ctx context.Context) error {
+	if err := m.cg.freeze(false); err != nil {
+		return fmt.Errorf("resume machine %s: %w", m.id, err)
+	}
+	m.d.record(m.id, "resume", "")
+	return nil
+}
 
 // Destroy kills the agent; as PID 1 of its namespace, its death takes
 // every process of the machine with it, and its mounts go with its mount
@@ -293,7 +349,9 @@ func (m *machine) Destroy(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return m.cleanup()
+	err := m.cleanup()
+	m.d.record(m.id, "destroy", "")
+	return err
 }
 
 func (m *machine) cleanup() error {

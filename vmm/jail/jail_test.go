@@ -176,3 +176,27 @@ func TestLimits(t *testing.T) {
 		t.Errorf("machine after hitting its limits: %q, want alive", out)
 	}
 }
+
+// TestAuditLog: every lifecycle step lands in the audit log, in order.
+func TestAuditLog(t *testing.T) {
+	d := newDriver(t)
+	root := busyboxRoot(t)
+	var seen []string
+	d.OnEvent(func(e vmm.Event) { seen = append(seen, e.Kind) })
+	ctx := context.Background()
+	m, err := d.Create(ctx, vmm.Spec{ID: "audited", RootFS: root, UID: 1000, GID: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Pause(ctx)
+	m.Resume(ctx)
+	m.Destroy(ctx)
+	want := "create start pause resume destroy"
+	if got := strings.Join(seen, " "); got != want {
+		t.Errorf("events = %q, want %q", got, want)
+	}
+	data, _ := os.ReadFile(filepath.Join(d.dir, "audit.jsonl"))
+	if lines := strings.Count(string(data), "\n"); lines != 5 || !strings.Contains(string(data), `"machine":"audited"`) {
+		t.Errorf("audit.jsonl has %d lines:\n%s", lines, data)
+	}
+}
