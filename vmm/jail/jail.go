@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -191,10 +192,7 @@ func (d *Driver) spawn(spec vmm.Spec, dir string, cg *cgroup) (*machine, error) 
 	m := &machine{d: d, id: spec.ID, dir: dir, pid: pid, cg: cg, done: make(chan struct{})}
 	go func() {
 		err := cmd.Wait()
-		m.mu.Lock()
-		unexpected := !m.destroyed
-		m.mu.Unlock()
-		if unexpected {
+		if !m.destroying.Load() {
 			d.record(spec.ID, "exit", fmt.Sprintf("agent ended by itself: %v", err))
 		}
 		close(m.done)
@@ -259,8 +257,9 @@ type machine struct {
 	gc   *guest.Client
 	done chan struct{}
 
-	mu        sync.Mutex
-	destroyed bool
+	mu         sync.Mutex // serialises Destroy
+	destroyed  bool
+	destroying atomic.Bool // read by the waiter without the lock
 }
 
 var _ vmm.Machine = (*machine)(nil)
@@ -337,6 +336,7 @@ func (m *machine) Destroy(ctx context.Context) error {
 		return nil
 	}
 	m.destroyed = true
+	m.destroying.Store(true)
 	if m.gc != nil {
 		m.gc.Close()
 	}
