@@ -76,6 +76,12 @@ func minimalDev(dev string) error {
 		os.MkdirAll(filepath.Join(dev, d), 0o755)
 	}
 	syscall.Mount("tmpfs", filepath.Join(dev, "shm"), "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=1777")
+	// Terminals of its own for PTY execs, none of the host's.
+	if err := syscall.Mount("devpts", filepath.Join(dev, "pts"), "devpts", syscall.MS_NOSUID|syscall.MS_NOEXEC,
+		"newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return fmt.Errorf("mount /dev/pts: %w", err)
+	}
+	os.Symlink("pts/ptmx", filepath.Join(dev, "ptmx"))
 	for link, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
 		os.Symlink(target, filepath.Join(dev, link))
 	}

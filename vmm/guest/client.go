@@ -366,3 +366,9 @@ func (c *Client) StopJob(ctx context.Context, id string, grace time.Duration) (J
 	var st JobStatus
 	return st, c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(id)+"/stop", url.Values{"grace": {grace.String()}}, nil, &st)
 }
+
+// Resize changes the terminal size of a running PTY exec.
+func (c *Client) Resize(ctx context.Context, pid int, rows, cols uint16) error {
+	q := url.Values{"rows": {strconv.Itoa(int(rows))}, "cols": {strconv.Itoa(int(cols))}}
+	return c.do(ctx, "POST", fmt.Sprintf("/v1/resize/%d", pid), q, nil, nil)
+}

@@ -26,6 +26,11 @@ type ExecRequest struct {
 	GID     *uint32           `json:"gid,omitempty"`
 	Stdin   bool              `json:"stdin,omitempty"`   // the request body after the JSON line is stdin
 	Timeout Duration          `json:"timeout,omitempty"` // 0: none
+	// PTY runs the process on a terminal of Rows x Cols; its output
+	// arrives as stdout, and Resize changes the size while it runs.
+	PTY  bool   `json:"pty,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
 }
 
 // Duration is a time.Duration that travels as a string ("1m30s").

@@ -44,6 +44,7 @@ type Server struct {
 	sess    *yamux.Session
 	mu      sync.Mutex
 	procs   map[int]*exec.Cmd
+	ptys    map[int]*os.File // terminal of each PTY exec, by pid
 	jobs    jobTable
 }
 
@@ -55,7 +56,7 @@ func NewServer(opts ServerOptions) *Server {
 	if len(opts.Roots) == 0 {
 		opts.Roots = []string{"/"}
 	}
-	return &Server{opts: opts, started: time.Now(), procs: map[int]*exec.Cmd{}, jobs: jobTable{jobs: map[string]*job{}}}
+	return &Server{opts: opts, started: time.Now(), procs: map[int]*exec.Cmd{}, ptys: map[int]*os.File{}, jobs: jobTable{jobs: map[string]*job{}}}
 }
 
 // Serve runs an agent with opts on conn; see Server.Serve.
@@ -128,6 +129,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/health", s.health)
 	mux.HandleFunc("POST /v1/exec", s.exec)
 	mux.HandleFunc("POST /v1/signal/{pid}/{sig}", s.signal)
+	mux.HandleFunc("POST /v1/resize/{pid}", s.resize)
 	mux.HandleFunc("GET /v1/files/content", s.download)
 	mux.HandleFunc("PUT /v1/files/content", s.upload)
 	mux.HandleFunc("GET /v1/files/stat", s.stat)
@@ -213,6 +215,9 @@ func (s *Server) run(ctx context.Context, req *ExecRequest, stdin io.Reader, out
 		defer cancel()
 	}
 	cmd := s.command(req)
+	if req.PTY {
+		return s.runPTY(ctx, req, cmd, stdin, out)
+	}
 	cmd.Stdout = streamWriter{out, FrameStdout}
 	cmd.Stderr = streamWriter{out, FrameStderr}
 	var stdinW io.WriteCloser

@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"hearth/vmm"
+	"hearth/vmm/guest"
 	"hearth/vmm/vmmtest"
 )
 
@@ -130,6 +132,12 @@ func TestContainment(t *testing.T) {
 				t.Errorf("/dev in the machine shows host devices: %s", out)
 			}
 		}
+	}
+	// A terminal of its own for interactive programs.
+	var tty bytes.Buffer
+	if st, err := m.Guest().Exec(ctx, guest.ExecRequest{Argv: []string{"sh", "-c", "tty; stty size"}, PTY: true, Rows: 33, Cols: 99}, nil, &tty, nil); err != nil || st.Code != 0 ||
+		!strings.Contains(tty.String(), "/dev/pts/0") || !strings.Contains(tty.String(), "33 99") {
+		t.Errorf("PTY in the machine = %q, %+v, %v; want /dev/pts/0 of 33x99", tty.String(), st, err)
 	}
 	// As root inside, the image still cannot change: writes land in the
 	// machine's own layer.
