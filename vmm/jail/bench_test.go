@@ -55,3 +55,32 @@ func BenchmarkCreateToFirstByte(b *testing.B) {
 	b.ReportMetric(float64(host[len(host)/2].Microseconds())/1000, "ms-median-host-fork-exec")
 	b.ReportMetric(float64(jail[len(jail)/2])/float64(host[len(host)/2]), "x-fork-exec")
 }
+
+// BenchmarkExecInJail measures an exec round trip of `true` in a running
+// jail against fork+exec of `true` on the host, in the same run.
+func BenchmarkExecInJail(b *testing.B) {
+	d := newDriver(b)
+	root := busyboxRoot(b)
+	ctx := context.Background()
+	m, err := d.Create(ctx, vmm.Spec{ID: "bench-exec", RootFS: root, UID: 1000, GID: 1000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Destroy(ctx)
+	n := max(b.N, 100)
+	var inJail, host []time.Duration
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		if st, err := m.Guest().Exec(ctx, guest.ExecRequest{Argv: []string{"true"}}, nil, nil, nil); err != nil || st.Code != 0 {
+			b.Fatalf("exec true = %+v, %v", st, err)
+		}
+		t1 := time.Now()
+		exec.Command("true").Run()
+		inJail, host = append(inJail, t1.Sub(t0)), append(host, time.Since(t1))
+	}
+	slices.Sort(inJail)
+	slices.Sort(host)
+	b.ReportMetric(float64(inJail[n/2].Microseconds())/1000, "ms-median-exec-in-jail")
+	b.ReportMetric(float64(host[n/2].Microseconds())/1000, "ms-median-host-fork-exec")
+	b.ReportMetric(float64(inJail[n/2])/float64(host[n/2]), "x-fork-exec")
+}
