@@ -15,6 +15,19 @@ import (
 	"time"
 )
 
+// overwriteStart writes data over the first bytes of file f in place.
+func overwriteStart(f, data string) error {
+	fd, err := os.OpenFile(f, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := fd.WriteAt([]byte(data), 0); err != nil {
+		fd.Close()
+		return err
+	}
+	return fd.Close()
+}
+
 // put writes a file through the Go API.
 func put(t testing.TB, s *Store, sess, p, data string) {
 	t.Helper()
@@ -79,15 +92,7 @@ func TestSnapshotUnchangedByLaterWrites(t *testing.T) {
 			return os.WriteFile(f, []byte("new"), 0o644)
 		}, "new"},
 		{"mount-in-place", true, func(t *testing.T, s *Store, f string) error {
-			fd, err := os.OpenFile(f, os.O_RDWR, 0)
-			if err != nil {
-				return err
-			}
-			if _, err := fd.WriteAt([]byte("ORIG"), 0); err != nil {
-				fd.Close()
-				return err
-			}
-			return fd.Close()
+			return overwriteStart(f, "ORIG")
 		}, "ORIGinal content"},
 		{"mount-append", true, func(t *testing.T, s *Store, f string) error {
 			fd, err := os.OpenFile(f, os.O_WRONLY|os.O_APPEND, 0)
@@ -121,15 +126,7 @@ func TestSnapshotUnchangedByLaterWrites(t *testing.T) {
 				return err
 			}
 			defer r.Close()
-			fd, err := os.OpenFile(f, os.O_RDWR, 0)
-			if err != nil {
-				return err
-			}
-			if _, err := fd.WriteAt([]byte("XXXX"), 0); err != nil {
-				fd.Close()
-				return err
-			}
-			return fd.Close()
+			return overwriteStart(f, "XXXX")
 		}, "XXXXinal content"},
 	}
 	for _, tc := range tests {

@@ -514,7 +514,7 @@ func (s *Store) flushAndCollect() error {
 func (s *Store) recycle(dead []uint64) {
 	for _, b := range dead {
 		s.mu.Lock()
-		room := !s.closed && len(s.pool)+len(s.reserved) < 2*poolSize
+		room := !s.closed && len(s.reserved) < 2*poolSize // reserved includes the pool
 		if room {
 			s.reserved[b] = true
 		}

@@ -392,15 +392,12 @@ func (v *View) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Stat
 	if h == nil || !h.write {
 		return fuse.EBADF
 	}
-	f, closeF := h.f, false
-	if f == nil {
+	f := h.f
+	if f == nil { // passthrough: the kernel holds the descriptor
 		var err error
 		if f, err = os.OpenFile(v.s.blobPath(h.blob), os.O_RDWR, 0); err != nil {
 			return fuse.ToStatus(err)
 		}
-		closeF = true
-	}
-	if closeF {
 		defer f.Close()
 	}
 	if in.Mode&unix.FALLOC_FL_KEEP_SIZE == 0 {

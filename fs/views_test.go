@@ -375,14 +375,7 @@ func TestViewMountRootRefusesChanges(t *testing.T) {
 			})
 		}
 	}
-	ents, err := os.ReadDir(host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range ents {
-		names = append(names, e.Name())
-	}
+	names := dirNames(t, host)
 	if want := []string{"a", "b"}; !slices.Equal(names, want) {
 		t.Errorf("mount root holds %q, want %q", names, want)
 	}

@@ -257,9 +257,8 @@ type machine struct {
 	gc   *guest.Client
 	done chan struct{}
 
-	mu         sync.Mutex // serialises Destroy
-	destroyed  bool
-	destroying atomic.Bool // read by the waiter without the lock
+	mu         sync.Mutex  // serialises Destroy
+	destroying atomic.Bool // set by Destroy; the waiter reads it without the lock
 }
 
 var _ vmm.Machine = (*machine)(nil)
@@ -332,11 +331,9 @@ func (m *machine) Resume(ctx context.Context) error {
 func (m *machine) Destroy(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.destroyed {
+	if m.destroying.Swap(true) {
 		return nil
 	}
-	m.destroyed = true
-	m.destroying.Store(true)
 	if m.gc != nil {
 		m.gc.Close()
 	}
