@@ -26,6 +26,7 @@ type Spec struct {
 	CPUs   float64 // cores
 	Memory int64   // bytes
 	Pids   int64
+	Disk   int64 // bytes the writable layer may hold
 	// UID and GID run processes that ask for no user (the image's agent).
 	UID, GID uint32
 }
@@ -40,7 +41,7 @@ func (s Spec) Validate() error {
 	if s.RootFS == "" {
 		return fmt.Errorf("machine %s: no root filesystem given", s.ID)
 	}
-	if s.CPUs < 0 || s.Memory < 0 || s.Pids < 0 {
+	if s.CPUs < 0 || s.Memory < 0 || s.Pids < 0 || s.Disk < 0 {
 		return fmt.Errorf("machine %s: limits must not be negative", s.ID)
 	}
 	return nil
@@ -50,6 +51,10 @@ func (s Spec) Validate() error {
 type Capabilities struct {
 	Isolation string // e.g. "namespaces", "vm"
 	Pause     bool
+	// HostIDOffset is added to a user or group id inside the machine to
+	// get the id the host sees (in the workspace, on disk): machines with
+	// a user namespace map their ids onto an unprivileged host range.
+	HostIDOffset uint32
 }
 
 // Driver makes machines of one tier.
