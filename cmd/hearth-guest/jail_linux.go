@@ -10,51 +10,132 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// JailConfig is what the jail driver asks the agent to set up before it
-// serves: the agent runs as PID 1 of fresh mount, PID, network, IPC and
-// UTS namespaces, so what it mounts here is the machine's alone.
+// JailConfig is what the jail driver sends the agent over its control
+// socket before the agent serves. The agent is PID 1 of fresh user,
+// mount, PID, network, IPC and UTS namespaces: root inside, an
+// unprivileged id outside, so it cannot open the host's paths itself. The
+// host prepares what the machine needs as detached mounts (new mount API)
+// and passes them along as descriptors, in this order: the image root
+// (read-only, ids mapped into the machine's range), the writable layer
+// (holding upper/ and work/, ids mapped the same way), and the session's
+// workspace view if Workspace is set.
 type JailConfig struct {
-	Lower     string `json:"lower"`     // image root, read-only
-	Upper     string `json:"upper"`     // this machine's writable layer
-	Work      string `json:"work"`      // overlayfs work directory
-	Merged    string `json:"merged"`    // where the root is assembled
-	Workspace string `json:"workspace"` // the session's workspace view, or ""
+	Workspace bool `json:"workspace"`
 }
 
-func loadJail(path string) (*JailConfig, error) {
-	b, err := os.ReadFile(path)
+// receiveJail reads the config and its mounts from the control socket;
+// the message is also the host's go-ahead (it has put us in our cgroups).
+func receiveJail(fd int) (*JailConfig, []int, error) {
+	buf := make([]byte, 4096)
+	oob := make([]byte, unix.CmsgSpace(4*8))
+	n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
-		return nil, err
+		return nil, nil, fmt.Errorf("read jail config: %w", err)
+	}
+	unix.Close(fd)
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return nil, nil, fmt.Errorf("jail config came without its mounts (%d messages, %v)", len(msgs), err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil {
+		return nil, nil, err
 	}
 	var c JailConfig
-	if err := json.Unmarshal(b, &c); err != nil {
-		return nil, fmt.Errorf("jail config %s: %w", path, err)
+	if err := json.Unmarshal(buf[:n], &c); err != nil {
+		return nil, nil, fmt.Errorf("jail config: %w", err)
 	}
-	return &c, nil
+	if want := 2 + btoi(c.Workspace); len(fds) != want {
+		return nil, nil, fmt.Errorf("jail config: got %d mounts, want %d", len(fds), want)
+	}
+	return &c, fds, nil
 }
 
-// enterJail assembles the machine's root and pivots into it.
-func enterJail(c *JailConfig) error {
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// stage is where the machine's root is put together, on a tmpfs of the
+// machine's own mounted over the host's /tmp in this mount namespace.
+const stage = "/tmp"
+
+// enterJail assembles the machine's root from the host's mounts and
+// pivots into it.
+func enterJail(c *JailConfig, fds []int) error {
 	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", c.Lower, c.Upper, c.Work)
-	if err := syscall.Mount("overlay", c.Merged, "overlay", 0, opts); err != nil {
+	if err := syscall.Mount("tmpfs", stage, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0700,size=64k"); err != nil {
+		return fmt.Errorf("mount staging tmpfs: %w", err)
+	}
+	lower, rw, root := filepath.Join(stage, "lower"), filepath.Join(stage, "rw"), filepath.Join(stage, "root")
+	for i, dst := range []string{lower, rw, root} {
+		if err := os.Mkdir(dst, 0o700); err != nil {
+			return err
+		}
+		if i < 2 {
+			if err := attach(fds[i], dst); err != nil {
+				return err
+			}
+		}
+	}
+	// userxattr: overlayfs keeps its metadata in user.overlay.* xattrs,
+	// the ones a user namespace may set.
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work,userxattr", lower, rw, rw)
+	if err := syscall.Mount("overlay", root, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mount overlay root: %w", err)
 	}
-	if c.Workspace != "" {
-		dst := filepath.Join(c.Merged, "workspace/agents")
+	if c.Workspace {
+		dst := filepath.Join(root, "workspace/agents")
 		if err := os.MkdirAll(dst, 0o755); err != nil {
 			return err
 		}
-		if err := syscall.Mount(c.Workspace, dst, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
-			return fmt.Errorf("bind workspace: %w", err)
+		if err := attach(fds[2], dst); err != nil {
+			return err
 		}
 	}
-	if err := minimalDev(filepath.Join(c.Merged, "dev")); err != nil {
+	if err := minimalDev(filepath.Join(root, "dev")); err != nil {
 		return err
 	}
-	return pivot(c.Merged)
+	if err := kernelMounts(root); err != nil {
+		return err
+	}
+	return pivot(root)
+}
+
+// attach mounts a detached mount received from the host at dst.
+func attach(fd int, dst string) error {
+	defer unix.Close(fd)
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach host mount at %s: %w", dst, err)
+	}
+	return nil
+}
+
+// kernelMounts mounts proc, sys and a fresh /tmp in the new root. In a
+// user namespace proc and sysfs may only be mounted while the host's are
+// still in view, so this comes before the pivot.
+func kernelMounts(root string) error {
+	mounts := []struct {
+		fstype, dst string
+		flags       uintptr
+		data        string
+	}{
+		{"proc", "proc", syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC, ""},
+		{"sysfs", "sys", syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC | syscall.MS_RDONLY, ""},
+		{"tmpfs", "tmp", syscall.MS_NOSUID | syscall.MS_NODEV, "mode=1777"},
+	}
+	for _, m := range mounts {
+		dst := filepath.Join(root, m.dst)
+		os.MkdirAll(dst, 0o755)
+		if err := syscall.Mount(m.fstype, dst, m.fstype, m.flags, m.data); err != nil {
+			return fmt.Errorf("mount %s on /%s: %w", m.fstype, m.dst, err)
+		}
+	}
+	return nil
 }
 
 // minimalDev gives the machine a /dev with the harmless devices only.

@@ -3,8 +3,8 @@
 // it is PID 1), reaps orphans, and serves the host over one byte stream
 // with the protocol of package vmm/guest.
 //
-// Usage: hearth-guest --channel fd:3|unix:PATH|dev:PATH [--hostname NAME]
-// [--root DIR]... [--uid N --gid N]
+// Usage: hearth-guest --channel fd:N|unix:PATH|dev:PATH|listen:PATH|listen-fd:N
+// [--jail-fd N] [--hostname NAME] [--root DIR]... [--uid N --gid N]
 package main
 
 import (
@@ -43,52 +43,40 @@ func main() {
 
 func run(args []string) error {
 	fl := flag.NewFlagSet("hearth-guest", flag.ContinueOnError)
-	channel := fl.String("channel", "fd:3", "the host channel: fd:N, unix:PATH or dev:PATH (a virtio-serial port)")
+	channel := fl.String("channel", "fd:3", "the host channel: fd:N, unix:PATH, dev:PATH (a virtio-serial port), or a socket to accept the host on: listen:PATH, listen-fd:N")
 	hostname := fl.String("hostname", "", "hostname to set (PID 1 only)")
 	uid := fl.Uint("uid", uint(os.Getuid()), "user that runs processes by default")
 	gid := fl.Uint("gid", uint(os.Getgid()), "group that runs processes by default")
-	jail := fl.String("jail", "", "set up a jail from this JSON config first (PID 1 of new namespaces)")
-	waitFD := fl.Int("wait-fd", -1, "read one byte from this descriptor before starting (the host places us in cgroups meanwhile)")
+	jailFD := fl.Int("jail-fd", -1, "set up a jail from the config and mounts sent on this socket first (PID 1 of new namespaces)")
+	exeFD := fl.Int("exe-fd", -1, "descriptor of this binary the host exec'd us through; closed at once")
 	var allowed roots
 	fl.Var(&allowed, "root", "directory file requests may reach (repeatable; default /)")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
-	if *waitFD >= 0 {
-		f := os.NewFile(uintptr(*waitFD), "wait")
-		var b [1]byte
-		if _, err := f.Read(b[:]); err != nil {
-			return fmt.Errorf("wait for the host: %w", err)
-		}
-		f.Close()
+	if *exeFD >= 0 {
+		syscall.Close(*exeFD)
 	}
-	// A listening channel is made before the jail hides the host's paths.
-	var ln net.Listener
-	if path, ok := strings.CutPrefix(*channel, "listen:"); ok {
-		os.Remove(path)
-		var err error
-		if ln, err = net.Listen("unix", path); err != nil {
-			return err
-		}
-		os.Chmod(path, 0o600)
+	ln, err := listener(*channel)
+	if err != nil {
+		return err
 	}
-	if *jail != "" {
-		cfg, err := loadJail(*jail)
+	if *jailFD >= 0 {
+		cfg, fds, err := receiveJail(*jailFD)
 		if err != nil {
 			return err
 		}
-		if err := enterJail(cfg); err != nil {
+		if err := enterJail(cfg, fds); err != nil {
 			return err
 		}
 	}
 	if os.Getpid() == 1 {
-		if err := initMounts(); err != nil {
-			return err
-		}
-		if *jail != "" {
-			if err := loopbackUp(); err != nil {
+		if *jailFD < 0 {
+			if err := initMounts(); err != nil {
 				return err
 			}
+		} else if err := loopbackUp(); err != nil {
+			return err
 		}
 		if *hostname != "" {
 			if err := syscall.Sethostname([]byte(*hostname)); err != nil {
@@ -101,6 +89,11 @@ func run(args []string) error {
 	// The flag is per thread, and any thread may fork: set it on all.
 	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
 		return fmt.Errorf("no_new_privs: %w (build hearth-guest with CGO_ENABLED=0)", e)
+	}
+	// Setup is done: from here on neither the agent nor anything it starts
+	// needs mounts, namespaces or the other calls the filter refuses.
+	if err := applySeccomp(); err != nil {
+		return err
 	}
 	opts := guest.ServerOptions{Roots: allowed, DefaultUID: uint32(*uid), DefaultGID: uint32(*gid),
 		BaseEnv: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"}}
@@ -139,6 +132,34 @@ func run(args []string) error {
 
 func isSessionEnd(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "session shutdown")
+}
+
+// listener returns the listening socket of a listen:PATH or listen-fd:N
+// channel, nil for other channels. A listen:PATH socket is made before a
+// jail hides the host's paths.
+func listener(channel string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(channel, "listen:"); ok {
+		os.Remove(path)
+		ln, err := net.Listen("unix", path)
+		if err == nil {
+			os.Chmod(path, 0o600)
+		}
+		return ln, err
+	}
+	if n, ok := strings.CutPrefix(channel, "listen-fd:"); ok {
+		fd, err := strconv.Atoi(n)
+		if err != nil {
+			return nil, fmt.Errorf("channel %q: %w", channel, err)
+		}
+		f := os.NewFile(uintptr(fd), "host-listener")
+		defer f.Close()
+		ln, err := net.FileListener(f)
+		if err != nil {
+			return nil, fmt.Errorf("channel %q is not a listening socket: %w", channel, err)
+		}
+		return ln, nil
+	}
+	return nil, nil
 }
 
 // openChannel opens the byte stream to the host.

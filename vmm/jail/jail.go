@@ -1,6 +1,7 @@
 // Package jail is the machine tier every Linux host can run: the agent
-// runs as PID 1 of fresh mount, PID, network (loopback only), IPC and UTS
-// namespaces, in an overlay of the image's root with a writable layer of
+// runs as PID 1 of fresh user, mount, PID, network (loopback only), IPC
+// and UTS namespaces (root inside is an unprivileged id outside), in an
+// overlay of the image's root with a writable layer of
 // its own, the session's workspace view bind-mounted at /workspace/agents,
 // limited by cgroups (v1 or v2), and its processes run as the image's
 // unprivileged user with no_new_privs. Only the appliance imports it.
@@ -21,6 +22,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"hearth/vmm"
 	"hearth/vmm/guest"
@@ -77,17 +80,18 @@ func New(dir, agent string) (*Driver, error) {
 func (d *Driver) Name() string { return "jail" }
 
 func (d *Driver) Capabilities() vmm.Capabilities {
-	return vmm.Capabilities{Isolation: "namespaces", Pause: true}
+	return vmm.Capabilities{Isolation: "namespaces", Pause: true, HostIDOffset: IDBase}
 }
 
-// jailConfig mirrors cmd/hearth-guest's JailConfig.
-type jailConfig struct {
-	Lower     string `json:"lower"`
-	Upper     string `json:"upper"`
-	Work      string `json:"work"`
-	Merged    string `json:"merged"`
-	Workspace string `json:"workspace"`
-}
+// Every machine's user namespace maps its ids 0..IDCount-1 onto the host
+// ids IDBase..IDBase+IDCount-1: root in a machine is an unprivileged
+// user on the host, and so is its agent user (1000 inside, 101000
+// outside). The image and the writable layer are mounted id-mapped, so on
+// disk they keep the ids the image was built with.
+const (
+	IDBase  = 100000
+	IDCount = 65536
+)
 
 // Create starts a machine and returns once its agent answers.
 func (d *Driver) Create(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) {
@@ -120,16 +124,10 @@ func (d *Driver) Close() error { return d.audit.Close() }
 func (d *Driver) machineDir(id string) string { return filepath.Join(d.dir, "machines", id) }
 
 func (d *Driver) start(ctx context.Context, spec vmm.Spec, dir string) (*machine, error) {
-	cfg := jailConfig{Lower: spec.RootFS, Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"),
-		Merged: filepath.Join(dir, "root"), Workspace: spec.Workspace}
-	for _, p := range []string{cfg.Upper, cfg.Work, cfg.Merged} {
-		if err := os.Mkdir(p, 0o755); err != nil {
+	for _, p := range []string{"rw", "rw/upper", "rw/work"} {
+		if err := os.Mkdir(filepath.Join(dir, p), 0o755); err != nil {
 			return nil, err
 		}
-	}
-	b, _ := json.Marshal(cfg)
-	if err := os.WriteFile(filepath.Join(dir, "jail.json"), b, 0o600); err != nil {
-		return nil, err
 	}
 	cg, err := newCgroup(spec.ID)
 	if err != nil {
@@ -151,8 +149,8 @@ func (d *Driver) start(ctx context.Context, spec vmm.Spec, dir string) (*machine
 	return m, nil
 }
 
-// spawn starts the agent in new namespaces, held at a pipe until it is in
-// its cgroups, so nothing it runs escapes the limits.
+// spawn starts the agent in new namespaces. It waits for its jail config
+// until it is in its cgroups, so nothing it runs escapes the limits.
 func (d *Driver) spawn(spec vmm.Spec, dir string, cg *cgroup) (*machine, error) {
 	hostname := spec.Hostname
 	if hostname == "" {
@@ -163,31 +161,46 @@ func (d *Driver) spawn(spec vmm.Spec, dir string, cg *cgroup) (*machine, error) 
 		return nil, err
 	}
 	defer logf.Close()
-	hold, release, err := os.Pipe()
+	ctrl, ctrlChild, err := socketPair()
 	if err != nil {
 		return nil, err
 	}
-	defer hold.Close()
-	defer release.Close()
-	cmd := exec.Command(d.agent, "--jail", filepath.Join(dir, "jail.json"), "--channel", "listen:"+filepath.Join(dir, "agent.sock"),
-		"--wait-fd", "3", "--hostname", hostname, "--root", "/",
-		"--uid", strconv.FormatUint(uint64(spec.UID), 10), "--gid", strconv.FormatUint(uint64(spec.GID), 10))
-	cmd.ExtraFiles = []*os.File{hold}
+	defer ctrl.Close()
+	defer ctrlChild.Close()
+	ln, err := listenFile(filepath.Join(dir, "agent.sock"))
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	// The agent cannot reach the binary's path from inside its user
+	// namespace, so it is exec'd through a descriptor.
+	exe, err := os.Open(d.agent)
+	if err != nil {
+		return nil, err
+	}
+	defer exe.Close()
+	cmd := &exec.Cmd{Path: "/proc/self/fd/5", Args: []string{"hearth-guest", "--jail-fd", "3", "--channel", "listen-fd:4",
+		"--exe-fd", "5", "--hostname", hostname, "--root", "/",
+		"--uid", strconv.FormatUint(uint64(spec.UID), 10), "--gid", strconv.FormatUint(uint64(spec.GID), 10)}}
+	cmd.ExtraFiles = []*os.File{ctrlChild, ln, exe}
 	cmd.Stdout, cmd.Stderr = logf, logf
+	idmap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: IDBase, Size: IDCount}}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+		UidMappings: idmap, GidMappings: idmap, GidMappingsEnableSetgroups: true,
+		Credential: &syscall.Credential{}, // root of the new namespace
 		Setsid:     true,
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start agent: %w", err)
 	}
 	pid := cmd.Process.Pid
-	if err := cg.add(pid); err != nil {
+	if err := d.configure(pid, spec, dir, cg, ctrl); err != nil {
 		cmd.Process.Kill()
 		cmd.Wait()
 		return nil, err
 	}
-	release.Write([]byte{1})
 	os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(pid)), 0o600)
 	m := &machine{d: d, id: spec.ID, dir: dir, pid: pid, cg: cg, done: make(chan struct{})}
 	go func() {
@@ -198,6 +211,107 @@ func (d *Driver) spawn(spec vmm.Spec, dir string, cg *cgroup) (*machine, error) 
 		close(m.done)
 	}()
 	return m, nil
+}
+
+// configure puts the waiting agent in its cgroups, then sends it its jail
+// config with the mounts it needs.
+func (d *Driver) configure(pid int, spec vmm.Spec, dir string, cg *cgroup, ctrl *os.File) error {
+	if err := cg.add(pid); err != nil {
+		return err
+	}
+	mounts, err := jailMounts(pid, spec, dir)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, fd := range mounts {
+			unix.Close(fd)
+		}
+	}()
+	cfg, _ := json.Marshal(jailConfig{Workspace: spec.Workspace != ""})
+	if err := unix.Sendmsg(int(ctrl.Fd()), cfg, unix.UnixRights(mounts...), nil, 0); err != nil {
+		return fmt.Errorf("send jail config: %w", err)
+	}
+	return nil
+}
+
+// jailConfig mirrors cmd/hearth-guest's JailConfig.
+type jailConfig struct {
+	Workspace bool `json:"workspace"`
+}
+
+// jailMounts prepares, as detached mounts, what the agent assembles its
+// root from: the image (read-only) and the writable layer, both id-mapped
+// into the agent's user namespace, and the workspace view.
+func jailMounts(pid int, spec vmm.Spec, dir string) ([]int, error) {
+	userns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
+	if err != nil {
+		return nil, err
+	}
+	defer userns.Close()
+	var fds []int
+	add := func(path string, attr *unix.MountAttr) error {
+		fd, err := detachedMount(path, attr)
+		if err == nil {
+			fds = append(fds, fd)
+		}
+		return err
+	}
+	nsfd := uint64(userns.Fd())
+	err = add(spec.RootFS, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NODEV, Userns_fd: nsfd})
+	if err == nil {
+		err = add(filepath.Join(dir, "rw"), &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NODEV, Userns_fd: nsfd})
+	}
+	if err == nil && spec.Workspace != "" {
+		err = add(spec.Workspace, nil)
+	}
+	if err != nil {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, err
+	}
+	return fds, nil
+}
+
+// detachedMount clones the mount tree at path into a detached mount and
+// sets attr on it.
+func detachedMount(path string, attr *unix.MountAttr) (int, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return -1, fmt.Errorf("clone mount of %s: %w", path, err)
+	}
+	if attr != nil {
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("id-map mount of %s: %w (the filesystem must support id-mapped mounts, Linux 5.12+)", path, err)
+		}
+	}
+	return fd, nil
+}
+
+// socketPair returns the two ends of a connected unix socket.
+func socketPair() (*os.File, *os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(fds[0]), "jail-ctrl"), os.NewFile(uintptr(fds[1]), "jail-ctrl-child"), nil
+}
+
+// listenFile makes the agent's listening socket at path. The socket file
+// stays when our copy closes: the agent keeps listening, and a restarted
+// daemon connects to it there.
+func listenFile(path string) (*os.File, error) {
+	os.Remove(path)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(false)
+	defer ln.Close()
+	os.Chmod(path, 0o600)
+	return ln.File()
 }
 
 // Recover re-attaches to a machine left running by a daemon that stopped.

@@ -3,12 +3,14 @@ package jail
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"hearth/vmm"
@@ -145,6 +147,65 @@ func TestContainment(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "tmp/f")); err == nil {
 		t.Errorf("a write in the machine reached the image root")
 	}
+}
+
+// TestRootInside: root in a machine is root of its user namespace only:
+// an unprivileged id on the host, refused mounts and namespaces by the
+// seccomp filter, and unable to touch files the host owns.
+func TestRootInside(t *testing.T) {
+	d := newDriver(t)
+	root := busyboxRoot(t)
+	ctx := context.Background()
+	m, err := d.Create(ctx, vmm.Spec{ID: "rooted", RootFS: root, UID: 1000, GID: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Destroy(ctx)
+	asRoot := func(script string) (string, guest.ExitStatus) {
+		var out bytes.Buffer
+		zero := uint32(0)
+		st, err := m.Guest().Exec(ctx, guest.ExecRequest{Argv: []string{"sh", "-c", script}, UID: &zero, GID: &zero}, nil, &out, &out)
+		if err != nil {
+			t.Fatalf("exec %q as root: %v", script, err)
+		}
+		return out.String(), st
+	}
+	checks := []struct{ name, script, want string }{
+		{"root inside", "id -u", "0\n"},
+		{"mapped onto the host's unprivileged range", "cat /proc/self/uid_map | tr -s ' ' | sed 's/^ //'", fmt.Sprintf("0 %d %d\n", IDBase, IDCount)},
+		{"no mounts", "mount -t tmpfs x /mnt 2>/dev/null && echo mounted || echo refused", "refused\n"},
+		{"no new namespaces", "unshare -m true 2>/dev/null && echo unshared || echo refused", "refused\n"},
+		{"image files keep their owners", "stat -c '%u:%g' /home/agent /bin/busybox | tr '\\n' ' '", "1000:1000 0:0 "},
+		{"writes as root land in the layer", "echo hi > /etc/motd && cat /etc/motd", "hi\n"},
+		{"kernel tunables are read-only", "(echo 10 > /proc/sys/vm/swappiness) 2>/dev/null && echo wrote || echo refused", "refused\n"},
+	}
+	for _, c := range checks {
+		if out, st := asRoot(c.script); out != c.want {
+			t.Errorf("%s: %q = %q (exit %d), want %q", c.name, c.script, out, st.Code, c.want)
+		}
+	}
+	// From the host, the machine's processes run as IDBase and up.
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", m.(*machine).pid))
+	if !strings.Contains(string(status), fmt.Sprintf("Uid:\t%d\t", IDBase)) {
+		t.Errorf("agent's host credentials:\n%s\nwant uid %d", grepLines(string(status), "Uid", "Gid"), IDBase)
+	}
+	// On disk the layer keeps the image's ids: root's file is owned by 0.
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(d.machineDir("rooted"), "rw/upper/etc/motd"), &st); err != nil || st.Uid != 0 {
+		t.Errorf("owner of /etc/motd in the writable layer on disk = %d (%v), want 0", st.Uid, err)
+	}
+}
+
+func grepLines(text string, prefixes ...string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		for _, p := range prefixes {
+			if strings.HasPrefix(l, p) {
+				out = append(out, l)
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func TestLimits(t *testing.T) {

@@ -23,11 +23,11 @@ func TestWorkspaceInJail(t *testing.T) {
 	}
 	defer store.Close()
 	for _, s := range []string{"a", "b"} {
-		if err := store.CreateSession(s, fs.Owner{UID: 1000, GID: 1000}); err != nil {
+		if err := store.CreateSession(s, fs.Owner{UID: 1000 + IDBase, GID: 1000 + IDBase}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	store.WriteFile("b", "outputs/report.md", strings.NewReader("b's report"), 0, fs.Owner{UID: 1000, GID: 1000})
+	store.WriteFile("b", "outputs/report.md", strings.NewReader("b's report"), 0, fs.Owner{UID: 1000 + IDBase, GID: 1000 + IDBase})
 	view, err := store.Mount(filepath.Join(t.TempDir(), "view-a"), fs.ViewOptions{Session: "a"})
 	if err != nil {
 		t.Fatal(err)
