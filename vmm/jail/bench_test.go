@@ -3,8 +3,11 @@ package jail
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,4 +86,67 @@ func BenchmarkExecInJail(b *testing.B) {
 	b.ReportMetric(float64(inJail[n/2].Microseconds())/1000, "ms-median-exec-in-jail")
 	b.ReportMetric(float64(host[n/2].Microseconds())/1000, "ms-median-host-fork-exec")
 	b.ReportMetric(float64(inJail[n/2])/float64(host[n/2]), "x-fork-exec")
+}
+
+// BenchmarkIdleSandboxes starts 100 machines that run nothing and
+// measures what they cost the host: the drop in the host's available
+// memory (the baseline is taken just before, in the same run), the
+// agents' proportional share of resident memory, and what their cgroups
+// are charged. The target is under 10 MiB per machine (x-10MiB < 1).
+func BenchmarkIdleSandboxes(b *testing.B) {
+	const n = 100
+	d := newDriver(b)
+	root := busyboxRoot(b)
+	ctx := context.Background()
+	for i := 0; i < b.N; i++ {
+		before := memAvailable(b)
+		ms := make([]vmm.Machine, 0, n)
+		for j := 0; j < n; j++ {
+			m, err := d.Create(ctx, vmm.Spec{ID: fmt.Sprintf("idle-%d", j), RootFS: root, UID: 1000, GID: 1000})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ms = append(ms, m)
+		}
+		time.Sleep(2 * time.Second) // let the agents settle
+		after := memAvailable(b)
+		var pss, charged int64
+		for _, m := range ms {
+			pss += pssOf(m.(*machine).pid)
+			charged += m.(*machine).cg.memoryUsage()
+		}
+		for _, m := range ms {
+			m.Destroy(ctx)
+		}
+		perHost := float64(before-after) / n / (1 << 20)
+		b.ReportMetric(perHost, "MiB-host-per-sandbox")
+		b.ReportMetric(float64(pss)/n/(1<<20), "MiB-agent-pss")
+		b.ReportMetric(float64(charged)/n/(1<<20), "MiB-cgroup-charged")
+		b.ReportMetric(perHost/10, "x-10MiB")
+	}
+}
+
+// memAvailable is the host's MemAvailable in bytes.
+func memAvailable(b *testing.B) int64 {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return meminfoField(string(data), "MemAvailable:")
+}
+
+// pssOf is a process's proportional share of resident memory in bytes.
+func pssOf(pid int) int64 {
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	return meminfoField(string(data), "Pss:")
+}
+
+func meminfoField(text, key string) int64 {
+	for _, line := range strings.Split(text, "\n") {
+		if rest, ok := strings.CutPrefix(line, key); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }

@@ -150,3 +150,18 @@ func (cg *cgroup) remove() error {
 	}
 	return errors.Join(errs...)
 }
+
+// memoryUsage is what the machine's processes are charged for memory, in
+// bytes; 0 if the host has no memory controller.
+func (cg *cgroup) memoryUsage() int64 {
+	dir, file := cg.dirs["memory"], "memory.usage_in_bytes"
+	if cg.v2 {
+		dir, file = cg.dirs[""], "memory.current"
+	}
+	if dir == "" {
+		return 0
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, file))
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
