@@ -100,3 +100,43 @@ type Event struct {
 	Kind    string    `json:"kind"` // create, start, pause, resume, recover, destroy, exit
 	Detail  string    `json:"detail,omitempty"`
 }
+
+// Checkpointer is a machine whose writable layer can be saved and put
+// back. Names follow the rules of machine ids.
+type Checkpointer interface {
+	// Checkpoint saves the writable layer as name, pausing the machine
+	// while it copies. It fails with ErrExists if name is taken.
+	Checkpoint(ctx context.Context, name string) error
+	// Restore puts checkpoint name back: every process in the machine
+	// ends and its agent starts again, so Guest returns a new client.
+	// It fails with ErrNotFound if there is no such checkpoint.
+	Restore(ctx context.Context, name string) error
+	// Checkpoints lists the saved checkpoints, oldest first.
+	Checkpoints(ctx context.Context) ([]Checkpoint, error)
+	// DeleteCheckpoint removes one; ErrNotFound if there is none.
+	DeleteCheckpoint(ctx context.Context, name string) error
+}
+
+// Checkpoint describes a saved writable layer.
+type Checkpoint struct {
+	Name  string    `json:"name"`
+	Taken time.Time `json:"taken"`
+	Size  int64     `json:"size"` // bytes on disk
+}
+
+// Exporter is a machine that can write out its root filesystem as it is
+// now (the image with the writable layer applied), for a new image.
+type Exporter interface {
+	// Export writes the root to dst, which must not exist. The machine
+	// is paused only while its writable layer is copied.
+	Export(ctx context.Context, dst string) error
+}
+
+// CheckName checks the name of a machine, checkpoint or other thing a
+// driver keeps on disk: 1-63 lowercase letters, digits or '-'.
+func CheckName(what, name string) error {
+	if !idPattern.MatchString(name) {
+		return fmt.Errorf("%s name %q: use 1-63 lowercase letters, digits or '-'", what, name)
+	}
+	return nil
+}

@@ -112,7 +112,7 @@ func BenchmarkIdleSandboxes(b *testing.B) {
 		after := memAvailable(b)
 		var pss, charged int64
 		for _, m := range ms {
-			pss += pssOf(m.(*machine).pid)
+			pss += pssOf(m.(*machine).agent().pid)
 			charged += m.(*machine).cg.memoryUsage()
 		}
 		for _, m := range ms {

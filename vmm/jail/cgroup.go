@@ -165,3 +165,13 @@ func (cg *cgroup) memoryUsage() int64 {
 	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	return n
 }
+
+// frozen reports whether the machine's processes are frozen.
+func (cg *cgroup) frozen() bool {
+	if cg.v2 {
+		b, _ := os.ReadFile(filepath.Join(cg.dirs[""], "cgroup.events"))
+		return strings.Contains(string(b), "frozen 1")
+	}
+	b, _ := os.ReadFile(filepath.Join(cg.dirs["freezer"], "freezer.state"))
+	return strings.TrimSpace(string(b)) == "FROZEN"
+}

@@ -185,7 +185,7 @@ func TestRootInside(t *testing.T) {
 		}
 	}
 	// From the host, the machine's processes run as IDBase and up.
-	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", m.(*machine).pid))
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", m.(*machine).agent().pid))
 	if !strings.Contains(string(status), fmt.Sprintf("Uid:\t%d\t", IDBase)) {
 		t.Errorf("agent's host credentials:\n%s\nwant uid %d", grepLines(string(status), "Uid", "Gid"), IDBase)
 	}
@@ -212,13 +212,27 @@ func TestLimits(t *testing.T) {
 	d := newDriver(t)
 	root := busyboxRoot(t)
 	ctx := context.Background()
-	m, err := d.Create(ctx, vmm.Spec{ID: "limits", RootFS: root, UID: 1000, GID: 1000, Memory: 64 << 20, Pids: 40})
+	m, err := d.Create(ctx, vmm.Spec{ID: "limits", RootFS: root, UID: 1000, GID: 1000, Memory: 64 << 20, Pids: 40, Disk: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Destroy(ctx)
+	// A neighbour that must not notice.
+	other, err := d.Create(ctx, vmm.Spec{ID: "neighbour", RootFS: root, UID: 1000, GID: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Destroy(ctx)
+	// A disk filler stops at the writable layer's limit.
+	out, st := vmmtest.Sh(t, m, "head -c 200000000 /dev/zero > /home/agent/fill 2>/dev/null; echo $?; wc -c < /home/agent/fill")
+	if f := strings.Fields(out); len(f) != 2 || f[0] == "0" {
+		t.Errorf("writing 200 MB under a 64 MiB disk limit: %q (exit %d), want a failed write", out, st.Code)
+	} else if n, _ := strconv.Atoi(f[1]); n > 64<<20 || n < 32<<20 {
+		t.Errorf("the filler wrote %d bytes under a 64 MiB limit, want most of it and no more", n)
+	}
+	vmmtest.Sh(t, m, "rm /home/agent/fill")
 	// A memory hog: tail keeps one endless line in memory.
-	_, st := vmmtest.Sh(t, m, "head -c 400000000 /dev/zero | tail -n 1 > /dev/null")
+	_, st = vmmtest.Sh(t, m, "head -c 400000000 /dev/zero | tail -n 1 > /dev/null")
 	if st.Code == 0 {
 		t.Errorf("a 400 MB line under a 64 MiB limit finished (%+v), want it killed", st)
 	}
@@ -240,9 +254,12 @@ func TestLimits(t *testing.T) {
 		t.Errorf("pids.events = %q, want forks refused at the limit", ev)
 	}
 	vmmtest.Sh(t, m, "kill -9 -1 2>/dev/null; true") // as agent: every process of the workload
-	// The machine still works after both.
+	// The machine still works after all three, and so does its neighbour.
 	if out, _ := vmmtest.Sh(t, m, "echo alive"); out != "alive\n" {
 		t.Errorf("machine after hitting its limits: %q, want alive", out)
+	}
+	if out, _ := vmmtest.Sh(t, other, "echo data > /home/agent/f && cat /home/agent/f"); out != "data\n" {
+		t.Errorf("neighbour after the machine hit its limits: %q, want data", out)
 	}
 }
 

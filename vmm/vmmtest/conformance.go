@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -98,6 +99,68 @@ func Run(t *testing.T, d vmm.Driver, spec func(id string) vmm.Spec) {
 		}
 		if _, err := d.Recover(ctx, "conf-none"); !errors.Is(err, vmm.ErrNotFound) {
 			t.Errorf("Recover(unknown) = %v, want ErrNotFound", err)
+		}
+	})
+	t.Run("Checkpoint", func(t *testing.T) {
+		m := create(t, "conf-ckpt")
+		c, ok := m.(vmm.Checkpointer)
+		if !ok {
+			t.Skipf("%s machines cannot checkpoint", d.Name())
+		}
+		// The workload's home is in the writable layer; /tmp is not.
+		sh(t, m, "echo one > /home/agent/note")
+		if err := c.Checkpoint(ctx, "first"); err != nil {
+			t.Fatalf("Checkpoint = %v", err)
+		}
+		if err := c.Checkpoint(ctx, "first"); !errors.Is(err, vmm.ErrExists) {
+			t.Errorf("second Checkpoint(first) = %v, want ErrExists", err)
+		}
+		sh(t, m, "echo two > /home/agent/note; echo new > /home/agent/later")
+		if err := c.Restore(ctx, "first"); err != nil {
+			t.Fatalf("Restore = %v", err)
+		}
+		if out, _ := sh(t, m, "cat /home/agent/note; ls /home/agent"); out != "one\nnote\n" {
+			t.Errorf("after Restore: %q, want the note as checkpointed and nothing later", out)
+		}
+		select {
+		case <-m.Done():
+			t.Errorf("Done closed by a Restore")
+		default:
+		}
+		if cps, err := c.Checkpoints(ctx); err != nil || len(cps) != 1 || cps[0].Name != "first" {
+			t.Errorf("Checkpoints = %+v, %v; want [first]", cps, err)
+		}
+		if err := c.DeleteCheckpoint(ctx, "first"); err != nil {
+			t.Errorf("DeleteCheckpoint = %v", err)
+		}
+		if err := c.Restore(ctx, "first"); !errors.Is(err, vmm.ErrNotFound) {
+			t.Errorf("Restore(deleted) = %v, want ErrNotFound", err)
+		}
+		if err := c.Checkpoint(ctx, "../up"); err == nil {
+			t.Errorf("Checkpoint(../up) = nil, want a bad-name error")
+		}
+	})
+	t.Run("Export", func(t *testing.T) {
+		m := create(t, "conf-export")
+		e, ok := m.(vmm.Exporter)
+		if !ok {
+			t.Skipf("%s machines cannot export their root", d.Name())
+		}
+		sh(t, m, "echo saved > /home/agent/setup")
+		dst := t.TempDir() + "/root"
+		if err := e.Export(ctx, dst); err != nil {
+			t.Fatalf("Export = %v", err)
+		}
+		// A machine made from the export starts where this one was.
+		s := spec("conf-export-2")
+		s.RootFS = dst
+		m2, err := d.Create(ctx, s)
+		if err != nil {
+			t.Fatalf("Create from the export = %v", err)
+		}
+		defer m2.Destroy(ctx)
+		if out, _ := sh(t, m2, "cat /home/agent/setup; stat -c %u /home/agent/setup"); out != "saved\n"+strconv.Itoa(int(s.UID))+"\n" {
+			t.Errorf("in a machine made from the export: %q, want saved, owned by %d", out, s.UID)
 		}
 	})
 }
