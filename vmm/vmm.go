@@ -140,3 +140,19 @@ func CheckName(what, name string) error {
 	}
 	return nil
 }
+
+// UsageReporter is a machine that can say what it uses, as the host
+// measures it.
+type UsageReporter interface {
+	Usage(ctx context.Context) (Usage, error)
+}
+
+// Usage is what a machine uses now. Limits of 0 mean none.
+type Usage struct {
+	CPUTime     time.Duration `json:"cpu_time"` // since it started
+	Memory      int64         `json:"memory"`   // bytes charged now
+	MemoryLimit int64         `json:"memory_limit,omitempty"`
+	Processes   int64         `json:"processes"`
+	Disk        int64         `json:"disk"` // bytes in the writable layer; -1 if unknown
+	DiskLimit   int64         `json:"disk_limit,omitempty"`
+}

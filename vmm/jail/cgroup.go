@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"hearth/vmm"
 )
 
 // cgroup limits and freezes one machine, on cgroup v1 (one hierarchy per
@@ -39,7 +41,7 @@ func newCgroup(id string) (*cgroup, error) {
 		}
 		cg.dirs[""] = filepath.Join(parent, id)
 	} else {
-		for _, c := range []string{"memory", "cpu", "pids", "freezer"} {
+		for _, c := range []string{"memory", "cpu", "cpuacct", "pids", "freezer"} {
 			if _, err := os.Stat(filepath.Join(cgroupRoot, c)); err == nil {
 				cg.dirs[c] = filepath.Join(cgroupRoot, c, "hearth", id)
 			}
@@ -151,26 +153,58 @@ func (cg *cgroup) remove() error {
 	return errors.Join(errs...)
 }
 
-// memoryUsage is what the machine's processes are charged for memory, in
-// bytes; 0 if the host has no memory controller.
-func (cg *cgroup) memoryUsage() int64 {
-	dir, file := cg.dirs["memory"], "memory.usage_in_bytes"
+// readInt reads a number from one of the cgroup's files (the first
+// field of the line starting with key, if key is set); 0 if absent.
+func (cg *cgroup) readInt(controller, file, key string) int64 {
+	dir := cg.dirs[controller]
 	if cg.v2 {
-		dir, file = cg.dirs[""], "memory.current"
+		dir = cg.dirs[""]
 	}
 	if dir == "" {
 		return 0
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, file))
-	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	text := strings.TrimSpace(string(b))
+	if key != "" {
+		text = ""
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, key+" "); ok {
+				text = v
+			}
+		}
+	}
+	n, _ := strconv.ParseInt(text, 10, 64)
 	return n
+}
+
+// memoryUsage is what the machine's processes are charged for memory, in
+// bytes; 0 if the host has no memory controller.
+func (cg *cgroup) memoryUsage() int64 {
+	if cg.v2 {
+		return cg.readInt("", "memory.current", "")
+	}
+	return cg.readInt("memory", "memory.usage_in_bytes", "")
+}
+
+// usage is what the machine's processes use now.
+func (cg *cgroup) usage() vmm.Usage {
+	u := vmm.Usage{Memory: cg.memoryUsage(), Processes: cg.readInt("pids", "pids.current", "")}
+	if cg.v2 {
+		u.CPUTime = time.Duration(cg.readInt("", "cpu.stat", "usage_usec")) * time.Microsecond
+		u.MemoryLimit = cg.readInt("", "memory.max", "") // "max" reads as 0: none
+	} else {
+		u.CPUTime = time.Duration(cg.readInt("cpuacct", "cpuacct.usage", ""))
+		if limit := cg.readInt("memory", "memory.limit_in_bytes", ""); limit < 1<<62 {
+			u.MemoryLimit = limit // v1 shows "none" as a huge number
+		}
+	}
+	return u
 }
 
 // frozen reports whether the machine's processes are frozen.
 func (cg *cgroup) frozen() bool {
 	if cg.v2 {
-		b, _ := os.ReadFile(filepath.Join(cg.dirs[""], "cgroup.events"))
-		return strings.Contains(string(b), "frozen 1")
+		return cg.readInt("", "cgroup.events", "frozen") == 1
 	}
 	b, _ := os.ReadFile(filepath.Join(cg.dirs["freezer"], "freezer.state"))
 	return strings.TrimSpace(string(b)) == "FROZEN"

@@ -230,6 +230,10 @@ func TestLimits(t *testing.T) {
 	} else if n, _ := strconv.Atoi(f[1]); n > 64<<20 || n < 32<<20 {
 		t.Errorf("the filler wrote %d bytes under a 64 MiB limit, want most of it and no more", n)
 	}
+	if u, err := m.(vmm.UsageReporter).Usage(ctx); err != nil || u.DiskLimit == 0 || u.Disk < 16<<20 ||
+		u.MemoryLimit != 64<<20 || u.Processes < 1 || u.CPUTime <= 0 || u.Memory <= 0 {
+		t.Errorf("Usage with the layer full = %+v, %v; want its disk, memory, processes and CPU", u, err)
+	}
 	vmmtest.Sh(t, m, "rm /home/agent/fill")
 	// A memory hog: tail keeps one endless line in memory.
 	_, st = vmmtest.Sh(t, m, "head -c 400000000 /dev/zero | tail -n 1 > /dev/null")

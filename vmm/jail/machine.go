@@ -38,9 +38,10 @@ type machine struct {
 }
 
 var (
-	_ vmm.Machine      = (*machine)(nil)
-	_ vmm.Checkpointer = (*machine)(nil)
-	_ vmm.Exporter     = (*machine)(nil)
+	_ vmm.Machine       = (*machine)(nil)
+	_ vmm.Checkpointer  = (*machine)(nil)
+	_ vmm.Exporter      = (*machine)(nil)
+	_ vmm.UsageReporter = (*machine)(nil)
 )
 
 func newMachine(d *Driver, spec vmm.Spec, dir string, cg *cgroup, l *layer) *machine {
@@ -311,6 +312,18 @@ func (m *machine) Export(ctx context.Context, dst string) error {
 	}
 	m.d.record(m.id, "export", dst)
 	return nil
+}
+
+// Usage reports what the machine uses: CPU, memory and processes from its
+// cgroups, disk from its writable layer (-1 when the layer has no limit:
+// counting would mean walking it).
+func (m *machine) Usage(ctx context.Context) (vmm.Usage, error) {
+	u := m.cg.usage()
+	var err error
+	if m.layer != nil {
+		u.Disk, u.DiskLimit, err = m.layer.Usage()
+	}
+	return u, err
 }
 
 // treeSize is the bytes the files under dir take on disk.
