@@ -30,7 +30,13 @@ func requireBuildTools(t *testing.T) {
 	}
 }
 
-// testCatalog is the built-in recipes plus those in testdata/recipes.
+// badnpm fails at npm install: the package does not exist.
+const badnpm = `name = "badnpm"
+parent = "node"
+npm = ["@hearth-no-such-scope/no-such-package"]
+`
+
+// testCatalog is the built-in recipes, those in testdata/recipes and badnpm.
 func testCatalog(t *testing.T) *Catalog {
 	t.Helper()
 	rs, err := Builtin()
@@ -44,7 +50,11 @@ func testCatalog(t *testing.T) *Catalog {
 		}
 		rs = append(rs, r)
 	}
-	c, err := NewCatalog(rs...)
+	r, err := Parse("badnpm.toml", []byte(badnpm), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCatalog(append(rs, r)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,6 +130,7 @@ func TestBuild(t *testing.T) {
 	t.Run("failing step", func(t *testing.T) { checkFailingStep(t, b, cache) })
 	t.Run("files env user", func(t *testing.T) { checkExtra(t, b) })
 	t.Run("node", func(t *testing.T) { checkNode(t, b) })
+	t.Run("failing npm step", func(t *testing.T) { checkFailingNpm(t, b, cache) })
 	t.Run("list inspect remove", func(t *testing.T) { checkListRemove(t, b) })
 }
 
@@ -226,6 +237,28 @@ func checkNode(t *testing.T, b *Builder) {
 	}
 	checkUser(t, img, "agent", 1000)
 	checkExt4(t, img)
+}
+
+// checkFailingNpm needs node built: it checks that npm's own complaint,
+// not a pointer to a log file deleted with the build, ends the error.
+func checkFailingNpm(t *testing.T, b *Builder, cache string) {
+	const step = "npm install -g @hearth-no-such-scope/no-such-package"
+	before := cacheEntries(t, cache)
+	_, err := b.Build(context.Background(), "badnpm")
+	var se *StepError
+	if !errors.As(err, &se) || se.Image != "badnpm" || se.Step != step {
+		t.Fatalf("Build(badnpm) = %v, want a StepError for step %q", err, step)
+	}
+	msg := err.Error()
+	t.Logf("Build(badnpm) = %v", err)
+	if !strings.HasPrefix(msg, `build image badnpm: step "`+step+`": exit status 1: `) ||
+		!strings.Contains(msg, "404 Not Found") || !strings.Contains(msg, "is not in this registry") ||
+		strings.Contains(msg, "complete log") {
+		t.Errorf("Build(badnpm) error = %q, want the step, exit status and npm's 404", msg)
+	}
+	if after := cacheEntries(t, cache); !slices.Equal(after, before) {
+		t.Errorf("cache after failed build = %v, want %v as before", after, before)
+	}
 }
 
 func checkListRemove(t *testing.T, b *Builder) {

@@ -104,7 +104,7 @@ func TestBuiltin(t *testing.T) {
 		t.Errorf("chain(claude-code) = %q, want %q", got, "base node claude-code")
 	}
 	cc, _ := c.Get("claude-code")
-	if len(cc.Npm) != 1 || cc.Npm[0] != "@anthropic-ai/claude-code" {
+	if len(cc.Npm) != 1 || !strings.HasPrefix(cc.Npm[0], "@anthropic-ai/claude-code@") {
 		t.Errorf("claude-code npm = %q", cc.Npm)
 	}
 	base, _ := c.Get("base")

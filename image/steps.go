@@ -235,11 +235,44 @@ func (bd *build) npmInstall(ctx context.Context) error {
 	if err := bd.useHostDNS(ctx); err != nil {
 		return err
 	}
-	install := append([]string{"npm", "install", "-g", "--no-fund", "--no-audit"}, bd.r.Npm...)
-	if err := bd.chroot(ctx, nil, nil, install...); err != nil {
+	env, err := bd.useHostCAs(ctx)
+	if err != nil {
 		return err
 	}
-	return bd.sh(ctx, nil, `set -e; npm cache clean --force; rm -rf /root/.npm /tmp/*`)
+	// --foreground-scripts puts install scripts' output in the build log:
+	// some report a failure only there and still exit 0. No npm log
+	// file: it would be deleted with the failed build, yet npm's error
+	// would end by pointing at it.
+	install := append(append([]string{"env"}, env...), "npm", "install", "-g",
+		"--no-fund", "--no-audit", "--foreground-scripts", "--logs-max=0")
+	err = bd.chroot(ctx, nil, nil, append(install, bd.r.Npm...)...)
+	if rerr := bd.sh(ctx, nil, `set -e; npm cache clean --force; rm -rf /root/.npm /tmp/* /tmp/.[!.]*`); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// hostCAs is the host's CA bundle, where Debian keeps it.
+const hostCAs = "/etc/ssl/certs/ca-certificates.crt"
+
+// useHostCAs lends the image the host's CA certificates for one step,
+// returning the environment that makes Node trust them besides its own:
+// a host behind a TLS-inspecting proxy trusts the proxy's CA, which the
+// image does not. The file goes to /tmp, which the step empties, so the
+// image never trusts the build host's CAs. No bundle on the host: none.
+func (bd *build) useHostCAs(ctx context.Context) ([]string, error) {
+	data, err := os.ReadFile(hostCAs)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("host CA certificates: %w", err)
+	}
+	const inside = "/tmp/hearth-host-ca.crt"
+	if err := bd.writeInside(ctx, inside, 0o644, data); err != nil {
+		return nil, err
+	}
+	return []string{"NODE_EXTRA_CA_CERTS=" + inside}, nil
 }
 
 func (bd *build) copyFiles(ctx context.Context) error {

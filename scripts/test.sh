@@ -22,6 +22,8 @@ if [ -n "$unformatted" ]; then
   echo "gofmt would change: $unformatted" >&2
   exit 1
 fi
+# Packages that run machines on real images share one image cache.
+export HEARTH_TEST_IMAGES="${HEARTH_TEST_IMAGES:-/var/tmp/hearth-test-images}"
 echo "==> go test -race"
 go test -race -count=1 -timeout 30m ./...
 echo "==> benchmarks (one round each; ratios are x-native, see README)"

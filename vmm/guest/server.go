@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -265,10 +266,6 @@ func (s *Server) run(ctx context.Context, req *ExecRequest, stdin io.Reader, out
 func (s *Server) command(req *ExecRequest) *exec.Cmd {
 	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
 	cmd.Dir = req.Dir
-	cmd.Env = append([]string(nil), s.opts.BaseEnv...)
-	for k, v := range req.Env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
 	uid, gid := s.opts.DefaultUID, s.opts.DefaultGID
 	if req.UID != nil {
 		uid = *req.UID
@@ -276,11 +273,41 @@ func (s *Server) command(req *ExecRequest) *exec.Cmd {
 	if req.GID != nil {
 		gid = *req.GID
 	}
+	cmd.Env = append(append([]string(nil), s.opts.BaseEnv...), userEnv(uid)...)
+	for k, v := range req.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if uid != uint32(os.Getuid()) || gid != uint32(os.Getgid()) {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uid, Gid: gid}
 	}
 	return cmd
+}
+
+// userEnv is what a login would set for uid, from the machine's
+// /etc/passwd: HOME, USER, LOGNAME and SHELL. Programs such as claude keep
+// their state under HOME.
+func userEnv(uid uint32) []string {
+	u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10))
+	if err != nil {
+		return []string{"HOME=/"}
+	}
+	env := []string{"HOME=" + u.HomeDir, "USER=" + u.Username, "LOGNAME=" + u.Username}
+	if shell := loginShell(u.Username); shell != "" {
+		env = append(env, "SHELL="+shell)
+	}
+	return env
+}
+
+// loginShell reads a user's shell from /etc/passwd (os/user does not).
+func loginShell(name string) string {
+	data, _ := os.ReadFile("/etc/passwd")
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Split(line, ":"); len(f) == 7 && f[0] == name {
+			return f[6]
+		}
+	}
+	return ""
 }
 
 func exitStatus(cmd *exec.Cmd, err error, timedOut bool) ExitStatus {

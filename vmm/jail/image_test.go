@@ -2,13 +2,11 @@ package jail
 
 import (
 	"context"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 
-	"hearth/image"
 	"hearth/vmm"
 	"hearth/vmm/vmmtest"
 )
@@ -22,18 +20,7 @@ func TestRealImage(t *testing.T) {
 			t.Skipf("building the base image needs %s (scripts/test.sh installs it)", tool)
 		}
 	}
-	cat, err := image.BuiltinCatalog()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := image.NewBuilder(filepath.Join(t.TempDir(), "images"), cat, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := b.Build(context.Background(), "base")
-	if err != nil {
-		t.Fatalf("build base image: %v", err)
-	}
+	img := buildImage(t, "base")
 	ctx := context.Background()
 	m, err := d.Create(ctx, vmm.Spec{ID: "real-base", RootFS: img.Rootfs(), UID: 1000, GID: 1000, Memory: 512 << 20})
 	if err != nil {

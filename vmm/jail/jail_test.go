@@ -111,6 +111,7 @@ func TestContainment(t *testing.T) {
 		name, script, want string
 	}{
 		{"runs as agent", "id -u", "1000\n"},
+		{"with agent's login environment", "echo $HOME $USER $LOGNAME $SHELL", "/home/agent agent agent /bin/sh\n"},
 		{"own PID namespace", "ps -o pid= | wc -l | tr -d ' '", ""}, // checked below: a handful
 		{"no network but loopback", "ls /sys/class/net", "lo\n"},
 		{"hostname", "hostname", "contain\n"},
