@@ -3,6 +3,7 @@ package image
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -132,6 +133,7 @@ func TestBuild(t *testing.T) {
 	t.Run("node", func(t *testing.T) { checkNode(t, b) })
 	t.Run("failing npm step", func(t *testing.T) { checkFailingNpm(t, b, cache) })
 	t.Run("list inspect remove", func(t *testing.T) { checkListRemove(t, b) })
+	t.Run("save", func(t *testing.T) { checkSave(t, b, base) })
 }
 
 func checkPackages(t *testing.T, img Image, want ...string) {
@@ -306,5 +308,51 @@ func TestBuildCancelled(t *testing.T) {
 	}
 	if got := cacheEntries(t, cache); !slices.Equal(got, []string{".lock"}) {
 		t.Errorf("cache after cancelled build = %v, want only .lock", got)
+	}
+}
+
+// checkSave saves a changed copy of base as a new image, the way a
+// machine's exported root is saved.
+func checkSave(t *testing.T, b *Builder, base Image) {
+	ctx := context.Background()
+	fill := func(rootfs string) error {
+		if out, err := exec.Command("cp", "-a", base.Rootfs(), rootfs).CombinedOutput(); err != nil {
+			return fmt.Errorf("cp: %v: %s", err, out)
+		}
+		return os.WriteFile(filepath.Join(rootfs, "home/agent/configured"), []byte("yes"), 0o644)
+	}
+	img, err := b.Save(ctx, "mine", base, "machine sbx-1", fill)
+	if err != nil {
+		t.Fatalf("Save(mine) = %v", err)
+	}
+	got, err := b.Get("mine")
+	if err != nil || got.Dir != img.Dir {
+		t.Fatalf("Get(mine) = %+v, %v; want the saved image", got, err)
+	}
+	if got.SavedFrom != "machine sbx-1" || got.Parent != "base" || got.User == nil || got.User.Name != "agent" ||
+		len(got.Debian) == 0 || got.Ext4Size == 0 {
+		t.Errorf("saved manifest = %+v; want it from sbx-1, a child of base with its user, packages and an ext4", got.Manifest)
+	}
+	if data, err := os.ReadFile(filepath.Join(got.Rootfs(), "home/agent/configured")); err != nil || string(data) != "yes" {
+		t.Errorf("saved root lacks the change: %q, %v", data, err)
+	}
+	before, _ := b.List()
+	if _, err := b.Save(ctx, "base", base, "x", fill); err == nil {
+		t.Errorf("Save(base), a recipe's name, = nil; want an error")
+	}
+	if _, err := b.Save(ctx, "Bad/Name", base, "x", fill); err == nil {
+		t.Errorf("Save(Bad/Name) = nil; want an error")
+	}
+	boom := errors.New("boom")
+	_, err = b.Save(ctx, "broken", base, "machine sbx-2", func(string) error { return boom })
+	var se *StepError
+	if !errors.As(err, &se) || !errors.Is(err, boom) || !strings.Contains(se.Step, "sbx-2") {
+		t.Errorf("Save with a failing copy = %v; want a StepError naming the copy", err)
+	}
+	if after, _ := b.List(); len(after) != len(before) {
+		t.Errorf("images after failed saves: %d, want %d", len(after), len(before))
+	}
+	if err := b.Remove("mine"); err != nil {
+		t.Errorf("Remove(mine) = %v", err)
 	}
 }

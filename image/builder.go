@@ -69,6 +69,9 @@ type Manifest struct {
 	Size int64 `json:"size"`
 	// Ext4Size is the size of rootfs.ext4.
 	Ext4Size int64 `json:"ext4_size"`
+	// SavedFrom says what a saved image was made from (a machine), for
+	// images that have no recipe.
+	SavedFrom string `json:"saved_from,omitempty"`
 }
 
 // Package is an installed package and its version.
@@ -136,9 +139,14 @@ func (b *Builder) imageDir(name, hash string) string {
 	return filepath.Join(b.dir, name+"-"+hash[:12])
 }
 
-// buildNew runs the steps in a temporary directory and renames it into
-// place only when all of them succeeded.
+// buildNew builds recipe r's image.
 func (b *Builder) buildNew(ctx context.Context, r *Recipe, hash string, parent Image) (Image, error) {
+	return b.make(ctx, r, hash, parent, func(bd *build) []step { return bd.steps() })
+}
+
+// make runs the steps in a temporary directory and renames it into place
+// only when all of them succeeded.
+func (b *Builder) make(ctx context.Context, r *Recipe, hash string, parent Image, steps func(*build) []step) (Image, error) {
 	dir := b.imageDir(r.Name, hash)
 	if err := removeTree(dir); err != nil { // a leftover without a manifest
 		return Image{}, fmt.Errorf("build image %s: %w", r.Name, err)
@@ -149,7 +157,7 @@ func (b *Builder) buildNew(ctx context.Context, r *Recipe, hash string, parent I
 	}
 	bd, err := b.newBuild(r, hash, parent, tmp)
 	if err == nil {
-		err = bd.run(ctx)
+		err = bd.run(ctx, steps(bd))
 		bd.log.Close()
 	}
 	if err == nil {
@@ -260,22 +268,28 @@ func (b *Builder) List() ([]Image, error) {
 	return out, nil
 }
 
-// Inspect returns the manifest of the named image: the one matching the
-// current recipe if built, else the newest. The error wraps ErrNotFound
-// when no image of that name is built.
-func (b *Builder) Inspect(name string) (Manifest, error) {
+// Get returns the built image machines of that name run: the one
+// matching the current recipe if built, else the newest (a saved image
+// has no recipe). The error wraps ErrNotFound when none is built.
+func (b *Builder) Get(name string) (Image, error) {
 	imgs, err := b.images(name)
 	if err != nil {
-		return Manifest{}, err
+		return Image{}, err
 	}
 	if hash, err := b.recipes.Hash(name); err == nil {
 		for _, img := range imgs {
 			if img.Hash == hash {
-				return img.Manifest, nil
+				return img, nil
 			}
 		}
 	}
-	return imgs[0].Manifest, nil
+	return imgs[0], nil
+}
+
+// Inspect returns the manifest of the image Get returns.
+func (b *Builder) Inspect(name string) (Manifest, error) {
+	img, err := b.Get(name)
+	return img.Manifest, err
 }
 
 // Remove deletes every built version of the named image. Children keep

@@ -34,20 +34,20 @@ type step struct {
 }
 
 func (b *Builder) newBuild(r *Recipe, hash string, parent Image, tmp string) (*build, error) {
-	chain, err := b.recipes.chain(r.Name)
-	if err != nil {
-		return nil, err
-	}
 	log, err := os.Create(filepath.Join(tmp, "build.log"))
 	if err != nil {
 		return nil, err
 	}
+	// A saved image has no recipe in the catalog: it keeps its parent's.
 	man := Manifest{
 		Name: r.Name, Hash: hash, Parent: r.Parent, ParentHash: parent.Hash,
-		Suite: r.Suite, Mirror: parent.Mirror, User: effectiveUser(chain), Env: effectiveEnv(chain),
+		Suite: parent.Suite, Mirror: parent.Mirror, User: parent.User, Env: parent.Env,
 	}
-	if r.Parent != "" {
-		man.Suite = parent.Suite
+	if chain, err := b.recipes.chain(r.Name); err == nil {
+		man.User, man.Env = effectiveUser(chain), effectiveEnv(chain)
+		if r.Parent == "" {
+			man.Suite = r.Suite
+		}
 	}
 	return &build{b: b, r: r, parent: parent, tmp: tmp, rootfs: filepath.Join(tmp, "rootfs"), log: log, man: man}, nil
 }
@@ -98,9 +98,9 @@ func (bd *build) steps() []step {
 	return append(s, step{"record manifest", bd.record}, step{"mkfs.ext4", bd.mkfs})
 }
 
-func (bd *build) run(ctx context.Context) error {
+func (bd *build) run(ctx context.Context, steps []step) error {
 	start := time.Now()
-	for _, st := range bd.steps() {
+	for _, st := range steps {
 		if err := bd.step(ctx, st); err != nil {
 			return err
 		}
