@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -52,11 +53,9 @@ func BenchmarkCreateToFirstByte(b *testing.B) {
 		host = append(host, time.Since(t0))
 		b.StartTimer()
 	}
-	slices.Sort(jail)
-	slices.Sort(host)
-	b.ReportMetric(float64(jail[len(jail)/2].Microseconds())/1000, "ms-median-create-to-first-byte")
-	b.ReportMetric(float64(host[len(host)/2].Microseconds())/1000, "ms-median-host-fork-exec")
-	b.ReportMetric(float64(jail[len(jail)/2])/float64(host[len(host)/2]), "x-fork-exec")
+	b.ReportMetric(ms(median(jail)), "ms-median-create-to-first-byte")
+	b.ReportMetric(ms(median(host)), "ms-median-host-fork-exec")
+	b.ReportMetric(float64(median(jail))/float64(median(host)), "x-fork-exec")
 }
 
 // BenchmarkExecInJail measures an exec round trip of `true` in a running
@@ -81,11 +80,9 @@ func BenchmarkExecInJail(b *testing.B) {
 		exec.Command("true").Run()
 		inJail, host = append(inJail, t1.Sub(t0)), append(host, time.Since(t1))
 	}
-	slices.Sort(inJail)
-	slices.Sort(host)
-	b.ReportMetric(float64(inJail[n/2].Microseconds())/1000, "ms-median-exec-in-jail")
-	b.ReportMetric(float64(host[n/2].Microseconds())/1000, "ms-median-host-fork-exec")
-	b.ReportMetric(float64(inJail[n/2])/float64(host[n/2]), "x-fork-exec")
+	b.ReportMetric(ms(median(inJail)), "ms-median-exec-in-jail")
+	b.ReportMetric(ms(median(host)), "ms-median-host-fork-exec")
+	b.ReportMetric(float64(median(inJail))/float64(median(host)), "x-fork-exec")
 }
 
 // BenchmarkIdleSandboxes starts 100 machines that run nothing and
@@ -98,6 +95,7 @@ func BenchmarkIdleSandboxes(b *testing.B) {
 	d := newDriver(b)
 	root := busyboxRoot(b)
 	ctx := context.Background()
+	var host, pss, charged []float64 // MiB per machine, one per round
 	for i := 0; i < b.N; i++ {
 		before := memAvailable(b)
 		ms := make([]vmm.Machine, 0, n)
@@ -110,20 +108,28 @@ func BenchmarkIdleSandboxes(b *testing.B) {
 		}
 		time.Sleep(2 * time.Second) // let the agents settle
 		after := memAvailable(b)
-		var pss, charged int64
+		var p, c int64
 		for _, m := range ms {
-			pss += pssOf(m.(*machine).agent().pid)
-			charged += m.(*machine).cg.memoryUsage()
+			p += pssOf(m.(*machine).agent().pid)
+			c += m.(*machine).cg.memoryUsage()
 		}
 		for _, m := range ms {
 			m.Destroy(ctx)
 		}
-		perHost := float64(before-after) / n / (1 << 20)
-		b.ReportMetric(perHost, "MiB-host-per-sandbox")
-		b.ReportMetric(float64(pss)/n/(1<<20), "MiB-agent-pss")
-		b.ReportMetric(float64(charged)/n/(1<<20), "MiB-cgroup-charged")
-		b.ReportMetric(perHost/10, "x-10MiB")
+		host = append(host, float64(before-after)/n/(1<<20))
+		pss = append(pss, float64(p)/n/(1<<20))
+		charged = append(charged, float64(c)/n/(1<<20))
 	}
+	b.ReportMetric(median(host), "MiB-host-per-sandbox")
+	b.ReportMetric(median(pss), "MiB-agent-pss")
+	b.ReportMetric(median(charged), "MiB-cgroup-charged")
+	b.ReportMetric(median(host)/10, "x-10MiB")
+}
+
+// median sorts xs and returns its middle element.
+func median[T cmp.Ordered](xs []T) T {
+	slices.Sort(xs)
+	return xs[len(xs)/2]
 }
 
 // memAvailable is the host's MemAvailable in bytes.

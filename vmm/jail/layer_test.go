@@ -556,9 +556,4 @@ func BenchmarkNewLayer(b *testing.B) {
 	}
 }
 
-func median(d []time.Duration) time.Duration {
-	slices.Sort(d)
-	return d[len(d)/2]
-}
-
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
