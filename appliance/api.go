@@ -5,110 +5,122 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
+	"sync"
 
+	"hearth/appliance/api"
 	"hearth/fs"
+	"hearth/image"
+	"hearth/vmm/guest"
 )
 
-// The local API, version 1. JSON in and out; errors are
+// The local API, version 1, is described by api/openapi.yaml; the routes
+// and parameter binding are generated from it, the handlers are here and
+// in api_*.go. JSON in and out, except the streams; errors are
 // {"error":{"code":"...","message":"..."}} with a 4xx or 5xx status.
 
-const maxBody = 1 << 20
+const (
+	maxBody     = 1 << 20  // a JSON request body
+	maxExecBody = 16 << 20 // an exec request, which carries stdin
+)
 
-// SnapshotRequest takes a snapshot; Session "" means the whole tree.
-type SnapshotRequest struct {
-	Session string `json:"session"`
-	Name    string `json:"name"`
+// Error codes. Only this file maps them to HTTP statuses.
+const (
+	codeNotFound    = "not_found"
+	codeBadRequest  = "bad_request"
+	codeConflict    = "conflict"
+	codeTooLarge    = "too_large"
+	codeUnavailable = "unavailable"
+	codeInternal    = "internal"
+	codeBuildFailed = "build_failed"
+)
+
+var codeStatus = map[string]int{
+	codeNotFound: http.StatusNotFound, codeBadRequest: http.StatusBadRequest, codeConflict: http.StatusConflict,
+	codeTooLarge: http.StatusRequestEntityTooLarge, codeUnavailable: http.StatusServiceUnavailable,
+	codeInternal: http.StatusInternalServerError, codeBuildFailed: http.StatusInternalServerError,
 }
 
-// RestoreRequest rolls a session (or, with Session "", the tree) back.
-type RestoreRequest struct {
-	Session  string `json:"session"`
-	Snapshot string `json:"snapshot"`
+// codedError gives an error the API code it is reported with.
+type codedError struct {
+	code string
+	err  error
 }
 
-// BranchRequest starts NewSession from session From in a snapshot of
-// Session (From defaults to Session).
-type BranchRequest struct {
-	Session    string `json:"session"`
-	Snapshot   string `json:"snapshot"`
-	From       string `json:"from,omitempty"`
-	NewSession string `json:"new_session"`
+func (e *codedError) Error() string { return e.err.Error() }
+func (e *codedError) Unwrap() error { return e.err }
+
+func errorf(code, format string, args ...any) error {
+	return &codedError{code: code, err: fmt.Errorf(format, args...)}
 }
 
-// CreateSessionRequest makes a session.
-type CreateSessionRequest struct {
-	ID string `json:"id"`
-}
-
-// APIError is the body of every error response.
+// APIError is the body of every error response, and what the client
+// returns for one.
 type APIError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
-	Status  int    `json:"-"`
+	// Step is the build step that failed, for build_failed.
+	Step   string `json:"step,omitempty"`
+	Status int    `json:"-"`
 }
 
 func (e *APIError) Error() string { return e.Message }
 
+// apiError maps errors to HTTP; this is the only place that does.
+func apiError(err error) *APIError {
+	e := &APIError{Code: codeInternal, Message: err.Error()}
+	var ce *codedError
+	var se *image.StepError
+	switch {
+	case errors.As(err, &ce):
+		e.Code = ce.code
+	case errors.As(err, &se):
+		e.Code, e.Step = codeBuildFailed, se.Step
+	case errors.Is(err, fs.ErrNotFound), errors.Is(err, guest.ErrNotFound), errors.Is(err, image.ErrNotFound):
+		e.Code = codeNotFound
+	case errors.Is(err, fs.ErrExists):
+		e.Code, e.Status = "exists", http.StatusConflict
+	case errors.Is(err, fs.ErrBadName):
+		e.Code, e.Status = "bad_name", http.StatusBadRequest
+	case errors.Is(err, fs.ErrQuota):
+		e.Code, e.Status = "quota", http.StatusInsufficientStorage
+	case errors.Is(err, guest.ErrTooLarge):
+		e.Code = codeTooLarge
+	case errors.Is(err, guest.ErrOutside):
+		e.Code = codeBadRequest
+	}
+	if e.Status == 0 {
+		e.Status = codeStatus[e.Code]
+	}
+	return e
+}
+
+// server implements the generated interface over a daemon.
+type server struct{ d *Daemon }
+
+var _ api.ServerInterface = (*server)(nil)
+
 func (d *Daemon) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/workspace/sessions", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, http.StatusOK, d.store.Sessions())
-	})
-	mux.HandleFunc("POST /v1/workspace/sessions", func(w http.ResponseWriter, r *http.Request) {
-		var req CreateSessionRequest
-		if decode(w, r, &req) {
-			result(w, http.StatusCreated, req, d.store.CreateSession(req.ID, fs.Owner{}))
-		}
-	})
-	mux.HandleFunc("DELETE /v1/workspace/sessions/{id}", func(w http.ResponseWriter, r *http.Request) {
-		result(w, http.StatusOK, map[string]string{"deleted": r.PathValue("id")}, d.store.DeleteSession(r.PathValue("id")))
-	})
-	mux.HandleFunc("GET /v1/workspace/snapshots", func(w http.ResponseWriter, r *http.Request) {
-		list, err := d.store.Snapshots(r.URL.Query().Get("session"))
-		result(w, http.StatusOK, list, err)
-	})
-	mux.HandleFunc("POST /v1/workspace/snapshots", func(w http.ResponseWriter, r *http.Request) {
-		var req SnapshotRequest
-		if !decode(w, r, &req) {
-			return
-		}
-		if req.Name == "" {
-			req.Name = time.Now().UTC().Format("snap-20060102-150405.000")
-		}
-		result(w, http.StatusCreated, req, d.store.Snapshot(req.Session, req.Name))
-	})
-	mux.HandleFunc("DELETE /v1/workspace/snapshots", func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		result(w, http.StatusOK, map[string]string{"deleted": q.Get("name")}, d.store.DeleteSnapshot(q.Get("session"), q.Get("name")))
-	})
-	mux.HandleFunc("POST /v1/workspace/restore", func(w http.ResponseWriter, r *http.Request) {
-		var req RestoreRequest
-		if decode(w, r, &req) {
-			result(w, http.StatusOK, req, d.store.Restore(req.Session, req.Snapshot))
-		}
-	})
-	mux.HandleFunc("POST /v1/workspace/branch", func(w http.ResponseWriter, r *http.Request) {
-		var req BranchRequest
-		if decode(w, r, &req) {
-			result(w, http.StatusCreated, req, d.store.Branch(req.Session, req.Snapshot, req.From, req.NewSession))
-		}
-	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		fail(w, &APIError{Code: "not_found", Message: fmt.Sprintf("no API route %s %s", r.Method, r.URL.Path), Status: http.StatusNotFound})
+		fail(w, &APIError{Code: codeNotFound, Message: fmt.Sprintf("no API route %s %s", r.Method, r.URL.Path), Status: http.StatusNotFound})
 	})
-	return mux
+	return api.HandlerWithOptions(&server{d: d}, api.StdHTTPServerOptions{
+		BaseRouter: mux,
+		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			fail(w, &APIError{Code: codeBadRequest, Message: err.Error(), Status: http.StatusBadRequest})
+		},
+	})
 }
 
 // decode reads a JSON body strictly: size-limited, unknown fields refused.
-func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		code, status := "bad_request", http.StatusBadRequest
+		code, status := codeBadRequest, http.StatusBadRequest
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			code, status = "too_large", http.StatusRequestEntityTooLarge
+			code, status = codeTooLarge, http.StatusRequestEntityTooLarge
 		}
 		fail(w, &APIError{Code: code, Message: "request body: " + err.Error(), Status: status})
 		return false
@@ -124,22 +136,6 @@ func result(w http.ResponseWriter, status int, v any, err error) {
 	reply(w, status, v)
 }
 
-// apiError maps store errors to HTTP; this is the only place that does.
-func apiError(err error) *APIError {
-	e := &APIError{Code: "internal", Message: err.Error(), Status: http.StatusInternalServerError}
-	switch {
-	case errors.Is(err, fs.ErrNotFound):
-		e.Code, e.Status = "not_found", http.StatusNotFound
-	case errors.Is(err, fs.ErrExists):
-		e.Code, e.Status = "exists", http.StatusConflict
-	case errors.Is(err, fs.ErrBadName):
-		e.Code, e.Status = "bad_name", http.StatusBadRequest
-	case errors.Is(err, fs.ErrQuota):
-		e.Code, e.Status = "quota", http.StatusInsufficientStorage
-	}
-	return e
-}
-
 func reply(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -148,4 +144,56 @@ func reply(w http.ResponseWriter, status int, v any) {
 
 func fail(w http.ResponseWriter, e *APIError) {
 	reply(w, e.Status, map[string]*APIError{"error": e})
+}
+
+// stream writes newline-delimited JSON frames, each flushed at once so the
+// client sees it as it is produced. The 200 header goes out with the
+// first frame, so an error before it can still be an error response.
+type stream struct {
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	started bool
+	err     error // the first write error: the client went away
+}
+
+func newStream(w http.ResponseWriter) *stream {
+	return &stream{w: w, rc: http.NewResponseController(w)}
+}
+
+func (s *stream) frame(v any) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	if !s.started {
+		s.started = true
+		s.w.Header().Set("Content-Type", "application/x-ndjson")
+		s.w.Header().Set("X-Content-Type-Options", "nosniff")
+		s.w.WriteHeader(http.StatusOK)
+	}
+	b, err := json.Marshal(v)
+	if err == nil {
+		_, err = s.w.Write(append(b, '\n'))
+	}
+	if err == nil {
+		err = s.rc.Flush()
+	}
+	s.err = err
+	return err
+}
+
+// fail ends the stream with an error: an error frame once it started, an
+// error response before.
+func (s *stream) fail(err error) {
+	e := apiError(err)
+	s.mu.Lock()
+	started := s.started
+	s.mu.Unlock()
+	if !started {
+		fail(s.w, e)
+		return
+	}
+	s.frame(map[string]api.Error{"error": {Code: e.Code, Message: e.Message, Step: e.Step}})
 }

@@ -21,6 +21,12 @@ func TestLoadConfig(t *testing.T) {
 		{"relative", "state_dir = \"state\"\n", "state_dir = \"state\": must be an absolute path"},
 		{"mount inside state", "state_dir = \"/x\"\n[workspace]\nmount = \"/x/agents\"\n", "inside state_dir"},
 		{"syntax", "state_dir = \n", "line 1"},
+		{"sandbox", "[sandbox]\nagent = \"/x/hearth-guest\"\ndefault_image = \"node\"\nidle_timeout = \"5m\"\nexec_timeout = \"0s\"\nmemory = \"2G\"\ndisk = \"10GiB\"\ncpus = 1.5\npids = 100\nmax_upload = \"64M\"\n", ""},
+		{"unknown sandbox key", "[sandbox]\nidle = \"5m\"\n", "unknown key sandbox.idle (known: state_dir, workspace.mount, sandbox.agent"},
+		{"bad size", "[sandbox]\nmemory = \"lots\"\n", "not a size"},
+		{"bad duration", "[sandbox]\nidle_timeout = \"10\"\n", "not a duration"},
+		{"relative agent", "[sandbox]\nagent = \"hearth-guest\"\n", "sandbox.agent"},
+		{"negative", "[sandbox]\npids = -1\n", "sandbox.pids"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -132,4 +138,16 @@ func TestClientDaemonDown(t *testing.T) {
 		t.Fatalf("Sessions with no daemon = %v, want ErrDaemonDown saying to run hearth up", err)
 	}
 	_ = http.StatusOK
+}
+
+// TestSecondDaemonRefused: a second daemon on the same state stops at the
+// socket, before it opens the store or touches a mount or a machine.
+func TestSecondDaemonRefused(t *testing.T) {
+	d, c := startDaemon(t)
+	if _, err := Start(d.cfg, nil); err == nil || !strings.Contains(err.Error(), "another hearth daemon") {
+		t.Fatalf("second Start = %v, want refused", err)
+	}
+	if err := c.CreateSession(context.Background(), "still-there"); err != nil {
+		t.Errorf("the first daemon after a refused second one: %v", err)
+	}
 }

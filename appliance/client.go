@@ -1,67 +1,109 @@
 package appliance
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"syscall"
 	"time"
 
+	"hearth/appliance/api"
 	"hearth/fs"
 )
 
 // Client talks to a daemon's API over its unix socket. It is what the CLI
-// uses; it never touches the daemon's state directly.
+// uses; it never touches the daemon's state directly. It wraps the client
+// generated from api/openapi.yaml: every call gets a timeout (streams are
+// bounded by their context instead), and error responses become
+// *APIError, a daemon that does not answer ErrDaemonDown.
 type Client struct {
 	socket string
 	hc     *http.Client
+	api    *api.Client
+	// Timeout bounds each call that does not stream.
+	Timeout time.Duration
 }
+
+// Types of the API, for the client's callers.
+type (
+	Sandbox              = api.Sandbox
+	CreateSandboxRequest = api.CreateSandboxRequest
+	ExecRequest          = api.ExecRequest
+	ExitStatus           = api.ExitStatus
+	FileInfo             = api.FileInfo
+	Image                = api.Image
+	ImageList            = api.ImageList
+	ImageManifest        = api.ImageManifest
+	Package              = api.Package
+	BranchRequest        = api.BranchRequest
+)
 
 // NewClient returns a client for the daemon serving socket.
 func NewClient(socket string) *Client {
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", socket)
-	}}
-	return &Client{socket: socket, hc: &http.Client{Transport: tr, Timeout: 60 * time.Second}}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		// Streams send their header as soon as they start; a daemon that
+		// says nothing for this long is stuck.
+		ResponseHeaderTimeout: 2 * time.Minute,
+	}
+	hc := &http.Client{Transport: tr}
+	ac, _ := api.NewClient("http://hearth", api.WithHTTPClient(hc)) // fails only for a bad option
+	return &Client{socket: socket, hc: hc, api: ac, Timeout: 60 * time.Second}
 }
 
 // ErrDaemonDown means nothing answers on the socket.
 var ErrDaemonDown = errors.New("the hearth daemon is not running")
 
-func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	var body bytes.Buffer
-	if in != nil {
-		json.NewEncoder(&body).Encode(in)
+// send makes one request with the generated client and turns a failure to
+// connect and an error status into Go errors. The caller closes the body.
+func (c *Client) send(ctx context.Context, call func(context.Context) (*http.Response, error)) (*http.Response, error) {
+	resp, err := call(ctx)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("%w (no answer on %s): start it with 'hearth up'", ErrDaemonDown, c.socket)
+		}
+		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://hearth"+path, &body)
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		return nil, responseError(resp)
+	}
+	return resp, nil
+}
+
+func responseError(resp *http.Response) error {
+	var e struct{ Error *APIError }
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if json.Unmarshal(body, &e) != nil || e.Error == nil {
+		return fmt.Errorf("%s %s: HTTP %d", resp.Request.Method, resp.Request.URL.Path, resp.StatusCode)
+	}
+	e.Error.Status = resp.StatusCode
+	return e.Error
+}
+
+// call makes a request that does not stream, within c.Timeout, and
+// decodes the JSON answer into out (nil: discard it).
+func (c *Client) call(ctx context.Context, out any, call func(context.Context) (*http.Response, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	resp, err := c.send(ctx, call)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-			return fmt.Errorf("%w (no answer on %s): start it with 'hearth up'", ErrDaemonDown, c.socket)
-		}
-		return fmt.Errorf("%s %s: %w", method, path, err)
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		var e struct{ Error *APIError }
-		if json.NewDecoder(resp.Body).Decode(&e) != nil || e.Error == nil {
-			return fmt.Errorf("%s %s: HTTP %d", method, path, resp.StatusCode)
-		}
-		e.Error.Status = resp.StatusCode
-		return e.Error
+	if out == nil {
+		io.Copy(io.Discard, resp.Body)
+		return nil
 	}
-	if out != nil {
-		return json.NewDecoder(resp.Body).Decode(out)
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: answer: %w", resp.Request.Method, resp.Request.URL.Path, err)
 	}
 	return nil
 }
@@ -69,38 +111,53 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 // Sessions lists the workspace sessions.
 func (c *Client) Sessions(ctx context.Context) ([]fs.SessionInfo, error) {
 	var out []fs.SessionInfo
-	return out, c.do(ctx, "GET", "/v1/workspace/sessions", nil, &out)
+	return out, c.call(ctx, &out, func(ctx context.Context) (*http.Response, error) { return c.api.ListSessions(ctx) })
 }
 
 // CreateSession makes a session with inputs/, outputs/ and .home/.
 func (c *Client) CreateSession(ctx context.Context, id string) error {
-	return c.do(ctx, "POST", "/v1/workspace/sessions", CreateSessionRequest{ID: id}, nil)
+	return c.call(ctx, nil, func(ctx context.Context) (*http.Response, error) {
+		return c.api.CreateSession(ctx, api.CreateSessionRequest{Id: id})
+	})
 }
 
 // DeleteSession removes a session and its snapshots.
 func (c *Client) DeleteSession(ctx context.Context, id string) error {
-	return c.do(ctx, "DELETE", "/v1/workspace/sessions/"+url.PathEscape(id), nil, nil)
+	return c.call(ctx, nil, func(ctx context.Context) (*http.Response, error) { return c.api.DeleteSession(ctx, id) })
 }
 
 // Snapshot takes a snapshot and returns its name (generated when empty).
 func (c *Client) Snapshot(ctx context.Context, session, name string) (string, error) {
-	var out SnapshotRequest
-	err := c.do(ctx, "POST", "/v1/workspace/snapshots", SnapshotRequest{Session: session, Name: name}, &out)
+	var out api.SnapshotRequest
+	err := c.call(ctx, &out, func(ctx context.Context) (*http.Response, error) {
+		return c.api.CreateSnapshot(ctx, api.SnapshotRequest{Session: session, Name: name})
+	})
 	return out.Name, err
 }
 
 // Snapshots lists a session's snapshots ("" for whole-tree ones).
 func (c *Client) Snapshots(ctx context.Context, session string) ([]fs.SnapshotInfo, error) {
 	var out []fs.SnapshotInfo
-	return out, c.do(ctx, "GET", "/v1/workspace/snapshots?session="+url.QueryEscape(session), nil, &out)
+	return out, c.call(ctx, &out, func(ctx context.Context) (*http.Response, error) {
+		return c.api.ListSnapshots(ctx, &api.ListSnapshotsParams{Session: session})
+	})
+}
+
+// DeleteSnapshot deletes a snapshot of a session ("" for a whole-tree one).
+func (c *Client) DeleteSnapshot(ctx context.Context, session, name string) error {
+	return c.call(ctx, nil, func(ctx context.Context) (*http.Response, error) {
+		return c.api.DeleteSnapshot(ctx, &api.DeleteSnapshotParams{Session: session, Name: name})
+	})
 }
 
 // Restore rolls a session back to a snapshot.
 func (c *Client) Restore(ctx context.Context, session, snapshot string) error {
-	return c.do(ctx, "POST", "/v1/workspace/restore", RestoreRequest{Session: session, Snapshot: snapshot}, nil)
+	return c.call(ctx, nil, func(ctx context.Context) (*http.Response, error) {
+		return c.api.RestoreSnapshot(ctx, api.RestoreRequest{Session: session, Snapshot: snapshot})
+	})
 }
 
 // Branch starts a new session from a snapshot.
 func (c *Client) Branch(ctx context.Context, req BranchRequest) error {
-	return c.do(ctx, "POST", "/v1/workspace/branch", req, nil)
+	return c.call(ctx, nil, func(ctx context.Context) (*http.Response, error) { return c.api.BranchSession(ctx, req) })
 }

@@ -5,15 +5,19 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/dustin/go-humanize"
 )
 
 // Config is hearth.toml.
 type Config struct {
-	// StateDir holds the workspace store and the API socket.
+	// StateDir holds the workspace store, the API socket, the image cache,
+	// the jail driver's state and one record per sandbox.
 	StateDir  string          `toml:"state_dir"`
 	Workspace WorkspaceConfig `toml:"workspace"`
+	Sandbox   SandboxConfig   `toml:"sandbox"`
 }
 
 // WorkspaceConfig configures the shared tree.
@@ -22,13 +26,91 @@ type WorkspaceConfig struct {
 	Mount string `toml:"mount"`
 }
 
+// SandboxConfig configures sandboxes: the machine tier's agent and the
+// defaults a create request does not override.
+type SandboxConfig struct {
+	// Agent is the hearth-guest binary each machine runs as PID 1; empty
+	// means hearth-guest next to the running hearth binary.
+	Agent string `toml:"agent"`
+	// DefaultImage is the image a sandbox gets when it names none.
+	DefaultImage string `toml:"default_image"`
+	// IdleTimeout pauses a sandbox after this long without activity; 0
+	// never does.
+	IdleTimeout Duration `toml:"idle_timeout"`
+	// ExecTimeout is the default timeout of one exec; 0 means none.
+	ExecTimeout Duration `toml:"exec_timeout"`
+	// Default limits; 0 means none.
+	CPUs   float64 `toml:"cpus"`
+	Memory Size    `toml:"memory"`
+	Pids   int64   `toml:"pids"`
+	Disk   Size    `toml:"disk"`
+	// MaxUpload bounds one file upload into a sandbox.
+	MaxUpload Size `toml:"max_upload"`
+}
+
+// Size is a byte count written for people in the config ("512MiB", "2G").
+type Size int64
+
+func (s *Size) UnmarshalText(b []byte) error {
+	n, err := ParseSize(string(b))
+	*s = Size(n)
+	return err
+}
+
+// ParseSize reads a size for people: "512MiB", "1.5GB", and, as docker
+// and free(1) mean them, a bare K, M, G or T as powers of 1024 ("512M" is
+// 512 MiB).
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	if n := len(t); n > 0 && strings.ContainsRune("kKmMgGtT", rune(t[n-1])) {
+		t += "iB"
+	}
+	n, err := humanize.ParseBytes(t)
+	if err != nil || n > 1<<62 {
+		return 0, fmt.Errorf("%q is not a size: write it like 512M, 2GiB or 1.5GB", s)
+	}
+	return int64(n), nil
+}
+
+func (s Size) MarshalText() ([]byte, error) { return []byte(humanize.IBytes(uint64(s))), nil }
+
+// Duration is a time.Duration written as "10m" or "90s" in the config.
+type Duration time.Duration
+
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration: write it like 90s, 10m or 1h30m", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
 // DefaultConfig is what an empty config file means.
 func DefaultConfig() Config {
 	return Config{
 		StateDir:  "/var/lib/hearth",
 		Workspace: WorkspaceConfig{Mount: "/workspace/agents"},
+		Sandbox:   DefaultSandboxConfig(),
 	}
 }
+
+// DefaultSandboxConfig is what an absent [sandbox] table means.
+func DefaultSandboxConfig() SandboxConfig {
+	return SandboxConfig{
+		DefaultImage: "base",
+		IdleTimeout:  Duration(10 * time.Minute),
+		ExecTimeout:  Duration(time.Hour),
+		Memory:       1 << 30,
+		Pids:         1024,
+		MaxUpload:    1 << 30,
+	}
+}
+
+const knownKeys = "state_dir, workspace.mount, sandbox.agent, sandbox.default_image, sandbox.idle_timeout, " +
+	"sandbox.exec_timeout, sandbox.cpus, sandbox.memory, sandbox.pids, sandbox.disk, sandbox.max_upload"
 
 // LoadConfig decodes the TOML file at path over the defaults. Unknown keys
 // are errors, so a typo does not silently fall back to a default.
@@ -47,7 +129,7 @@ func LoadConfig(path string) (Config, error) {
 		for i, k := range und {
 			keys[i] = k.String()
 		}
-		return cfg, fmt.Errorf("config %s: unknown key %s (known: state_dir, workspace.mount)", path, strings.Join(keys, ", "))
+		return cfg, fmt.Errorf("config %s: unknown key %s (known: %s)", path, strings.Join(keys, ", "), knownKeys)
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
@@ -66,7 +148,41 @@ func (c Config) Validate() error {
 	if err == nil && !strings.HasPrefix(rel, "..") {
 		return fmt.Errorf("workspace.mount = %q is inside state_dir = %q: put it elsewhere", c.Workspace.Mount, c.StateDir)
 	}
+	return c.Sandbox.validate()
+}
+
+func (s SandboxConfig) validate() error {
+	if s.Agent != "" && !filepath.IsAbs(s.Agent) {
+		return fmt.Errorf("sandbox.agent = %q: must be an absolute path", s.Agent)
+	}
+	checks := []struct {
+		key string
+		bad bool
+	}{
+		{"sandbox.idle_timeout", s.IdleTimeout < 0},
+		{"sandbox.exec_timeout", s.ExecTimeout < 0},
+		{"sandbox.cpus", s.CPUs < 0},
+		{"sandbox.pids", s.Pids < 0},
+		{"sandbox.max_upload", s.MaxUpload < 0},
+	}
+	for _, c := range checks {
+		if c.bad {
+			return fmt.Errorf("%s: must be positive", c.key)
+		}
+	}
 	return nil
+}
+
+// withDefaults fills what a Config written as a Go literal leaves out.
+func (s SandboxConfig) withDefaults() SandboxConfig {
+	def := DefaultSandboxConfig()
+	if s.DefaultImage == "" {
+		s.DefaultImage = def.DefaultImage
+	}
+	if s.MaxUpload == 0 {
+		s.MaxUpload = def.MaxUpload
+	}
+	return s
 }
 
 // SocketPath is where the daemon serves its API.

@@ -15,22 +15,29 @@ import (
 	"hearth/fs"
 )
 
-// Daemon is a running appliance: the store, its host view and the API.
+// Daemon is a running appliance: the store, its host view, the image
+// cache, the sandboxes and the API.
 type Daemon struct {
-	cfg   Config
-	store *fs.Store
-	view  *fs.View
-	srv   *http.Server
-	ln    net.Listener
-	log   *log.Logger
+	cfg    Config
+	store  *fs.Store
+	view   *fs.View
+	images *imageService
+	sbx    *sandboxManager
+	srv    *http.Server
+	ln     net.Listener
+	log    *log.Logger
 
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// Start opens the store, mounts the host view and serves the API. A stale
-// mount or socket left by a crashed daemon is cleaned up first.
+// Start opens the store, mounts the host view, re-attaches to the
+// sandboxes a previous daemon left running and serves the API. The API
+// socket is taken first: it is what tells a second daemon on the same
+// state to stop before it touches anything. A stale mount or socket left
+// by a crashed daemon is cleaned up. Sandboxes being unavailable (no guest
+// agent, not root) is logged, not fatal: their routes then say why.
 func Start(cfg Config, logger *log.Logger) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -38,59 +45,83 @@ func Start(cfg Config, logger *log.Logger) (*Daemon, error) {
 	if logger == nil {
 		logger = log.New(os.Stderr, "hearth: ", log.LstdFlags)
 	}
-	store, err := fs.Open(fs.Options{Dir: filepath.Join(cfg.StateDir, "workspace")})
+	ln, err := listen(cfg.SocketPath())
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, store: store, log: logger}
-	if d.view, err = store.Mount(cfg.Workspace.Mount, fs.ViewOptions{Host: true}); err != nil {
-		store.Close()
+	d := &Daemon{cfg: cfg, ln: ln, log: logger}
+	if err := d.open(); err != nil {
+		ln.Close()
+		os.Remove(cfg.SocketPath())
 		return nil, err
 	}
-	if err := d.listen(); err != nil {
-		d.view.Unmount()
-		store.Close()
-		return nil, err
-	}
+	d.serve()
 	return d, nil
 }
 
-func (d *Daemon) listen() error {
-	sock := d.cfg.SocketPath()
+// listen takes the API socket unless another daemon answers on it.
+func listen(sock string) (net.Listener, error) {
 	if c, err := net.DialTimeout("unix", sock, 200*time.Millisecond); err == nil {
 		c.Close()
-		return fmt.Errorf("another hearth daemon is serving %s: stop it first", sock)
+		return nil, fmt.Errorf("another hearth daemon is serving %s: stop it first", sock)
 	}
 	os.Remove(sock) // stale socket from a crash
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", sock, err)
+		return nil, fmt.Errorf("listen on %s: %w", sock, err)
 	}
 	os.Chmod(sock, 0o600)
-	d.ln = ln
+	return ln, nil
+}
+
+// open brings up the store, the host view, the images and the sandboxes.
+func (d *Daemon) open() error {
+	store, err := fs.Open(fs.Options{Dir: filepath.Join(d.cfg.StateDir, "workspace")})
+	if err != nil {
+		return err
+	}
+	if d.view, err = store.Mount(d.cfg.Workspace.Mount, fs.ViewOptions{Host: true}); err != nil {
+		store.Close()
+		return err
+	}
+	if d.images, err = newImageService(d.cfg.StateDir, d.log); err == nil {
+		d.sbx, err = newSandboxManager(d.cfg, store, d.images, d.log)
+	}
+	if err != nil {
+		d.view.Unmount()
+		store.Close()
+		return err
+	}
+	d.store = store
+	return nil
+}
+
+func (d *Daemon) serve() {
 	d.srv = &http.Server{Handler: d.routes(), ReadHeaderTimeout: 10 * time.Second}
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		if err := d.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := d.srv.Serve(d.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			d.log.Printf("api: %v", err)
 		}
 	}()
-	return nil
 }
 
 // Store is the workspace store (for tests and in-process callers).
 func (d *Daemon) Store() *fs.Store { return d.store }
 
-// Close stops the API, unmounts the workspace and closes the store.
-// Idempotent.
+// Close stops the API, lets go of the sandboxes (they keep running for the
+// next daemon), unmounts the workspace and closes the store. Idempotent.
 func (d *Daemon) Close() error {
 	d.closeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		d.srv.Shutdown(ctx)
+		if d.srv.Shutdown(ctx) != nil {
+			d.srv.Close() // streams still running after the grace period
+		}
 		d.wg.Wait()
 		os.Remove(d.cfg.SocketPath())
+		d.sbx.Close()
 		err := d.view.Unmount()
 		if cerr := d.store.Close(); err == nil {
 			err = cerr

@@ -9,11 +9,27 @@ import (
 // TestImportRules enforces the architecture's import rules with go list:
 // cmd -> appliance -> {agents, scheduler, vmm, fs, image}; leaf packages
 // never import appliance, cmd or each other, except agents using vmm's
-// interfaces (never a driver).
+// interfaces (never a driver). The API code generated from the OpenAPI
+// document (appliance/api) imports nothing of Hearth and only the
+// appliance imports it: cmd reaches the daemon through the hand-written
+// client. Test helpers (appliance/appliancetest) are for tests only.
 func TestImportRules(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}:{{join .Deps " "}}`, "hearth/...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
+	}
+	generated, helpers := "hearth/appliance/api", "hearth/appliance/appliancetest"
+	direct, err := exec.Command("go", "list", "-f", `{{.ImportPath}}:{{join .Imports " "}}`, "hearth/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(direct)), "\n") {
+		pkg, imports, _ := strings.Cut(line, ":")
+		for _, imp := range strings.Fields(imports) {
+			if imp == generated && pkg != "hearth/appliance" {
+				t.Errorf("%s imports %s: only the appliance uses the generated API code; use its Client", pkg, imp)
+			}
+		}
 	}
 	leaves := []string{"hearth/agents", "hearth/scheduler", "hearth/vmm", "hearth/fs", "hearth/image"}
 	allowed := map[string][]string{"hearth/agents": {"hearth/vmm"}}
@@ -29,6 +45,12 @@ func TestImportRules(t *testing.T) {
 			}
 			if under(dep, "hearth/cmd") {
 				t.Errorf("%s imports %s: nothing imports a command", pkg, dep)
+			}
+			if pkg == generated {
+				t.Errorf("%s imports %s: generated code knows nothing of Hearth", pkg, dep)
+			}
+			if dep == helpers {
+				t.Errorf("%s imports %s: test helpers are for tests only", pkg, dep)
 			}
 			for _, leaf := range leaves {
 				if !under(pkg, leaf) {

@@ -17,7 +17,7 @@ const (
 	exitOK       = 0
 	exitError    = 1 // the operation failed
 	exitUsage    = 2 // bad command line
-	exitNotFound = 3 // no such session or snapshot
+	exitNotFound = 3 // no such session, snapshot, sandbox or image
 	exitDown     = 4 // the daemon is not running
 )
 
@@ -33,15 +33,32 @@ Usage:
   hearth workspace restore SESSION|--all NAME    roll back to a snapshot
   hearth workspace branch SESSION NAME NEW       start session NEW from a snapshot
 
+  hearth sandboxes create [--image base] [--session S] [--cpus N] [--memory 512M]
+                          [--pids N] [--disk 2G] [--env K=V]... [--idle-timeout 10m]
+                          [--exec-timeout 5m] [ID]      boot a sandbox, print its id
+  hearth sandboxes exec ID [--user U] [--cwd D] [--env K=V]... [--timeout D] [-n] -- CMD ARGS...
+                                                 run a command; exits with its status
+  hearth sandboxes cp SRC DST                    copy a file in or out (ID:/path, - for stdin/stdout)
+  hearth sandboxes pause|resume|destroy ID       freeze, thaw or remove a sandbox
+  hearth sandboxes ls [--json]                   list sandboxes
+
+  hearth images build NAME                       build an image from its recipe, showing progress
+  hearth images ls [--json]                      list built images and recipes
+  hearth images inspect NAME [--json]            show an image's manifest
+  hearth images rm NAME                          delete a built image
+
 Every command but up takes --config FILE to find the daemon (default
-/etc/hearth/hearth.toml if it exists, else built-in defaults).
+/etc/hearth/hearth.toml if it exists, else built-in defaults). Exit codes:
+0 ok, 1 failed, 2 bad command line, 3 not found, 4 daemon not running;
+sandboxes exec exits with the command's own status (128+N if killed by
+signal N).
 `
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -52,6 +69,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdUp(args[1:], stderr)
 	case "workspace", "ws":
 		err = cmdWorkspace(args[1:], stdout)
+	case "sandboxes", "sandbox", "sbx":
+		err = cmdSandboxes(args[1:], stdin, stdout, stderr)
+	case "images", "image":
+		err = cmdImages(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "hearth: unknown command %q\n\n%s", args[0], usage)
 		return exitUsage
@@ -63,17 +84,23 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
+// statusError ends the CLI with a command's own exit status; what went
+// wrong was said already.
+type statusError struct{ code int }
+
+func (e statusError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
 func exitCode(err error, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
+	var se statusError
+	if errors.As(err, &se) {
+		return se.code
+	}
 	var ue usageError
 	var ae *appliance.APIError
-	hint := ""
-	if errors.As(err, &ae) && ae.Code == "not_found" {
-		hint = " (list what exists with 'hearth workspace ls' or 'hearth workspace snapshots SESSION')"
-	}
-	fmt.Fprintf(stderr, "hearth: %v%s\n", err, hint)
+	fmt.Fprintf(stderr, "hearth: %v\n", err)
 	switch {
 	case errors.As(err, &ue), errors.Is(err, flag.ErrHelp):
 		return exitUsage

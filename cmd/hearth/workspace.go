@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,6 +17,15 @@ import (
 )
 
 func cmdWorkspace(args []string, stdout io.Writer) error {
+	err := workspaceCmd(args, stdout)
+	var ae *appliance.APIError
+	if errors.As(err, &ae) && ae.Code == "not_found" {
+		return fmt.Errorf("%w (list what exists with 'hearth workspace ls' or 'hearth workspace snapshots SESSION')", err)
+	}
+	return err
+}
+
+func workspaceCmd(args []string, stdout io.Writer) error {
 	fl := flag.NewFlagSet("workspace", flag.ContinueOnError)
 	config := fl.String("config", "", "config file")
 	asJSON := fl.Bool("json", false, "print JSON")

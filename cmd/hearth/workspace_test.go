@@ -38,7 +38,7 @@ func daemon(t *testing.T) (config string, cfg appliance.Config) {
 func hearth(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = run(args, &out, &errb)
+	code = run(args, strings.NewReader(""), &out, &errb)
 	return out.String(), errb.String(), code
 }
 

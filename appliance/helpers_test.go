@@ -1,0 +1,66 @@
+package appliance
+
+import (
+	"context"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"hearth/appliance/appliancetest"
+)
+
+// sandboxConfig returns a config on temporary directories whose daemon
+// can run sandboxes of the tiny image.
+func sandboxConfig(t testing.TB) Config {
+	t.Helper()
+	cfg := agentConfig(t)
+	cfg.Sandbox.DefaultImage = "tiny"
+	appliancetest.AddTinyImage(t, filepath.Join(cfg.StateDir, "images"))
+	return cfg
+}
+
+// agentConfig returns a config on temporary directories whose daemon can
+// run sandboxes, with no image yet.
+func agentConfig(t testing.TB) Config {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("sandboxes need root (namespaces, mounts, cgroups, FUSE)")
+	}
+	dir := t.TempDir()
+	cfg := DefaultConfig()
+	cfg.StateDir, cfg.Workspace.Mount = filepath.Join(dir, "state"), filepath.Join(dir, "agents")
+	cfg.Sandbox.Agent = appliancetest.Agent(t)
+	cfg.Sandbox.MaxUpload = 1 << 20
+	os.MkdirAll(cfg.StateDir, 0o700)
+	return cfg
+}
+
+// startSandboxDaemon starts a daemon on cfg; cleanup destroys what
+// sandboxes are left and closes it.
+func startSandboxDaemon(t testing.TB, cfg Config) (*Daemon, *Client) {
+	t.Helper()
+	d, err := Start(cfg, testLogger(t))
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { destroyAll(d); d.Close() })
+	return d, NewClient(cfg.SocketPath())
+}
+
+func destroyAll(d *Daemon) {
+	for _, s := range d.sbx.List() {
+		d.sbx.Destroy(context.Background(), s.rec.ID)
+	}
+}
+
+type logWriter struct{ t testing.TB }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// testLogger sends the daemon's log to the test's.
+func testLogger(t testing.TB) *log.Logger { return log.New(logWriter{t}, "hearth: ", 0) }

@@ -1,0 +1,127 @@
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"hearth/image"
+)
+
+// imageService is the image cache under <state_dir>/images, built from
+// the built-in recipes.
+type imageService struct {
+	dir     string
+	catalog *image.Catalog
+	builder *image.Builder // for listing, inspecting and removing
+	log     *log.Logger
+}
+
+func newImageService(stateDir string, logger *log.Logger) (*imageService, error) {
+	cat, err := image.BuiltinCatalog()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(stateDir, "images")
+	b, err := image.NewBuilder(dir, cat, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &imageService{dir: dir, catalog: cat, builder: b, log: logger}, nil
+}
+
+var imageNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+func checkImageName(name string) error {
+	if !imageNameRe.MatchString(name) || strings.Contains(name, "..") {
+		return errorf(codeBadRequest, "image name %q: use lowercase letters, digits, '.', '_' or '-'", name)
+	}
+	return nil
+}
+
+// current reports whether img was built from its recipe as it is now.
+func (s *imageService) current(img image.Image) bool {
+	h, err := s.catalog.Hash(img.Name)
+	return err == nil && h == img.Hash
+}
+
+// resolve returns the built image a sandbox named name boots from: the
+// current recipe's if built, else the newest (a saved image has no
+// recipe).
+func (s *imageService) resolve(name string) (image.Image, error) {
+	if err := checkImageName(name); err != nil {
+		return image.Image{}, err
+	}
+	img, err := s.builder.Get(name)
+	if errors.Is(err, image.ErrNotFound) {
+		if _, rerr := s.catalog.Get(name); rerr != nil {
+			return image.Image{}, errorf(codeNotFound, "no image %s: the recipes are %s", name, strings.Join(s.catalog.Names(), ", "))
+		}
+		return image.Image{}, errorf(codeNotFound, "image %s is not built yet: run `hearth images build %s` first", name, name)
+	}
+	return img, err
+}
+
+// List returns the built images, by name then newest first.
+func (s *imageService) List() ([]image.Image, error) { return s.builder.List() }
+
+// Inspect returns the manifest sandboxes named name would get.
+func (s *imageService) Inspect(name string) (image.Manifest, error) {
+	img, err := s.resolve(name)
+	return img.Manifest, err
+}
+
+// Build builds name and the parents it needs, writing progress lines to
+// progress. Each build has its own Builder, so each request sees its own
+// progress; builders sharing the cache take turns.
+func (s *imageService) Build(ctx context.Context, name string, progress io.Writer) (image.Image, error) {
+	b, err := image.NewBuilder(s.dir, s.catalog, progress)
+	if err != nil {
+		return image.Image{}, err
+	}
+	img, err := b.Build(ctx, name)
+	if err != nil {
+		s.log.Printf("image %s: build failed: %v", name, err)
+		var se *image.StepError
+		if errors.As(err, &se) {
+			return img, err
+		}
+		return img, fmt.Errorf("build image %s: %w", name, err)
+	}
+	s.log.Printf("image %s: ready (%s)", name, shortHash(img.Hash))
+	return img, nil
+}
+
+// checkRecipe returns a not_found error if no recipe is named name.
+func (s *imageService) checkRecipe(name string) error {
+	if err := checkImageName(name); err != nil {
+		return err
+	}
+	if _, err := s.catalog.Get(name); err != nil {
+		return errorf(codeNotFound, "no image recipe %s: the recipes are %s", name, strings.Join(s.catalog.Names(), ", "))
+	}
+	return nil
+}
+
+// Remove deletes every built version of name.
+func (s *imageService) Remove(name string) error {
+	if err := checkImageName(name); err != nil {
+		return err
+	}
+	if err := s.builder.Remove(name); err != nil {
+		if errors.Is(err, image.ErrNotFound) {
+			return errorf(codeNotFound, "image %s is not built: list the built ones with `hearth images ls`", name)
+		}
+		return err
+	}
+	s.log.Printf("image %s: removed", name)
+	return nil
+}
+
+// shortHash is how people see an image's hash.
+func shortHash(h string) string { return h[:min(len(h), 12)] }

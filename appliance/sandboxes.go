@@ -1,0 +1,672 @@
+package appliance
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"hearth/fs"
+	"hearth/image"
+	"hearth/vmm"
+	"hearth/vmm/jail"
+)
+
+// Sandbox statuses, as the API shows them.
+const (
+	statusRunning = "running"
+	statusPaused  = "paused"
+	statusStopped = "stopped"
+)
+
+// Why a sandbox is paused, as its record keeps it.
+const (
+	pausedByUser = "user"
+	pausedIdle   = "idle"
+)
+
+// networkNone is the only network policy so far: the machine has loopback
+// and nothing else; what leaves it goes through the host channel.
+const networkNone = "none"
+
+// sandboxRecord is what a restarted daemon needs to know about a sandbox:
+// <state_dir>/sandboxes/<id>.json, replaced atomically on every change.
+type sandboxRecord struct {
+	ID        string `json:"id"`
+	Image     string `json:"image"`
+	ImageHash string `json:"image_hash"`
+	Rootfs    string `json:"rootfs"`
+	Session   string `json:"session,omitempty"`
+
+	CPUs   float64 `json:"cpus,omitempty"`
+	Memory int64   `json:"memory,omitempty"`
+	Pids   int64   `json:"pids,omitempty"`
+	Disk   int64   `json:"disk,omitempty"`
+
+	// Env is what the create request asked for; BaseEnv is the image's
+	// environment, under it.
+	Env         map[string]string `json:"env,omitempty"`
+	BaseEnv     map[string]string `json:"base_env,omitempty"`
+	IdleTimeout Duration          `json:"idle_timeout"`
+	ExecTimeout Duration          `json:"exec_timeout"`
+
+	// User runs commands that ask for no other; UID and GID are its ids
+	// inside the machine.
+	User    string    `json:"user"`
+	UID     uint32    `json:"uid"`
+	GID     uint32    `json:"gid"`
+	Home    string    `json:"home,omitempty"` // the default directory of its commands
+	Network string    `json:"network"`
+	Created time.Time `json:"created"`
+	// Paused is "", pausedByUser or pausedIdle.
+	Paused string `json:"paused,omitempty"`
+}
+
+// sandbox is one sandbox the daemon knows. rec is fixed after creation
+// except Paused, which mu guards with the rest of the mutable state.
+type sandbox struct {
+	rec  sandboxRecord
+	m    vmm.Machine // nil when its machine was gone at a restart
+	view *fs.View    // the session's view, nil without a session
+
+	mu        sync.Mutex
+	active    int       // execs and file calls in flight
+	last      time.Time // end of the last activity
+	destroyed bool
+	exitSeen  bool // the machine's unexpected end was logged
+}
+
+func (s *sandbox) stopped() bool {
+	if s.m == nil {
+		return true
+	}
+	select {
+	case <-s.m.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// status reports the status shown to users; the caller holds s.mu.
+func (s *sandbox) status() string {
+	switch {
+	case s.stopped():
+		return statusStopped
+	case s.rec.Paused != "":
+		return statusPaused
+	}
+	return statusRunning
+}
+
+// sandboxManager owns the sandboxes: their machines (one vmm.Driver), the
+// images they boot from, their workspace views, their records and the
+// idle auto-pause loop.
+type sandboxManager struct {
+	cfg       SandboxConfig
+	dir       string // records
+	viewsDir  string
+	hostMount string // the daemon's host view, to fix an existing session's owner
+	store     *fs.Store
+	log       *log.Logger
+	images    *imageService
+
+	driver    vmm.Driver
+	driverErr error // why sandboxes are unavailable when driver is nil
+
+	// imagesMu keeps an image from being removed between a create
+	// resolving it and the sandbox being registered.
+	imagesMu sync.RWMutex
+
+	mu       sync.Mutex
+	boxes    map[string]*sandbox
+	reserved map[string]bool // ids being created
+
+	tick      time.Duration
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+func newSandboxManager(cfg Config, store *fs.Store, images *imageService, logger *log.Logger) (*sandboxManager, error) {
+	m := &sandboxManager{
+		cfg: cfg.Sandbox.withDefaults(), dir: filepath.Join(cfg.StateDir, "sandboxes"),
+		viewsDir: filepath.Join(cfg.StateDir, "views"), hostMount: cfg.Workspace.Mount,
+		store: store, log: logger, images: images,
+		boxes: map[string]*sandbox{}, reserved: map[string]bool{},
+		tick: 250 * time.Millisecond, stop: make(chan struct{}),
+	}
+	for _, d := range []string{m.dir, m.viewsDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	var agent string
+	m.driver, agent, m.driverErr = newDriver(cfg)
+	if m.driverErr != nil {
+		m.log.Printf("sandboxes are unavailable: %v", m.driverErr)
+	} else {
+		m.recoverAll()
+		m.log.Printf("sandboxes: %s driver, guest agent %s, %d known", m.driver.Name(), agent, len(m.boxes))
+	}
+	m.wg.Add(1)
+	go m.idleLoop()
+	return m, nil
+}
+
+// newDriver makes the jail driver with the agent binary the config names
+// or, by default, hearth-guest beside the running executable.
+func newDriver(cfg Config) (vmm.Driver, string, error) {
+	agent := cfg.Sandbox.Agent
+	if agent == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, "", fmt.Errorf("find the guest agent: %w", err)
+		}
+		agent = filepath.Join(filepath.Dir(exe), "hearth-guest")
+	}
+	if _, err := os.Stat(agent); err != nil {
+		return nil, agent, fmt.Errorf("the guest agent %s is missing: build it with `CGO_ENABLED=0 go build -o %s ./cmd/hearth-guest` "+
+			"or name it with agent = \"...\" under [sandbox] in the config", agent, agent)
+	}
+	d, err := jail.New(filepath.Join(cfg.StateDir, "jail"), agent)
+	if err != nil {
+		return nil, agent, err
+	}
+	return d, agent, nil
+}
+
+func (m *sandboxManager) available() error {
+	if m.driver == nil {
+		return errorf(codeUnavailable, "sandboxes are unavailable: %v", m.driverErr)
+	}
+	return nil
+}
+
+// createSpec is a validated create request; zero values take the config's
+// defaults.
+type createSpec struct {
+	ID, Image, Session       string
+	CPUs                     float64
+	Memory, Pids, Disk       int64
+	Env                      map[string]string
+	IdleTimeout, ExecTimeout *time.Duration
+}
+
+var (
+	sandboxIDRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+	envKeyRe    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+func validSandboxID(id string) error {
+	if !sandboxIDRe.MatchString(id) {
+		return errorf(codeBadRequest, "sandbox id %q: use 1-63 lowercase letters, digits or '-', starting with a letter or digit", id)
+	}
+	return nil
+}
+
+func newSandboxID() string {
+	const chars = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 6)
+	rand.Read(b)
+	for i := range b {
+		b[i] = chars[int(b[i])%len(chars)]
+	}
+	return "sbx-" + string(b)
+}
+
+// withDefaults fills what the request left out from the config.
+func (m *sandboxManager) withDefaults(spec createSpec) (createSpec, error) {
+	if spec.ID == "" {
+		spec.ID = newSandboxID()
+	}
+	if err := validSandboxID(spec.ID); err != nil {
+		return spec, err
+	}
+	if spec.Image == "" {
+		spec.Image = m.cfg.DefaultImage
+	}
+	if spec.Session != "" {
+		if err := fs.ValidateID("session", spec.Session); err != nil {
+			return spec, &codedError{code: codeBadRequest, err: err}
+		}
+	}
+	if spec.CPUs < 0 || spec.Memory < 0 || spec.Pids < 0 || spec.Disk < 0 {
+		return spec, errorf(codeBadRequest, "sandbox %s: cpus, memory, pids and disk must not be negative", spec.ID)
+	}
+	def := func(v *int64, d int64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&spec.Memory, int64(m.cfg.Memory))
+	def(&spec.Pids, m.cfg.Pids)
+	def(&spec.Disk, int64(m.cfg.Disk))
+	if spec.CPUs == 0 {
+		spec.CPUs = m.cfg.CPUs
+	}
+	for k := range spec.Env {
+		if !envKeyRe.MatchString(k) {
+			return spec, errorf(codeBadRequest, "sandbox %s: environment variable name %q: use letters, digits and '_'", spec.ID, k)
+		}
+	}
+	for _, t := range []**time.Duration{&spec.IdleTimeout, &spec.ExecTimeout} {
+		if *t != nil && **t < 0 {
+			return spec, errorf(codeBadRequest, "sandbox %s: timeouts must not be negative", spec.ID)
+		}
+	}
+	if spec.IdleTimeout == nil {
+		d := time.Duration(m.cfg.IdleTimeout)
+		spec.IdleTimeout = &d
+	}
+	if spec.ExecTimeout == nil {
+		d := time.Duration(m.cfg.ExecTimeout)
+		spec.ExecTimeout = &d
+	}
+	return spec, nil
+}
+
+// Create boots a sandbox and returns once its agent answers. The image
+// must be built; the session is made if missing.
+func (m *sandboxManager) Create(ctx context.Context, spec createSpec) (*sandbox, error) {
+	if err := m.available(); err != nil {
+		return nil, err
+	}
+	spec, err := m.withDefaults(spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.reserve(spec.ID); err != nil {
+		return nil, err
+	}
+	defer m.unreserve(spec.ID)
+	m.imagesMu.RLock()
+	defer m.imagesMu.RUnlock()
+	img, err := m.images.resolve(spec.Image)
+	if err != nil {
+		return nil, err
+	}
+	acct, err := imageUser(img)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+	start := time.Now()
+	s, err := m.boot(ctx, spec, img, acct)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	m.boxes[s.rec.ID] = s
+	m.mu.Unlock()
+	m.log.Printf("sandbox %s: created from image %s (%s) as %s, session %q, in %v", s.rec.ID, img.Name, shortHash(img.Hash),
+		acct.name, spec.Session, time.Since(start).Round(time.Millisecond))
+	return s, nil
+}
+
+func (m *sandboxManager) reserve(id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.boxes[id] != nil || m.reserved[id] {
+		return errorf(codeConflict, "sandbox %s already exists: pick another id or destroy it first", id)
+	}
+	m.reserved[id] = true
+	return nil
+}
+
+func (m *sandboxManager) unreserve(id string) {
+	m.mu.Lock()
+	delete(m.reserved, id)
+	m.mu.Unlock()
+}
+
+// boot attaches the session, starts the machine and writes the record,
+// undoing what it did when a step fails.
+func (m *sandboxManager) boot(ctx context.Context, spec createSpec, img image.Image, acct account) (s *sandbox, err error) {
+	s = &sandbox{last: time.Now(), rec: sandboxRecord{
+		ID: spec.ID, Image: img.Name, ImageHash: img.Hash, Rootfs: img.Rootfs(), Session: spec.Session,
+		CPUs: spec.CPUs, Memory: spec.Memory, Pids: spec.Pids, Disk: spec.Disk,
+		Env: spec.Env, BaseEnv: baseEnv(img), Home: acct.home,
+		IdleTimeout: Duration(*spec.IdleTimeout), ExecTimeout: Duration(*spec.ExecTimeout),
+		User: acct.name, UID: acct.uid, GID: acct.gid, Network: networkNone, Created: time.Now().UTC(),
+	}}
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	if spec.Session != "" {
+		created, err := m.ensureSession(spec.Session, acct)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+		}
+		if created {
+			undo = append(undo, func() { m.store.DeleteSession(spec.Session) })
+		}
+		if s.view, err = m.store.Mount(m.viewDir(spec.ID), fs.ViewOptions{Session: spec.Session}); err != nil {
+			return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+		}
+		undo = append(undo, func() { s.view.Unmount(); os.Remove(m.viewDir(spec.ID)) })
+	}
+	vspec := vmm.Spec{ID: spec.ID, RootFS: img.Rootfs(), Hostname: spec.ID, CPUs: spec.CPUs, Memory: spec.Memory,
+		Pids: spec.Pids, Disk: spec.Disk, UID: acct.uid, GID: acct.gid}
+	if s.view != nil {
+		vspec.Workspace = s.view.Dir()
+	}
+	if s.m, err = m.driver.Create(ctx, vspec); err != nil {
+		if errors.Is(err, vmm.ErrExists) {
+			return nil, errorf(codeConflict, "sandbox %s: a machine with this id is still running: destroy it or pick another id", spec.ID)
+		}
+		return nil, err
+	}
+	undo = append(undo, func() { s.m.Destroy(context.Background()) })
+	if err := m.save(&s.rec); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (m *sandboxManager) viewDir(id string) string { return filepath.Join(m.viewsDir, id) }
+
+// ensureSession makes the session owned by the image's user as the host
+// sees it, or gives an existing one's directories to that user.
+func (m *sandboxManager) ensureSession(session string, acct account) (created bool, err error) {
+	off := m.driver.Capabilities().HostIDOffset
+	owner := fs.Owner{UID: acct.uid + off, GID: acct.gid + off}
+	err = m.store.CreateSession(session, owner)
+	if err == nil || !errors.Is(err, fs.ErrExists) {
+		return err == nil, err
+	}
+	for _, sub := range []string{"", fs.InputsDir, fs.OutputsDir, fs.HomeDir} {
+		p := filepath.Join(m.hostMount, session, sub)
+		if err := os.Lchown(p, int(owner.UID), int(owner.GID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return false, fmt.Errorf("give session %s to uid %d: %w", session, owner.UID, err)
+		}
+	}
+	return false, nil
+}
+
+// save writes a record atomically: a crash leaves the old one or the new.
+func (m *sandboxManager) save(rec *sandboxRecord) error {
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(m.dir, rec.ID+".json")
+	tmp, err := os.CreateTemp(m.dir, "."+rec.ID+"-*")
+	if err != nil {
+		return fmt.Errorf("save sandbox %s: %w", rec.ID, err)
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(append(b, '\n'))
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err == nil {
+		err = syncDir(m.dir)
+	}
+	if err != nil {
+		return fmt.Errorf("save sandbox %s: %w", rec.ID, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// get returns the sandbox id or a not_found error.
+func (m *sandboxManager) get(id string) (*sandbox, error) {
+	if err := validSandboxID(id); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	s := m.boxes[id]
+	m.mu.Unlock()
+	if s == nil {
+		return nil, errorf(codeNotFound, "no sandbox %s: list them with `hearth sandboxes ls`", id)
+	}
+	return s, nil
+}
+
+// lock returns the sandbox locked, or not_found if it was destroyed
+// meanwhile.
+func (m *sandboxManager) lock(id string) (*sandbox, error) {
+	s, err := m.get(id)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.destroyed {
+		s.mu.Unlock()
+		return nil, errorf(codeNotFound, "no sandbox %s: it was just destroyed", id)
+	}
+	return s, nil
+}
+
+// List returns the sandboxes, oldest first.
+func (m *sandboxManager) List() []*sandbox {
+	m.mu.Lock()
+	out := make([]*sandbox, 0, len(m.boxes))
+	for _, s := range m.boxes {
+		out = append(out, s)
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].rec.Created.Equal(out[j].rec.Created) {
+			return out[i].rec.Created.Before(out[j].rec.Created)
+		}
+		return out[i].rec.ID < out[j].rec.ID
+	})
+	return out
+}
+
+// Destroy kills the sandbox's machine, unmounts its view and forgets it.
+// Its workspace session stays.
+func (m *sandboxManager) Destroy(ctx context.Context, id string) error {
+	s, err := m.lock(id)
+	if err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if s.m != nil {
+		if err := s.m.Destroy(ctx); err != nil {
+			return fmt.Errorf("destroy sandbox %s: %w", id, err)
+		}
+	}
+	// The machine held the view's mount in its namespace; with it gone
+	// the view unmounts cleanly.
+	if s.view != nil {
+		if err := s.view.Unmount(); err != nil {
+			m.log.Printf("sandbox %s: unmount workspace view: %v", id, err)
+		}
+	} else {
+		fs.CleanStaleMount(m.viewDir(id)) // left by a daemon that crashed
+	}
+	os.Remove(m.viewDir(id))
+	if err := os.Remove(filepath.Join(m.dir, id+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("destroy sandbox %s: %w", id, err)
+	}
+	s.destroyed = true
+	m.mu.Lock()
+	delete(m.boxes, id)
+	m.mu.Unlock()
+	m.log.Printf("sandbox %s: destroyed", id)
+	return nil
+}
+
+// Pause freezes the sandbox on request; it stays paused until Resume.
+func (m *sandboxManager) Pause(ctx context.Context, id string) (*sandbox, error) {
+	s, err := m.lock(id)
+	if err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	if s.stopped() {
+		return nil, errStopped(id)
+	}
+	if s.rec.Paused == "" {
+		if err := s.m.Pause(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if s.rec.Paused != pausedByUser {
+		s.rec.Paused = pausedByUser
+		m.log.Printf("sandbox %s: paused", id)
+		return s, m.save(&s.rec)
+	}
+	return s, nil
+}
+
+// Resume thaws a paused sandbox. Idempotent.
+func (m *sandboxManager) Resume(ctx context.Context, id string) (*sandbox, error) {
+	s, err := m.lock(id)
+	if err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	if s.stopped() {
+		return nil, errStopped(id)
+	}
+	s.last = time.Now()
+	return s, m.resumeLocked(ctx, s, "resumed")
+}
+
+func (m *sandboxManager) resumeLocked(ctx context.Context, s *sandbox, what string) error {
+	if s.rec.Paused == "" {
+		return nil
+	}
+	if err := s.m.Resume(ctx); err != nil {
+		return err
+	}
+	s.rec.Paused = ""
+	m.log.Printf("sandbox %s: %s", s.rec.ID, what)
+	return m.save(&s.rec)
+}
+
+func errStopped(id string) error {
+	return errorf(codeConflict, "sandbox %s has stopped (its machine is gone): destroy it with `hearth sandboxes destroy %s` and create a new one", id, id)
+}
+
+// use marks the sandbox busy for one exec or file call, resuming it first
+// if it was paused for being idle. A sandbox paused on request is refused.
+// release marks the call done.
+func (m *sandboxManager) use(ctx context.Context, id string) (s *sandbox, release func(), err error) {
+	if s, err = m.lock(id); err != nil {
+		return nil, nil, err
+	}
+	defer s.mu.Unlock()
+	switch {
+	case s.stopped():
+		return nil, nil, errStopped(id)
+	case s.rec.Paused == pausedByUser:
+		return nil, nil, errorf(codeConflict, "sandbox %s is paused: run `hearth sandboxes resume %s` first", id, id)
+	case s.rec.Paused == pausedIdle:
+		if err := m.resumeLocked(ctx, s, "resumed after being idle"); err != nil {
+			return nil, nil, err
+		}
+	}
+	s.active++
+	s.last = time.Now()
+	return s, func() {
+		s.mu.Lock()
+		s.active--
+		s.last = time.Now()
+		s.mu.Unlock()
+	}, nil
+}
+
+// Close stops the idle loop and lets go of the sandboxes without stopping
+// them: their machines keep running for the next daemon to recover. A
+// paused machine is thawed first (its record keeps it paused and the next
+// daemon pauses it again), since a frozen agent cannot answer the next
+// daemon. The views' FUSE connections end with this daemon, so they are
+// aborted rather than left for the machines to hold open.
+func (m *sandboxManager) Close() error {
+	m.closeOnce.Do(func() {
+		close(m.stop)
+		m.wg.Wait()
+		for _, s := range m.List() {
+			m.release(s)
+		}
+		if c, ok := m.driver.(io.Closer); ok {
+			c.Close()
+		}
+	})
+	return nil
+}
+
+func (m *sandboxManager) release(s *sandbox) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if s.m != nil && !s.stopped() {
+		if s.rec.Paused != "" {
+			if err := s.m.Resume(ctx); err != nil {
+				m.log.Printf("sandbox %s: thaw before the daemon stops: %v", s.rec.ID, err)
+			}
+		}
+		s.m.Guest().Close()
+	}
+	if s.view != nil {
+		if err := abortFUSE(s.view.Dir()); err != nil {
+			m.log.Printf("sandbox %s: %v", s.rec.ID, err)
+		}
+		s.view.Unmount()
+	}
+}
+
+func (m *sandboxManager) driverName() string {
+	if m.driver == nil {
+		return ""
+	}
+	return m.driver.Name()
+}
+
+// removeImage deletes an image unless a sandbox boots from it: a jail's
+// root is an overlay over the image's directory.
+func (m *sandboxManager) removeImage(name string) error {
+	if err := checkImageName(name); err != nil {
+		return err
+	}
+	m.imagesMu.Lock()
+	defer m.imagesMu.Unlock()
+	var users []string
+	for _, s := range m.List() {
+		if s.rec.Image == name {
+			users = append(users, s.rec.ID)
+		}
+	}
+	switch len(users) {
+	case 0:
+	case 1:
+		return errorf(codeConflict, "image %s is used by sandbox %s: destroy it first", name, users[0])
+	default:
+		return errorf(codeConflict, "image %s is used by sandboxes %s: destroy them first", name, strings.Join(users, ", "))
+	}
+	return m.images.Remove(name)
+}

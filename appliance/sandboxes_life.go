@@ -1,0 +1,167 @@
+package appliance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"hearth/fs"
+	"hearth/vmm"
+	"hearth/vmm/guest"
+)
+
+// recoverAll re-attaches to the machines of every sandbox record, like
+// Nomad's RecoverTask: a machine that is gone leaves its sandbox stopped
+// (shown by ls, removed by destroy); a live one gets its workspace view
+// mounted again and, if its record says so, is paused again.
+func (m *sandboxManager) recoverAll() {
+	ents, err := os.ReadDir(m.dir)
+	if err != nil {
+		m.log.Printf("sandboxes: %v", err)
+		return
+	}
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || strings.HasPrefix(id, ".") {
+			continue
+		}
+		rec, err := m.load(id)
+		if err != nil {
+			m.log.Printf("sandbox %s: unreadable record, skipped: %v", id, err)
+			continue
+		}
+		s := m.recoverOne(rec)
+		m.boxes[id] = s
+	}
+}
+
+func (m *sandboxManager) load(id string) (sandboxRecord, error) {
+	var rec sandboxRecord
+	b, err := os.ReadFile(filepath.Join(m.dir, id+".json"))
+	if err == nil {
+		err = json.Unmarshal(b, &rec)
+	}
+	if err == nil && rec.ID != id {
+		err = fmt.Errorf("record names sandbox %q", rec.ID)
+	}
+	return rec, err
+}
+
+func (m *sandboxManager) recoverOne(rec sandboxRecord) *sandbox {
+	s := &sandbox{rec: rec, last: time.Now()}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mach, err := m.driver.Recover(ctx, rec.ID)
+	if err != nil {
+		if !errors.Is(err, vmm.ErrNotFound) {
+			m.log.Printf("sandbox %s: recover: %v", rec.ID, err)
+		}
+		m.log.Printf("sandbox %s: its machine is gone after the restart; marked stopped (remove it with `hearth sandboxes destroy %s`)", rec.ID, rec.ID)
+		s.exitSeen = true
+		return s
+	}
+	s.m = mach
+	if rec.Session != "" {
+		// The machine still holds the old view, whose connection ended with
+		// the old daemon; this one serves the session to the host again.
+		if s.view, err = m.store.Mount(m.viewDir(rec.ID), fs.ViewOptions{Session: rec.Session}); err != nil {
+			m.log.Printf("sandbox %s: mount workspace view: %v", rec.ID, err)
+		}
+	}
+	if rec.Paused != "" {
+		if err := mach.Pause(ctx); err != nil {
+			m.log.Printf("sandbox %s: pause again after the restart: %v", rec.ID, err)
+		}
+	}
+	m.log.Printf("sandbox %s: recovered (image %s, session %q, %s)", rec.ID, rec.Image, rec.Session, s.status())
+	return s
+}
+
+// idleLoop pauses sandboxes that have been idle for their idle timeout.
+func (m *sandboxManager) idleLoop() {
+	defer m.wg.Done()
+	t := time.NewTicker(m.tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			for _, s := range m.List() {
+				m.pauseIfIdle(s)
+			}
+		}
+	}
+}
+
+// pauseIfIdle pauses s if nothing used it for its idle timeout: no API
+// call, no exec or file call in flight, and no background job running.
+func (m *sandboxManager) pauseIfIdle(s *sandbox) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed || s.exitSeen {
+		return
+	}
+	if s.stopped() {
+		s.exitSeen = true
+		m.log.Printf("sandbox %s: its machine stopped by itself (see the driver's audit log); destroy the sandbox to clean up", s.rec.ID)
+		return
+	}
+	idle := time.Duration(s.rec.IdleTimeout)
+	if idle <= 0 || s.rec.Paused != "" || s.active > 0 || time.Since(s.last) < idle {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	jobs, err := s.m.Guest().Jobs(ctx)
+	if err != nil {
+		m.log.Printf("sandbox %s: list jobs before an idle pause: %v", s.rec.ID, err)
+		return
+	}
+	for _, j := range jobs {
+		if j.State == guest.JobRunning {
+			s.last = time.Now() // busy: look again after another idle period
+			return
+		}
+	}
+	if err := s.m.Pause(ctx); err != nil {
+		m.log.Printf("sandbox %s: idle pause: %v", s.rec.ID, err)
+		return
+	}
+	s.rec.Paused = pausedIdle
+	if err := m.save(&s.rec); err != nil {
+		m.log.Printf("sandbox %s: %v", s.rec.ID, err)
+	}
+	m.log.Printf("sandbox %s: paused after %v idle; the next exec or file call resumes it", s.rec.ID, idle)
+}
+
+// abortFUSE ends the FUSE connection of the view mounted at dir, through
+// the fusectl filesystem (mounted if need be). A machine holding the view
+// in its own mount namespace would otherwise keep the connection, and
+// unmounting the view would wait for it forever.
+func abortFUSE(dir string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return fmt.Errorf("abort workspace view %s: %w", dir, err)
+	}
+	// fusectl names a connection by the kernel's dev_t (major<<20|minor).
+	conn := fmt.Sprint(unix.Major(st.Dev)<<20 | unix.Minor(st.Dev))
+	const ctl = "/sys/fs/fuse/connections"
+	abort := filepath.Join(ctl, conn, "abort")
+	if _, err := os.Stat(abort); errors.Is(err, os.ErrNotExist) {
+		if err := unix.Mount("fusectl", ctl, "fusectl", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("abort workspace view %s: mount fusectl: %w", dir, err)
+		}
+	}
+	if err := os.WriteFile(abort, []byte("1"), 0o200); err != nil {
+		return fmt.Errorf("abort workspace view %s: %w", dir, err)
+	}
+	return nil
+}

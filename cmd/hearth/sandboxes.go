@@ -1,0 +1,388 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/dustin/go-humanize"
+	"golang.org/x/sys/unix"
+
+	"hearth/appliance"
+)
+
+// maxStdin bounds what exec forwards from the CLI's standard input: the
+// API carries it in the request body (16 MiB, base64).
+const maxStdin = 12 << 20
+
+func cmdSandboxes(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError{"sandboxes: say what to do: create, exec, cp, pause, resume, destroy or ls"}
+	}
+	verb, args := args[0], args[1:]
+	switch verb {
+	case "create":
+		return sbxCreate(args, stdout)
+	case "exec":
+		return sbxExec(args, stdin, stdout, stderr)
+	case "cp":
+		return sbxCopy(args, stdin, stdout, stderr)
+	case "pause", "resume", "destroy", "rm":
+		return sbxLifecycle(verb, args, stdout)
+	case "ls", "list":
+		return sbxList(args, stdout)
+	}
+	return usageError{fmt.Sprintf("sandboxes: unknown command %q: use create, exec, cp, pause, resume, destroy or ls", verb)}
+}
+
+// client reads the config named by --config and returns a client for its
+// daemon.
+func client(config string) (*appliance.Client, error) {
+	cfg, err := loadConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	return appliance.NewClient(cfg.SocketPath()), nil
+}
+
+// envFlag collects repeated --env K=V.
+type envFlag map[string]string
+
+func (e envFlag) String() string { return "" }
+
+func (e envFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("--env %q: write it as NAME=VALUE", v)
+	}
+	e[k] = val
+	return nil
+}
+
+// sizeFlag is a size for people: 512M, 2G, 1.5GB.
+type sizeFlag int64
+
+func (s *sizeFlag) String() string { return "" }
+
+func (s *sizeFlag) Set(v string) error {
+	n, err := appliance.ParseSize(v)
+	*s = sizeFlag(n)
+	return err
+}
+
+func sbxCreate(args []string, stdout io.Writer) error {
+	fl := flag.NewFlagSet("sandboxes create", flag.ContinueOnError)
+	config := fl.String("config", "", "config file")
+	var req appliance.CreateSandboxRequest
+	var memory, disk sizeFlag
+	env := envFlag{}
+	fl.StringVar(&req.Image, "image", "", "image to boot (default: the config's sandbox.default_image)")
+	fl.StringVar(&req.Session, "session", "", "workspace session the sandbox writes")
+	fl.Float64Var(&req.Cpus, "cpus", 0, "cores")
+	fl.Var(&memory, "memory", "memory limit")
+	fl.Int64Var(&req.Pids, "pids", 0, "process limit")
+	fl.Var(&disk, "disk", "limit of what the sandbox writes")
+	fl.Var(env, "env", "NAME=VALUE for every command (repeatable)")
+	fl.StringVar(&req.IdleTimeout, "idle-timeout", "", "pause after this long idle (0: never)")
+	fl.StringVar(&req.ExecTimeout, "exec-timeout", "", "default timeout of a command (0: none)")
+	pos, err := parseFlags(fl, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 1 {
+		return usageError{"usage: hearth sandboxes create [flags] [ID]"}
+	}
+	if len(pos) == 1 {
+		req.Id = pos[0]
+	}
+	req.Memory, req.Disk, req.Env = int64(memory), int64(disk), env
+	c, err := client(*config)
+	if err != nil {
+		return err
+	}
+	sb, err := c.CreateSandbox(context.Background(), req)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, sb.Id)
+	return nil
+}
+
+func sbxExec(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fl := flag.NewFlagSet("sandboxes exec", flag.ContinueOnError)
+	fl.SetOutput(io.Discard)
+	config := fl.String("config", "", "config file")
+	var req appliance.ExecRequest
+	env := envFlag{}
+	fl.StringVar(&req.User, "user", "", "user to run as: a name, UID or UID:GID")
+	fl.StringVar(&req.Cwd, "cwd", "", "directory to run in")
+	fl.StringVar(&req.Timeout, "timeout", "", "kill the command after this long (0: never)")
+	fl.Var(env, "env", "NAME=VALUE (repeatable)")
+	noStdin := fl.Bool("n", false, "do not forward standard input")
+	fl.BoolVar(noStdin, "no-stdin", false, "do not forward standard input")
+	// Flags go before or right after the id; the command starts at the
+	// first argument that is not one, or after --.
+	if err := fl.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	rest := fl.Args()
+	if len(rest) == 0 {
+		return usageError{"usage: hearth sandboxes exec ID [flags] -- CMD ARGS..."}
+	}
+	id := rest[0]
+	if err := fl.Parse(rest[1:]); err != nil {
+		return usageError{err.Error()}
+	}
+	req.Argv, req.Env = fl.Args(), env
+	if len(req.Argv) == 0 {
+		return usageError{"usage: hearth sandboxes exec ID [flags] -- CMD ARGS...: name the command to run"}
+	}
+	if !*noStdin && !isTerminal(stdin) {
+		data, err := io.ReadAll(io.LimitReader(stdin, maxStdin+1))
+		if err != nil && !errors.Is(err, syscall.EBADF) { // EBADF: there is no standard input
+			return fmt.Errorf("read standard input (pass -n not to forward it): %w", err)
+		}
+		if len(data) > maxStdin {
+			return fmt.Errorf("standard input is over %s: copy the data in with 'hearth sandboxes cp - %s:/tmp/input' instead, and pass -n",
+				humanize.IBytes(maxStdin), id)
+		}
+		req.Stdin = data
+	}
+	c, err := client(*config)
+	if err != nil {
+		return err
+	}
+	st, err := c.Exec(context.Background(), id, req, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	return execStatus(st, req, stderr)
+}
+
+// execStatus turns how the command ended into the CLI's exit status.
+func execStatus(st appliance.ExitStatus, req appliance.ExecRequest, stderr io.Writer) error {
+	code := st.Code
+	if st.Signal != "" {
+		code = 128 + signalNumber(st.Signal)
+	}
+	if st.TimedOut {
+		fmt.Fprintf(stderr, "hearth: %s timed out and was killed: give it longer with --timeout\n", req.Argv[0])
+	}
+	if code != 0 {
+		return statusError{code}
+	}
+	return nil
+}
+
+// signalNumber finds the signal the agent named as Go names it ("killed").
+func signalNumber(name string) int {
+	for n := 1; n < 65; n++ {
+		if syscall.Signal(n).String() == name {
+			return n
+		}
+	}
+	return int(syscall.SIGKILL)
+}
+
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// remoteRe matches the sandbox side of cp: ID:/path.
+var remoteRe = regexp.MustCompile(`^([a-z0-9][a-z0-9-]{0,62}):(/.*)$`)
+
+func sbxCopy(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fl := flag.NewFlagSet("sandboxes cp", flag.ContinueOnError)
+	config := fl.String("config", "", "config file")
+	pos, err := parseFlags(fl, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return usageError{"usage: hearth sandboxes cp SRC DST, one of them ID:/path (- is stdin or stdout)"}
+	}
+	src, dst := remoteRe.FindStringSubmatch(pos[0]), remoteRe.FindStringSubmatch(pos[1])
+	if (src == nil) == (dst == nil) {
+		return usageError{"sandboxes cp: exactly one of SRC and DST must be ID:/path; copy between sandboxes through the host"}
+	}
+	c, err := client(*config)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	if dst != nil {
+		return upload(ctx, c, pos[0], dst[1], dst[2], stdin, stderr)
+	}
+	return download(ctx, c, src[1], src[2], pos[1], stdout, stderr)
+}
+
+func upload(ctx context.Context, c *appliance.Client, local, id, remote string, stdin io.Reader, stderr io.Writer) error {
+	r, mode := stdin, uint32(0o644)
+	if local != "-" {
+		f, err := os.Open(local)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		if fi.IsDir() {
+			return fmt.Errorf("%s is a directory: cp copies one file (pack it with tar first)", local)
+		}
+		r, mode = f, uint32(fi.Mode().Perm())
+		if strings.HasSuffix(remote, "/") {
+			remote += filepath.Base(local)
+		}
+	}
+	n, err := c.Upload(ctx, id, remote, r, mode)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "copied %s to %s:%s\n", humanize.IBytes(uint64(n)), id, remote)
+	return nil
+}
+
+func download(ctx context.Context, c *appliance.Client, id, remote, local string, stdout, stderr io.Writer) error {
+	if local == "-" {
+		_, _, err := c.Download(ctx, id, remote, stdout)
+		return err
+	}
+	if fi, err := os.Stat(local); err == nil && fi.IsDir() {
+		local = filepath.Join(local, path.Base(remote))
+	}
+	// A temporary file renamed into place: a failed copy leaves what was
+	// there before.
+	tmp, err := os.CreateTemp(filepath.Dir(local), "."+filepath.Base(local)+".hearth-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	n, mode, err := c.Download(ctx, id, remote, tmp)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), os.FileMode(mode).Perm())
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), local)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "copied %s from %s:%s to %s\n", humanize.IBytes(uint64(n)), id, remote, local)
+	return nil
+}
+
+func sbxLifecycle(verb string, args []string, stdout io.Writer) error {
+	fl := flag.NewFlagSet("sandboxes "+verb, flag.ContinueOnError)
+	config := fl.String("config", "", "config file")
+	pos, err := parseFlags(fl, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageError{"usage: hearth sandboxes " + verb + " ID"}
+	}
+	c, err := client(*config)
+	if err != nil {
+		return err
+	}
+	ctx, id := context.Background(), pos[0]
+	switch verb {
+	case "pause":
+		_, err = c.PauseSandbox(ctx, id)
+		if err == nil {
+			fmt.Fprintf(stdout, "paused sandbox %s: commands are refused until 'hearth sandboxes resume %s'\n", id, id)
+		}
+	case "resume":
+		_, err = c.ResumeSandbox(ctx, id)
+		if err == nil {
+			fmt.Fprintf(stdout, "resumed sandbox %s\n", id)
+		}
+	default:
+		err = c.DestroySandbox(ctx, id)
+		if err == nil {
+			fmt.Fprintf(stdout, "destroyed sandbox %s\n", id)
+		}
+	}
+	return err
+}
+
+func sbxList(args []string, stdout io.Writer) error {
+	fl := flag.NewFlagSet("sandboxes ls", flag.ContinueOnError)
+	config := fl.String("config", "", "config file")
+	asJSON := fl.Bool("json", false, "print JSON")
+	if pos, err := parseFlags(fl, args); err != nil || len(pos) > 0 {
+		return usageError{"usage: hearth sandboxes ls [--json]"}
+	}
+	c, err := client(*config)
+	if err != nil {
+		return err
+	}
+	list, err := c.Sandboxes(context.Background())
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(list)
+	}
+	if len(list) == 0 {
+		fmt.Fprintln(stdout, "no sandboxes: make one with 'hearth sandboxes create'")
+		return nil
+	}
+	sort.SliceStable(list, func(i, j int) bool { return list[i].Created.Before(list[j].Created) })
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tIMAGE\tSESSION\tSTATUS\tCPUS\tMEMORY\tCREATED")
+	for _, s := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Id, s.Image, dash(s.Session), status(s), cpus(s.Cpus),
+			bytesOrDash(s.Memory), humanize.Time(s.Created))
+	}
+	return tw.Flush()
+}
+
+func status(s appliance.Sandbox) string {
+	if s.AutoPaused {
+		return string(s.Status) + " (auto)"
+	}
+	return string(s.Status)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func cpus(n float64) string {
+	if n == 0 {
+		return "-"
+	}
+	return humanize.Ftoa(n)
+}
+
+func bytesOrDash(n int64) string {
+	if n == 0 {
+		return "-"
+	}
+	return humanize.IBytes(uint64(n))
+}
