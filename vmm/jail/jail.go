@@ -175,11 +175,21 @@ func (d *Driver) Recover(ctx context.Context, id string) (vmm.Machine, error) {
 		return nil, fmt.Errorf("recover machine %s: its agent is gone: %w", id, vmm.ErrNotFound)
 	}
 	m.adopt(pid)
-	if err := m.connect(ctx); err != nil {
+	// A paused machine's agent cannot answer: thaw it to connect, then
+	// leave it paused as it was.
+	paused := m.paused.Load()
+	if paused {
+		cg.freeze(false)
+	}
+	err = m.connect(ctx)
+	if err == nil && paused {
+		err = cg.freeze(true)
+	}
+	if err != nil {
 		m.Destroy(context.Background())
 		return nil, fmt.Errorf("recover machine %s: %w", id, err)
 	}
-	d.record(id, "recover", fmt.Sprintf("re-attached to agent pid %d", pid))
+	d.record(id, "recover", fmt.Sprintf("re-attached to agent pid %d (paused: %v)", pid, paused))
 	return m, nil
 }
 

@@ -97,6 +97,22 @@ func Run(t *testing.T, d vmm.Driver, spec func(id string) vmm.Spec) {
 		if out, _ := sh(t, r, "cat /tmp/mark"); out != "kept\n" {
 			t.Errorf("after Recover, /tmp/mark = %q, want kept", out)
 		}
+		// A machine paused when its daemon died comes back paused.
+		p := create(t, "conf-recover-paused")
+		if err := p.Pause(ctx); err != nil {
+			t.Fatal(err)
+		}
+		p.Guest().Close()
+		rp, err := d.Recover(ctx, "conf-recover-paused")
+		if err != nil {
+			t.Fatalf("Recover(paused) = %v", err)
+		}
+		if err := rp.Resume(ctx); err != nil {
+			t.Fatalf("Resume after Recover = %v", err)
+		}
+		if out, _ := sh(t, rp, "echo awake"); out != "awake\n" {
+			t.Errorf("recovered paused machine after Resume: %q, want awake", out)
+		}
 		if _, err := d.Recover(ctx, "conf-none"); !errors.Is(err, vmm.ErrNotFound) {
 			t.Errorf("Recover(unknown) = %v, want ErrNotFound", err)
 		}
