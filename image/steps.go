@@ -345,7 +345,12 @@ func (bd *build) record(ctx context.Context) error {
 	return err
 }
 
+// debianPackages lists the installed Debian packages, none if the root
+// has no dpkg (a saved root need not be Debian's).
 func (bd *build) debianPackages(ctx context.Context) ([]Package, error) {
+	if _, err := os.Lstat(filepath.Join(bd.rootfs, "usr/bin/dpkg-query")); err != nil {
+		return []Package{}, nil
+	}
 	var out bytes.Buffer
 	err := bd.chroot(ctx, nil, &out, "dpkg-query", "-W", "-f", "${db:Status-Status} ${Package} ${Version}\n")
 	if err != nil {

@@ -77,8 +77,7 @@ func AddTinyImage(t testing.TB, dir string) image.Image {
 	return img
 }
 
-// busyboxRoot fills root with busybox, its applets, root and agent, and a
-// dpkg-query that lists no packages (the image's manifest asks it).
+// busyboxRoot fills root with busybox, its applets, root and agent.
 func busyboxRoot(bb, root string) error {
 	for _, d := range []string{"bin", "usr/bin", "etc", "tmp", "proc", "sys", "dev", "root", "home/agent", "workspace/agents"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
@@ -106,7 +105,6 @@ func busyboxRoot(bb, root string) error {
 		mode os.FileMode
 	}{
 		{"bin/busybox", data, 0o755},
-		{"usr/bin/dpkg-query", []byte("#!/bin/sh\nexit 0\n"), 0o755},
 		{"etc/passwd", []byte("root:x:0:0:root:/root:/bin/sh\nagent:x:1000:1000:agent:/home/agent:/bin/sh\n"), 0o644},
 		{"etc/group", []byte("root:x:0:\nagent:x:1000:\n"), 0o644},
 	}

@@ -213,10 +213,22 @@ func (c *Client) Signal(ctx context.Context, pid int, sig string) error {
 	return c.do(ctx, "POST", fmt.Sprintf("/v1/signal/%d/%s", pid, url.PathEscape(sig)), nil, nil, nil)
 }
 
-// Upload writes r to path in the machine (atomically) with mode.
+// Upload writes r to path in the machine (atomically) with mode, owned
+// by the machine's default user.
 func (c *Client) Upload(ctx context.Context, path string, r io.Reader, mode uint32) (int64, error) {
+	return c.upload(ctx, path, r, url.Values{"mode": {strconv.FormatUint(uint64(mode), 8)}})
+}
+
+// UploadAs is Upload with the file owned by uid:gid instead of the
+// machine's default user.
+func (c *Client) UploadAs(ctx context.Context, path string, r io.Reader, mode, uid, gid uint32) (int64, error) {
+	return c.upload(ctx, path, r, url.Values{"mode": {strconv.FormatUint(uint64(mode), 8)},
+		"uid": {strconv.FormatUint(uint64(uid), 10)}, "gid": {strconv.FormatUint(uint64(gid), 10)}})
+}
+
+func (c *Client) upload(ctx context.Context, path string, r io.Reader, q url.Values) (int64, error) {
 	var out struct{ Size int64 }
-	q := url.Values{"path": {path}, "mode": {strconv.FormatUint(uint64(mode), 8)}}
+	q.Set("path", path)
 	return out.Size, c.do(ctx, "PUT", "/v1/files/content", q, r, &out)
 }
 

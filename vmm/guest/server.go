@@ -444,6 +444,17 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = tmp.Chmod(mode)
 	}
+	if err == nil {
+		// Files put in the machine belong to its user unless asked.
+		uid, gid := s.opts.DefaultUID, s.opts.DefaultGID
+		if v, perr := strconv.ParseUint(q.Get("uid"), 10, 32); perr == nil {
+			uid = uint32(v)
+		}
+		if v, perr := strconv.ParseUint(q.Get("gid"), 10, 32); perr == nil {
+			gid = uint32(v)
+		}
+		err = tmp.Chown(int(uid), int(gid))
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}

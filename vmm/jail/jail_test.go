@@ -142,6 +142,16 @@ func TestContainment(t *testing.T) {
 		!strings.Contains(tty.String(), "/dev/pts/0") || !strings.Contains(tty.String(), "33 99") {
 		t.Errorf("PTY in the machine = %q, %+v, %v; want /dev/pts/0 of 33x99", tty.String(), st, err)
 	}
+	// Uploads belong to the machine's user unless another owner is asked for.
+	if _, err := m.Guest().Upload(ctx, "/home/agent/mine", strings.NewReader("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Guest().UploadAs(ctx, "/home/agent/roots", strings.NewReader("root's"), 0o600, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := vmmtest.Sh(t, m, "cat /home/agent/mine; cat /home/agent/roots 2>/dev/null || echo denied"); out != "minedenied\n" {
+		t.Errorf("agent reading an upload and root's upload: %q, want mine then denied", out)
+	}
 	// As root inside, the image still cannot change: writes land in the
 	// machine's own layer.
 	vmmtest.Sh(t, m, "true")
