@@ -156,3 +156,13 @@ type Usage struct {
 	Disk        int64         `json:"disk"` // bytes in the writable layer; -1 if unknown
 	DiskLimit   int64         `json:"disk_limit,omitempty"`
 }
+
+// WorkspaceAttacher is a machine whose workspace view can be replaced
+// while it runs. A view is served by the daemon; after the daemon
+// restarts, its machines' old views are dead and new ones must take their
+// place.
+type WorkspaceAttacher interface {
+	// AttachWorkspace mounts dir (a workspace view on the host) at
+	// /workspace/agents in the machine, replacing what was there.
+	AttachWorkspace(ctx context.Context, dir string) error
+}

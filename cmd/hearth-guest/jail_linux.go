@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -207,4 +208,34 @@ func loopbackUp() error {
 		return fmt.Errorf("bring lo up: %w", err)
 	}
 	return nil
+}
+
+// attachWorkspace runs on the host, not in a machine: it replaces the
+// workspace mount at target inside the mount namespace of process pid
+// (a machine's agent) with the detached mount mountFD. After a daemon
+// restart the old view's FUSE connection is gone, and a machine's view
+// can only be swapped from inside its mount namespace. The agent itself
+// cannot do it (its seccomp filter forbids mounts); this runs as root of
+// the host, in a process of its own, so that joining the namespace
+// touches nothing else.
+func attachWorkspace(pid int, target string, mountFD int) error {
+	runtime.LockOSThread() // never unlocked: the process ends after this
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+	if err != nil {
+		return fmt.Errorf("machine's mount namespace: %w", err)
+	}
+	defer ns.Close()
+	// A thread may join another mount namespace only with its own
+	// filesystem attributes, which Go's threads share.
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare fs attributes: %w", err)
+	}
+	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("join machine's mount namespace: %w", err)
+	}
+	// The old view may be dead (ENOTCONN) or absent; detach it either way.
+	if err := unix.Unmount(target, unix.MNT_DETACH); err != nil && err != unix.EINVAL {
+		return fmt.Errorf("detach old workspace at %s: %w", target, err)
+	}
+	return attach(mountFD, target)
 }

@@ -49,10 +49,15 @@ func run(args []string) error {
 	gid := fl.Uint("gid", uint(os.Getgid()), "group that runs processes by default")
 	jailFD := fl.Int("jail-fd", -1, "set up a jail from the config and mounts sent on this socket first (PID 1 of new namespaces)")
 	exeFD := fl.Int("exe-fd", -1, "descriptor of this binary the host exec'd us through; closed at once")
+	attachTo := fl.String("attach-workspace", "", "host side: put the detached mount at descriptor 3 at this path inside the machine of --target-pid, replacing what is there, and exit")
+	targetPID := fl.Int("target-pid", 0, "the agent whose machine --attach-workspace works on")
 	var allowed roots
 	fl.Var(&allowed, "root", "directory file requests may reach (repeatable; default /)")
 	if err := fl.Parse(args); err != nil {
 		return err
+	}
+	if *attachTo != "" {
+		return attachWorkspace(*targetPID, *attachTo, 3)
 	}
 	if *exeFD >= 0 {
 		syscall.Close(*exeFD)

@@ -29,21 +29,22 @@ func cgroupV2() bool {
 	return err == nil && strings.Contains(string(b), "memory")
 }
 
-// newCgroup makes (or finds, after a restart) the cgroup of machine id.
-func newCgroup(id string) (*cgroup, error) {
+// newCgroup makes (or finds, after a restart) the cgroup of machine id,
+// under parent (a path relative to each hierarchy's root).
+func newCgroup(parent, id string) (*cgroup, error) {
 	cg := &cgroup{v2: cgroupV2(), dirs: map[string]string{}}
 	if cg.v2 {
-		parent := filepath.Join(cgroupRoot, "hearth")
-		os.MkdirAll(parent, 0o755)
-		for _, dir := range []string{cgroupRoot, parent} {
+		top := filepath.Join(cgroupRoot, filepath.Dir(parent))
+		os.MkdirAll(filepath.Join(cgroupRoot, parent), 0o755)
+		for _, dir := range []string{cgroupRoot, top, filepath.Join(cgroupRoot, parent)} {
 			// Let the children use these controllers; cpu may be missing.
 			os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+memory +pids +cpu"), 0)
 		}
-		cg.dirs[""] = filepath.Join(parent, id)
+		cg.dirs[""] = filepath.Join(cgroupRoot, parent, id)
 	} else {
 		for _, c := range []string{"memory", "cpu", "cpuacct", "pids", "freezer"} {
 			if _, err := os.Stat(filepath.Join(cgroupRoot, c)); err == nil {
-				cg.dirs[c] = filepath.Join(cgroupRoot, c, "hearth", id)
+				cg.dirs[c] = filepath.Join(cgroupRoot, c, parent, id)
 			}
 		}
 	}
@@ -208,4 +209,16 @@ func (cg *cgroup) frozen() bool {
 	}
 	b, _ := os.ReadFile(filepath.Join(cg.dirs["freezer"], "freezer.state"))
 	return strings.TrimSpace(string(b)) == "FROZEN"
+}
+
+// removeCgroupParent removes the parent cgroup in every hierarchy where it
+// is empty.
+func removeCgroupParent(parent string) {
+	dirs := []string{filepath.Join(cgroupRoot, parent)}
+	if !cgroupV2() {
+		dirs, _ = filepath.Glob(filepath.Join(cgroupRoot, "*", parent))
+	}
+	for _, dir := range dirs {
+		os.Remove(dir) // fails, as it should, while machines are in it
+	}
 }

@@ -10,6 +10,8 @@ package jail
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,8 +40,9 @@ const (
 // checkpoints/, agent.sock, agent.log, pid), the layer templates, and the
 // audit log.
 type Driver struct {
-	dir   string
-	agent string // path of the hearth-guest binary on the host
+	dir     string
+	agent   string // path of the hearth-guest binary on the host
+	cgroups string // parent of the machines' cgroups: hearth/jail-<hash of dir>
 
 	auditMu sync.Mutex
 	audit   *os.File        // <dir>/audit.jsonl: every lifecycle step, appended
@@ -64,7 +67,11 @@ func New(dir, agent string) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{dir: dir, agent: agent, audit: audit}, nil
+	// Machines of drivers with different state (tests, a second
+	// appliance) never share a cgroup, even under the same id.
+	sum := sha256.Sum256([]byte(dir))
+	cgroups := "hearth/jail-" + hex.EncodeToString(sum[:4])
+	return &Driver{dir: dir, agent: agent, cgroups: cgroups, audit: audit}, nil
 }
 
 func (d *Driver) Name() string { return "jail" }
@@ -90,8 +97,12 @@ func (d *Driver) record(id, kind, detail string) {
 }
 
 // Close closes the audit log. Machines keep running; a new Driver over
-// the same directory recovers them.
-func (d *Driver) Close() error { return d.audit.Close() }
+// the same directory recovers them. The driver's parent cgroups go if no
+// machine is left in them.
+func (d *Driver) Close() error {
+	removeCgroupParent(d.cgroups)
+	return d.audit.Close()
+}
 
 func (d *Driver) machineDir(id string) string { return filepath.Join(d.dir, "machines", id) }
 
@@ -131,7 +142,7 @@ func (d *Driver) start(ctx context.Context, spec vmm.Spec, dir string) (*machine
 	if err != nil {
 		return nil, err
 	}
-	cg, err := newCgroup(spec.ID)
+	cg, err := newCgroup(d.cgroups, spec.ID)
 	if err == nil {
 		if err = cg.limit(spec.Memory, spec.CPUs, spec.Pids); err != nil {
 			cg.remove()
@@ -161,7 +172,7 @@ func (d *Driver) Recover(ctx context.Context, id string) (vmm.Machine, error) {
 	if err := json.Unmarshal(b, &spec); err != nil {
 		return nil, fmt.Errorf("recover machine %s: %s: %w", id, filepath.Join(dir, "spec.json"), err)
 	}
-	cg, err := newCgroup(id)
+	cg, err := newCgroup(d.cgroups, id)
 	if err != nil {
 		return nil, err
 	}

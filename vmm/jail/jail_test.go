@@ -87,6 +87,7 @@ func newDriver(t testing.TB) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { d.Close() }) // after the test's machines are gone
 	return d
 }
 

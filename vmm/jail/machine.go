@@ -2,13 +2,16 @@ package jail
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,10 +41,11 @@ type machine struct {
 }
 
 var (
-	_ vmm.Machine       = (*machine)(nil)
-	_ vmm.Checkpointer  = (*machine)(nil)
-	_ vmm.Exporter      = (*machine)(nil)
-	_ vmm.UsageReporter = (*machine)(nil)
+	_ vmm.Machine           = (*machine)(nil)
+	_ vmm.Checkpointer      = (*machine)(nil)
+	_ vmm.Exporter          = (*machine)(nil)
+	_ vmm.UsageReporter     = (*machine)(nil)
+	_ vmm.WorkspaceAttacher = (*machine)(nil)
 )
 
 func newMachine(d *Driver, spec vmm.Spec, dir string, cg *cgroup, l *layer) *machine {
@@ -324,6 +328,34 @@ func (m *machine) Usage(ctx context.Context) (vmm.Usage, error) {
 		u.Disk, u.DiskLimit, err = m.layer.Usage()
 	}
 	return u, err
+}
+
+// AttachWorkspace replaces the machine's workspace view with the one
+// mounted at dir. The machine's agent cannot mount (its seccomp filter),
+// so a short-lived agent process on the host does it from inside the
+// machine's mount namespace.
+func (m *machine) AttachWorkspace(ctx context.Context, dir string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	fd, err := detachedMount(dir, nil)
+	if err != nil {
+		return fmt.Errorf("attach workspace to machine %s: %w", m.id, err)
+	}
+	mnt := os.NewFile(uintptr(fd), "workspace")
+	defer mnt.Close()
+	cmd := exec.CommandContext(ctx, m.d.agent, "--attach-workspace", "/workspace/agents",
+		"--target-pid", strconv.Itoa(m.agent().pid))
+	cmd.ExtraFiles = []*os.File{mnt}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("attach workspace to machine %s: %w: %s", m.id, err, strings.TrimSpace(string(out)))
+	}
+	m.spec.Workspace = dir
+	b, _ := json.Marshal(m.spec)
+	if err := os.WriteFile(filepath.Join(m.dir, "spec.json"), b, 0o600); err != nil {
+		return err
+	}
+	m.d.record(m.id, "attach-workspace", dir)
+	return nil
 }
 
 // treeSize is the bytes the files under dir take on disk.

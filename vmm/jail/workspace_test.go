@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"hearth/fs"
 	"hearth/vmm"
@@ -60,6 +61,33 @@ func TestWorkspaceInJail(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(view.Dir(), "b/outputs/y.md")); err == nil {
 		t.Errorf("a's refused write to b exists")
+	}
+	// A new view replaces the old one in the running machine, as after a
+	// daemon restart: here b's view, so b becomes the writable session.
+	viewB, err := store.Mount(filepath.Join(t.TempDir(), "view-b"), fs.ViewOptions{Session: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		m.Destroy(ctx) // a view in use cannot unmount
+		viewB.Unmount()
+	}()
+	if err := m.(vmm.WorkspaceAttacher).AttachWorkspace(ctx, viewB.Dir()); err != nil {
+		t.Fatalf("AttachWorkspace = %v", err)
+	}
+	if out, _ := vmmtest.Sh(t, m, "echo now > /workspace/agents/b/outputs/y.md && cat /workspace/agents/b/outputs/y.md"); out != "now\n" {
+		t.Errorf("writing b's outputs through the attached view: %q, want now", out)
+	}
+	// Nothing holds the old view any more: it unmounts at once.
+	done := make(chan error, 1)
+	go func() { done <- view.Unmount() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("unmount the replaced view = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Errorf("the replaced view is still busy after 10s")
 	}
 }
 
