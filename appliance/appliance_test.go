@@ -52,8 +52,8 @@ func startDaemon(t *testing.T) (*Daemon, *Client) {
 		t.Skip("the daemon mounts the workspace with FUSE, which needs root")
 	}
 	dir := t.TempDir()
+	// state_dir does not exist yet: Start makes it.
 	cfg := Config{StateDir: filepath.Join(dir, "state"), Workspace: WorkspaceConfig{Mount: filepath.Join(dir, "agents")}}
-	os.MkdirAll(cfg.StateDir, 0o700)
 	d, err := Start(cfg, nil)
 	if err != nil {
 		t.Fatalf("Start: %v", err)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -61,7 +62,14 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest, stdout, s
 	for {
 		var f api.ExecFrame
 		if err := dec.Decode(&f); err != nil {
-			return fail, fmt.Errorf("exec in sandbox %s: output ended without an exit status: %w", id, err)
+			var syntax *json.SyntaxError
+			if errors.As(err, &syntax) {
+				return fail, fmt.Errorf("exec in sandbox %s: broken output stream: %w", id, err)
+			}
+			// The connection ended mid-stream: the daemon went away, and
+			// the command (bound to this request) ended with it.
+			return fail, fmt.Errorf("exec in sandbox %s: %w: it went away before the command ended, and the command was stopped with it (%v); start it again with 'hearth up' and check 'hearth sandboxes ls'",
+				id, ErrDaemonDown, err)
 		}
 		switch {
 		case f.Exit != nil:

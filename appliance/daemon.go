@@ -45,6 +45,9 @@ func Start(cfg Config, logger *log.Logger) (*Daemon, error) {
 	if logger == nil {
 		logger = log.New(os.Stderr, "hearth: ", log.LstdFlags)
 	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state_dir %s: %w", cfg.StateDir, err)
+	}
 	ln, err := listen(cfg.SocketPath())
 	if err != nil {
 		return nil, err

@@ -70,9 +70,13 @@ func (m *sandboxManager) recoverOne(rec sandboxRecord) *sandbox {
 	s.m = mach
 	if rec.Session != "" {
 		// The machine still holds the old view, whose connection ended with
-		// the old daemon; this one serves the session to the host again.
+		// the old daemon: a new one takes its place.
 		if s.view, err = m.store.Mount(m.viewDir(rec.ID), fs.ViewOptions{Session: rec.Session}); err != nil {
 			m.log.Printf("sandbox %s: mount workspace view: %v", rec.ID, err)
+		} else if wa, ok := mach.(vmm.WorkspaceAttacher); !ok {
+			m.log.Printf("sandbox %s: its %s machine cannot take a new workspace view; /workspace/agents in it is gone until it is recreated", rec.ID, m.driver.Name())
+		} else if err := wa.AttachWorkspace(ctx, s.view.Dir()); err != nil {
+			m.log.Printf("sandbox %s: %v", rec.ID, err)
 		}
 	}
 	if rec.Paused != "" {
