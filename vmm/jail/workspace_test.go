@@ -108,9 +108,14 @@ func TestMachinesAreSeparate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Destroy(ctx)
-	vmmtest.Sh(t, a, "echo secret > /tmp/a-only; sleep 60 >/dev/null 2>&1 &")
-	if out, _ := vmmtest.Sh(t, b, "ls /tmp; ps -o args= | grep -c '[s]leep 60' || true"); strings.Contains(out, "a-only") || !strings.HasSuffix(out, "0\n") {
+	// /home/agent is in each machine's writable layer, /tmp on its tmpfs.
+	vmmtest.Sh(t, a, "echo secret > /home/agent/a-only; echo secret > /tmp/a-only; sleep 60 >/dev/null 2>&1 &")
+	if out, _ := vmmtest.Sh(t, b, "ls /home/agent /tmp; ps -o args= | grep -c '[s]leep 60' || true"); strings.Contains(out, "a-only") || !strings.HasSuffix(out, "0\n") {
 		t.Errorf("machine b sees a's files or processes: %q", out)
+	}
+	// No way out but loopback: no routes, and connecting elsewhere fails.
+	if out, _ := vmmtest.Sh(t, b, "tail -n +2 /proc/net/route | wc -l; nc -w 1 192.0.2.1 80 </dev/null 2>&1 && echo connected || echo unreachable"); !strings.HasPrefix(out, "0\n") || !strings.HasSuffix(out, "unreachable\n") {
+		t.Errorf("machine b's network: %q, want no routes and no connection", out)
 	}
 	vmmtest.Sh(t, a, "head -c 400000000 /dev/zero | tail -n 1 > /dev/null")
 	if out, _ := vmmtest.Sh(t, b, "echo fine"); out != "fine\n" {
