@@ -32,12 +32,14 @@ const (
 	codeUnavailable = "unavailable"
 	codeInternal    = "internal"
 	codeBuildFailed = "build_failed"
+	codeUnsupported = "unsupported" // the machine's tier cannot do it
 )
 
 var codeStatus = map[string]int{
 	codeNotFound: http.StatusNotFound, codeBadRequest: http.StatusBadRequest, codeConflict: http.StatusConflict,
 	codeTooLarge: http.StatusRequestEntityTooLarge, codeUnavailable: http.StatusServiceUnavailable,
 	codeInternal: http.StatusInternalServerError, codeBuildFailed: http.StatusInternalServerError,
+	codeUnsupported: http.StatusNotImplemented,
 }
 
 // codedError gives an error the API code it is reported with.

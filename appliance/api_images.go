@@ -13,7 +13,7 @@ import (
 
 func (d *Daemon) imageView(img image.Image) api.Image {
 	out := api.Image{Name: img.Name, Hash: img.Hash, Parent: img.Parent, Current: d.images.current(img),
-		Built: img.Built, BuildSeconds: img.BuildSeconds, Size: img.Size, Ext4Size: img.Ext4Size}
+		Built: img.Built, BuildSeconds: img.BuildSeconds, Size: img.Size, Ext4Size: img.Ext4Size, SavedFrom: img.SavedFrom}
 	if img.User != nil {
 		out.User = img.User.Name
 	}
@@ -37,7 +37,7 @@ func (s *server) InspectImage(w http.ResponseWriter, r *http.Request, name api.I
 func manifestView(m image.Manifest) api.ImageManifest {
 	out := api.ImageManifest{Name: m.Name, Hash: m.Hash, Parent: m.Parent, ParentHash: m.ParentHash, Suite: m.Suite,
 		Mirror: m.Mirror, Built: m.Built, BuildSeconds: m.BuildSeconds, Env: m.Env, Size: m.Size, Ext4Size: m.Ext4Size,
-		DebianPackages: packages(m.Debian), NpmPackages: packages(m.Npm)}
+		DebianPackages: packages(m.Debian), NpmPackages: packages(m.Npm), SavedFrom: m.SavedFrom}
 	if m.User != nil {
 		out.User = api.ImageUser{Name: m.User.Name, Uid: m.User.UID, Shell: m.User.Shell}
 	}

@@ -25,6 +25,9 @@ func (d *Daemon) sandboxView(s *sandbox) api.Sandbox {
 		IdleTimeout: time.Duration(rec.IdleTimeout).String(), ExecTimeout: time.Duration(rec.ExecTimeout).String(),
 		User: rec.User, Network: rec.Network, Created: rec.Created, LastActive: s.last.UTC(), Driver: d.sbx.driverName(),
 	}
+	if u, ok := s.usage(); ok {
+		out.Usage = usageView(u)
+	}
 	return out
 }
 
@@ -124,7 +127,7 @@ func (s *server) ExecSandbox(w http.ResponseWriter, r *http.Request, id api.Sand
 		return
 	}
 	out := newStream(w)
-	ex, err := s.d.sbx.Exec(r.Context(), id, spec, frameWriter{out, api.Stdout}, frameWriter{out, api.Stderr})
+	ex, err := s.d.sbx.Exec(r.Context(), id, spec, frameWriter{out, api.ExecFrameStreamStdout}, frameWriter{out, api.ExecFrameStreamStderr})
 	if err != nil {
 		out.fail(err)
 		return

@@ -40,6 +40,10 @@ type (
 	ImageManifest        = api.ImageManifest
 	Package              = api.Package
 	BranchRequest        = api.BranchRequest
+	Usage                = api.Usage
+	Checkpoint           = api.Checkpoint
+	JobRequest           = api.JobRequest
+	Job                  = api.Job
 )
 
 // NewClient returns a client for the daemon serving socket.

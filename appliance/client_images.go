@@ -2,12 +2,8 @@ package appliance
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
-
-	"hearth/appliance/api"
 )
 
 // Images lists the built images and the recipes that can be built.
@@ -35,19 +31,5 @@ func (c *Client) BuildImage(ctx context.Context, name string, progress io.Writer
 		return Image{}, err
 	}
 	defer resp.Body.Close()
-	dec := json.NewDecoder(resp.Body)
-	for {
-		var f api.BuildFrame
-		if err := dec.Decode(&f); err != nil {
-			return Image{}, fmt.Errorf("build image %s: progress ended without a result: %w", name, err)
-		}
-		switch {
-		case f.Image != nil:
-			return *f.Image, nil
-		case f.Error != nil:
-			return Image{}, &APIError{Code: f.Error.Code, Message: f.Error.Message, Step: f.Error.Step, Status: resp.StatusCode}
-		case progress != nil:
-			fmt.Fprintln(progress, f.Progress)
-		}
-	}
+	return readBuildFrames(resp, progress, "build image "+name)
 }

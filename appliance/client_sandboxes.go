@@ -76,11 +76,11 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest, stdout, s
 			return *f.Exit, nil
 		case f.Error != nil:
 			return fail, &APIError{Code: f.Error.Code, Message: f.Error.Message, Status: resp.StatusCode}
-		case f.Stream == api.Stdout && stdout != nil:
+		case f.Stream == api.ExecFrameStreamStdout && stdout != nil:
 			if _, err := stdout.Write(f.Data); err != nil {
 				return fail, err
 			}
-		case f.Stream == api.Stderr && stderr != nil:
+		case f.Stream == api.ExecFrameStreamStderr && stderr != nil:
 			stderr.Write(f.Data)
 		}
 	}

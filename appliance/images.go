@@ -44,10 +44,14 @@ func checkImageName(name string) error {
 	return nil
 }
 
-// current reports whether img was built from its recipe as it is now.
+// current reports whether img is the version sandboxes get: built from
+// its recipe as it is now or, for a saved image (no recipe), the newest.
 func (s *imageService) current(img image.Image) bool {
-	h, err := s.catalog.Hash(img.Name)
-	return err == nil && h == img.Hash
+	if h, err := s.catalog.Hash(img.Name); err == nil {
+		return h == img.Hash
+	}
+	got, err := s.builder.Get(img.Name)
+	return err == nil && got.Dir == img.Dir
 }
 
 // resolve returns the built image a sandbox named name boots from: the
@@ -94,6 +98,50 @@ func (s *imageService) Build(ctx context.Context, name string, progress io.Write
 		return img, fmt.Errorf("build image %s: %w", name, err)
 	}
 	s.log.Printf("image %s: ready (%s)", name, shortHash(img.Hash))
+	return img, nil
+}
+
+// version returns the built image name with hash: the one a sandbox
+// boots from, which cannot be removed while it runs.
+func (s *imageService) version(name, hash string) (image.Image, error) {
+	imgs, err := s.builder.List()
+	if err != nil {
+		return image.Image{}, err
+	}
+	for _, img := range imgs {
+		if img.Name == name && img.Hash == hash {
+			return img, nil
+		}
+	}
+	return image.Image{}, fmt.Errorf("image %s %s is gone from the cache", name, shortHash(hash))
+}
+
+// checkSaveName refuses a name a sandbox cannot be saved as: a bad one,
+// or a recipe's, since building the recipe would replace the saved image.
+func (s *imageService) checkSaveName(name string) error {
+	if err := checkImageName(name); err != nil {
+		return err
+	}
+	if _, err := s.catalog.Get(name); err == nil {
+		return errorf(codeConflict, "image %s is a recipe's name, and building the recipe would replace the saved image: choose another name", name)
+	}
+	return nil
+}
+
+// Save adds an image called name whose root fill writes, as a child of
+// parent, writing progress lines to progress. Like builds, saves take
+// turns with each other and with builds.
+func (s *imageService) Save(ctx context.Context, name string, parent image.Image, from string, progress io.Writer, fill func(rootfs string) error) (image.Image, error) {
+	b, err := image.NewBuilder(s.dir, s.catalog, progress)
+	if err != nil {
+		return image.Image{}, err
+	}
+	img, err := b.Save(ctx, name, parent, from, fill)
+	if err != nil {
+		s.log.Printf("image %s: save from %s failed: %v", name, from, err)
+		return img, err
+	}
+	s.log.Printf("image %s: saved from %s (%s)", name, from, shortHash(img.Hash))
 	return img, nil
 }
 

@@ -80,8 +80,9 @@ type sandbox struct {
 	view *fs.View    // the session's view, nil without a session
 
 	mu        sync.Mutex
-	active    int       // execs and file calls in flight
+	active    int       // execs, file calls and machine operations in flight
 	last      time.Time // end of the last activity
+	op        string    // the machine operation under way (opCheckpoint...), "" if none
 	destroyed bool
 	exitSeen  bool // the machine's unexpected end was logged
 }
@@ -492,6 +493,9 @@ func (m *sandboxManager) Destroy(ctx context.Context, id string) error {
 		return err
 	}
 	defer s.mu.Unlock()
+	if err := s.busy(); err != nil {
+		return err
+	}
 	if s.m != nil {
 		if err := s.m.Destroy(ctx); err != nil {
 			return fmt.Errorf("destroy sandbox %s: %w", id, err)
@@ -528,6 +532,9 @@ func (m *sandboxManager) Pause(ctx context.Context, id string) (*sandbox, error)
 	if s.stopped() {
 		return nil, errStopped(id)
 	}
+	if err := s.busy(); err != nil {
+		return nil, err
+	}
 	if s.rec.Paused == "" {
 		if err := s.m.Pause(ctx); err != nil {
 			return nil, err
@@ -551,6 +558,9 @@ func (m *sandboxManager) Resume(ctx context.Context, id string) (*sandbox, error
 	if s.stopped() {
 		return nil, errStopped(id)
 	}
+	if err := s.busy(); err != nil {
+		return nil, err
+	}
 	s.last = time.Now()
 	return s, m.resumeLocked(ctx, s, "resumed")
 }
@@ -571,8 +581,10 @@ func errStopped(id string) error {
 	return errorf(codeConflict, "sandbox %s has stopped (its machine is gone): destroy it with `hearth sandboxes destroy %s` and create a new one", id, id)
 }
 
-// use marks the sandbox busy for one exec or file call, resuming it first
-// if it was paused for being idle. A sandbox paused on request is refused.
+// use marks the sandbox busy for one exec, file or job call, resuming it
+// first if it was paused for being idle. A sandbox paused on request is
+// refused, and so is one being restored (its agent is starting again) or
+// one paused for being idle while a checkpoint or save copies it.
 // release marks the call done.
 func (m *sandboxManager) use(ctx context.Context, id string) (s *sandbox, release func(), err error) {
 	if s, err = m.lock(id); err != nil {
@@ -582,8 +594,12 @@ func (m *sandboxManager) use(ctx context.Context, id string) (s *sandbox, releas
 	switch {
 	case s.stopped():
 		return nil, nil, errStopped(id)
+	case s.op == opRestore:
+		return nil, nil, s.busy()
 	case s.rec.Paused == pausedByUser:
 		return nil, nil, errorf(codeConflict, "sandbox %s is paused: run `hearth sandboxes resume %s` first", id, id)
+	case s.rec.Paused == pausedIdle && s.op != "":
+		return nil, nil, s.busy() // resuming would thaw it in the middle of a copy
 	case s.rec.Paused == pausedIdle:
 		if err := m.resumeLocked(ctx, s, "resumed after being idle"); err != nil {
 			return nil, nil, err

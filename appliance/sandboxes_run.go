@@ -110,20 +110,21 @@ type execSpec struct {
 	Rows, Cols uint16
 }
 
-func (e execSpec) validate() error {
+// validate checks the spec of an exec or a job (what).
+func (e execSpec) validate(what string) error {
 	if len(e.Argv) == 0 || e.Argv[0] == "" {
-		return errorf(codeBadRequest, "exec: argv is empty: name the command to run")
+		return errorf(codeBadRequest, "%s: argv is empty: name the command to run", what)
 	}
 	for k := range e.Env {
 		if !envKeyRe.MatchString(k) {
-			return errorf(codeBadRequest, "exec: environment variable name %q: use letters, digits and '_'", k)
+			return errorf(codeBadRequest, "%s: environment variable name %q: use letters, digits and '_'", what, k)
 		}
 	}
 	if e.Cwd != "" && !filepath.IsAbs(e.Cwd) {
-		return errorf(codeBadRequest, "exec: cwd %q: give an absolute directory", e.Cwd)
+		return errorf(codeBadRequest, "%s: cwd %q: give an absolute directory", what, e.Cwd)
 	}
 	if e.Timeout != nil && *e.Timeout < 0 {
-		return errorf(codeBadRequest, "exec: timeout must not be negative")
+		return errorf(codeBadRequest, "%s: timeout must not be negative", what)
 	}
 	return nil
 }
@@ -145,7 +146,7 @@ func (e *execution) Wait() (guest.ExitStatus, error) {
 // Exec starts a command in the sandbox; its output goes to stdout and
 // stderr as it is produced while Wait runs.
 func (m *sandboxManager) Exec(ctx context.Context, id string, spec execSpec, stdout, stderr io.Writer) (*execution, error) {
-	if err := spec.validate(); err != nil {
+	if err := spec.validate("exec"); err != nil {
 		return nil, err
 	}
 	s, release, err := m.use(ctx, id)
@@ -203,14 +204,19 @@ func (m *sandboxManager) guestRequest(s *sandbox, spec execSpec) (guest.ExecRequ
 	return req, nil
 }
 
-// withGuest runs fn against the sandbox's agent as one file call.
+// withGuest runs fn against the sandbox's agent as one call.
 func (m *sandboxManager) withGuest(ctx context.Context, id string, fn func(*guest.Client) error) error {
+	return m.withSandbox(ctx, id, func(s *sandbox) error { return fn(s.m.Guest()) })
+}
+
+// withSandbox runs fn, which calls the sandbox's agent, as one call.
+func (m *sandboxManager) withSandbox(ctx context.Context, id string, fn func(*sandbox) error) error {
 	s, release, err := m.use(ctx, id)
 	if err != nil {
 		return err
 	}
 	defer release()
-	if err := fn(s.m.Guest()); err != nil {
+	if err := fn(s); err != nil {
 		if s.stopped() {
 			return errStopped(id)
 		}

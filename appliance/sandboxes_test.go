@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"hearth/vmm/guest"
 )
 
 // recorder keeps the order in which output chunks arrived and when.
@@ -210,7 +208,7 @@ func TestSandboxLifecycle(t *testing.T) {
 // transparently, and a running exec or background job keeps it awake.
 func TestSandboxIdlePause(t *testing.T) {
 	cfg := sandboxConfig(t)
-	d, c := startSandboxDaemon(t, cfg)
+	_, c := startSandboxDaemon(t, cfg)
 	ctx := context.Background()
 	if _, err := c.CreateSandbox(ctx, CreateSandboxRequest{Id: "idle", IdleTimeout: "500ms"}); err != nil {
 		t.Fatal(err)
@@ -229,8 +227,7 @@ func TestSandboxIdlePause(t *testing.T) {
 		t.Errorf("sleep 1.5 = %+v", st)
 	}
 	// So is a background job.
-	s, _ := d.sbx.get("idle")
-	if _, err := s.m.Guest().StartJob(ctx, guest.ExecRequest{Argv: []string{"sleep", "2"}}); err != nil {
+	if _, err := c.StartJob(ctx, "idle", JobRequest{Argv: []string{"sleep", "2"}}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1500 * time.Millisecond)
@@ -377,6 +374,11 @@ func TestSandboxRestart(t *testing.T) {
 		}
 	}
 	run(t, c, "keep", "echo kept > /tmp/state")
+	job, err := c.StartJob(ctx, "keep", JobRequest{Argv: []string{"sh", "-c", "echo before; sleep 1; echo after"}})
+	if err != nil {
+		d1.Close()
+		t.Fatal(err)
+	}
 	c.PauseSandbox(ctx, "frozen")
 	if err := d1.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -391,6 +393,10 @@ func TestSandboxRestart(t *testing.T) {
 	_, c = startSandboxDaemon(t, cfg)
 	if out, st := run(t, c, "keep", "cat /tmp/state"); out != "kept\n" || st.Code != 0 {
 		t.Errorf("exec after the restart = %q, %+v", out, st)
+	}
+	// The job ran on while no daemon was there, and its output was kept.
+	if j := waitJob(t, c, "keep", job.Id); j.State != "completed" || jobOutput(t, c, "keep", job.Id, "stdout") != "before\nafter\n" {
+		t.Errorf("a job across the restart: %+v, output %q", j, jobOutput(t, c, "keep", job.Id, "stdout"))
 	}
 	if _, err := os.Stat(filepath.Join(cfg.StateDir, "views", "keep", "s1", "outputs")); err != nil {
 		t.Errorf("keep's workspace view is not mounted again: %v", err)

@@ -22,16 +22,40 @@ import (
 
 // Defines values for ExecFrameStream.
 const (
-	Stderr ExecFrameStream = "stderr"
-	Stdout ExecFrameStream = "stdout"
+	ExecFrameStreamStderr ExecFrameStream = "stderr"
+	ExecFrameStreamStdout ExecFrameStream = "stdout"
 )
 
 // Valid indicates whether the value is a known member of the ExecFrameStream enum.
 func (e ExecFrameStream) Valid() bool {
 	switch e {
-	case Stderr:
+	case ExecFrameStreamStderr:
 		return true
-	case Stdout:
+	case ExecFrameStreamStdout:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for JobState.
+const (
+	JobStateCancelled JobState = "cancelled"
+	JobStateCompleted JobState = "completed"
+	JobStateFailed    JobState = "failed"
+	JobStateRunning   JobState = "running"
+)
+
+// Valid indicates whether the value is a known member of the JobState enum.
+func (e JobState) Valid() bool {
+	switch e {
+	case JobStateCancelled:
+		return true
+	case JobStateCompleted:
+		return true
+	case JobStateFailed:
+		return true
+	case JobStateRunning:
 		return true
 	default:
 		return false
@@ -40,19 +64,37 @@ func (e ExecFrameStream) Valid() bool {
 
 // Defines values for SandboxStatus.
 const (
-	Paused  SandboxStatus = "paused"
-	Running SandboxStatus = "running"
-	Stopped SandboxStatus = "stopped"
+	SandboxStatusPaused  SandboxStatus = "paused"
+	SandboxStatusRunning SandboxStatus = "running"
+	SandboxStatusStopped SandboxStatus = "stopped"
 )
 
 // Valid indicates whether the value is a known member of the SandboxStatus enum.
 func (e SandboxStatus) Valid() bool {
 	switch e {
-	case Paused:
+	case SandboxStatusPaused:
 		return true
-	case Running:
+	case SandboxStatusRunning:
 		return true
-	case Stopped:
+	case SandboxStatusStopped:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for JobOutputParamsStream.
+const (
+	JobOutputParamsStreamStderr JobOutputParamsStream = "stderr"
+	JobOutputParamsStreamStdout JobOutputParamsStream = "stdout"
+)
+
+// Valid indicates whether the value is a known member of the JobOutputParamsStream enum.
+func (e JobOutputParamsStream) Valid() bool {
+	switch e {
+	case JobOutputParamsStreamStderr:
+		return true
+	case JobOutputParamsStreamStdout:
 		return true
 	default:
 		return false
@@ -74,6 +116,21 @@ type BuildFrame struct {
 
 	// Progress One line of build progress.
 	Progress string `json:"progress,omitempty,omitzero"`
+}
+
+// Checkpoint defines model for Checkpoint.
+type Checkpoint struct {
+	Name string `json:"name"`
+
+	// Size Bytes it takes on disk.
+	Size  int64     `json:"size"`
+	Taken time.Time `json:"taken"`
+}
+
+// CheckpointRequest defines model for CheckpointRequest.
+type CheckpointRequest struct {
+	// Name 1-63 lowercase letters, digits or '-'; default cp-YYYYMMDD-HHMMSS (UTC).
+	Name string `json:"name,omitempty,omitzero"`
 }
 
 // CreateSandboxRequest defines model for CreateSandboxRequest.
@@ -121,7 +178,7 @@ type Deleted struct {
 
 // Error defines model for Error.
 type Error struct {
-	// Code not_found, bad_request, conflict, too_large, unavailable, internal (workspace routes also bad_name, exists, quota; image builds build_failed).
+	// Code not_found, bad_request, conflict, too_large, unavailable, unsupported, internal (workspace routes also bad_name, exists, quota; image builds and saves build_failed).
 	Code    string `json:"code"`
 	Message string `json:"message"`
 
@@ -177,7 +234,10 @@ type ExecStarted struct {
 // ExitStatus defines model for ExitStatus.
 type ExitStatus struct {
 	// Code -1 when killed by a signal.
-	Code     int    `json:"code"`
+	Code int `json:"code"`
+
+	// Error Why the command could not start.
+	Error    string `json:"error,omitempty,omitzero"`
 	Signal   string `json:"signal,omitempty,omitzero"`
 	TimedOut bool   `json:"timed_out,omitempty,omitzero"`
 }
@@ -204,14 +264,17 @@ type Image struct {
 	BuildSeconds float64   `json:"build_seconds,omitempty,omitzero"`
 	Built        time.Time `json:"built"`
 
-	// Current Built from the recipe as it is now (older versions stay until removed).
+	// Current The version sandboxes get. An image with a recipe is current when built from the recipe as it is now; a saved one, when it is the newest save of its name. Older versions stay until removed.
 	Current  bool   `json:"current"`
 	Ext4Size int64  `json:"ext4_size,omitempty,omitzero"`
 	Hash     string `json:"hash"`
 	Name     string `json:"name"`
 	Parent   string `json:"parent,omitempty,omitzero"`
-	Size     int64  `json:"size"`
-	User     string `json:"user,omitempty,omitzero"`
+
+	// SavedFrom What a saved image was made from, e.g. "sandbox sbx-1a2b3c".
+	SavedFrom string `json:"saved_from,omitempty,omitzero"`
+	Size      int64  `json:"size"`
+	User      string `json:"user,omitempty,omitzero"`
 }
 
 // ImageList defines model for ImageList.
@@ -235,6 +298,7 @@ type ImageManifest struct {
 	NpmPackages    []Package         `json:"npm_packages,omitempty,omitzero"`
 	Parent         string            `json:"parent,omitempty,omitzero"`
 	ParentHash     string            `json:"parent_hash,omitempty,omitzero"`
+	SavedFrom      string            `json:"saved_from,omitempty,omitzero"`
 	Size           int64             `json:"size,omitempty,omitzero"`
 	Suite          string            `json:"suite"`
 	User           ImageUser         `json:"user,omitempty,omitzero"`
@@ -245,6 +309,39 @@ type ImageUser struct {
 	Name  string `json:"name"`
 	Shell string `json:"shell,omitempty,omitzero"`
 	Uid   int    `json:"uid"`
+}
+
+// Job defines model for Job.
+type Job struct {
+	Argv []string `json:"argv"`
+
+	// Dropped Output bytes no longer kept (the oldest).
+	Dropped int64       `json:"dropped,omitempty,omitzero"`
+	Ended   *time.Time  `json:"ended,omitempty"`
+	Exit    *ExitStatus `json:"exit,omitempty"`
+	Id      string      `json:"id"`
+
+	// Pid In the sandbox; 0 if it never started.
+	Pid     int       `json:"pid"`
+	Started time.Time `json:"started"`
+
+	// State completed exited 0; failed exited non-zero, was killed by a signal or never started; cancelled was stopped on request.
+	State JobState `json:"state"`
+}
+
+// JobState completed exited 0; failed exited non-zero, was killed by a signal or never started; cancelled was stopped on request.
+type JobState string
+
+// JobRequest defines model for JobRequest.
+type JobRequest struct {
+	Argv []string `json:"argv"`
+
+	// Cwd Absolute directory; default the user's home.
+	Cwd string            `json:"cwd,omitempty,omitzero"`
+	Env map[string]string `json:"env,omitempty,omitzero"`
+
+	// User A name from the image's /etc/passwd, or UID[:GID]; default the image's user.
+	User string `json:"user,omitempty,omitzero"`
 }
 
 // Package defines model for Package.
@@ -290,12 +387,21 @@ type Sandbox struct {
 	Session string        `json:"session,omitempty,omitzero"`
 	Status  SandboxStatus `json:"status"`
 
+	// Usage What the sandbox uses now, as the host measures it; absent when it is stopped or its machine tier cannot say. Limits of 0 mean none.
+	Usage *Usage `json:"usage,omitempty"`
+
 	// User The image's default user that runs commands.
 	User string `json:"user"`
 }
 
 // SandboxStatus defines model for Sandbox.Status.
 type SandboxStatus string
+
+// SaveSandboxRequest defines model for SaveSandboxRequest.
+type SaveSandboxRequest struct {
+	// Image Name of the new image: lowercase letters, digits, '.', '_' or '-', not a recipe's.
+	Image string `json:"image"`
+}
 
 // SessionInfo defines model for SessionInfo.
 type SessionInfo struct {
@@ -324,11 +430,38 @@ type SnapshotRequest struct {
 	Session string `json:"session"`
 }
 
+// StopJobRequest defines model for StopJobRequest.
+type StopJobRequest struct {
+	// Grace Go duration between TERM and KILL; default 5s.
+	Grace string `json:"grace,omitempty,omitzero"`
+}
+
+// Usage What the sandbox uses now, as the host measures it; absent when it is stopped or its machine tier cannot say. Limits of 0 mean none.
+type Usage struct {
+	// CpuTime CPU time used since it started, as a Go duration ("1.52s").
+	CpuTime string `json:"cpu_time"`
+
+	// Disk Bytes in the writable layer; -1: unknown (a layer with no disk limit is not counted).
+	Disk      int64 `json:"disk"`
+	DiskLimit int64 `json:"disk_limit,omitempty,omitzero"`
+
+	// Memory Bytes charged now (page cache included).
+	Memory      int64 `json:"memory"`
+	MemoryLimit int64 `json:"memory_limit,omitempty,omitzero"`
+	Processes   int64 `json:"processes"`
+}
+
+// CheckpointName defines model for CheckpointName.
+type CheckpointName = string
+
 // FilePath defines model for FilePath.
 type FilePath = string
 
 // ImageName defines model for ImageName.
 type ImageName = string
+
+// JobID defines model for JobID.
+type JobID = string
 
 // SandboxID defines model for SandboxID.
 type SandboxID = string
@@ -363,6 +496,15 @@ type StatSandboxFileParams struct {
 	Path FilePath `form:"path" json:"path"`
 }
 
+// JobOutputParams defines parameters for JobOutput.
+type JobOutputParams struct {
+	// Stream Default stdout.
+	Stream JobOutputParamsStream `form:"stream,omitempty" json:"stream,omitempty,omitzero"`
+}
+
+// JobOutputParamsStream defines parameters for JobOutput.
+type JobOutputParamsStream string
+
 // DeleteSnapshotParams defines parameters for DeleteSnapshot.
 type DeleteSnapshotParams struct {
 	Session string `form:"session,omitempty" json:"session,omitempty,omitzero"`
@@ -377,8 +519,20 @@ type ListSnapshotsParams struct {
 // CreateSandboxJSONRequestBody defines body for CreateSandbox for application/json ContentType.
 type CreateSandboxJSONRequestBody = CreateSandboxRequest
 
+// CreateCheckpointJSONRequestBody defines body for CreateCheckpoint for application/json ContentType.
+type CreateCheckpointJSONRequestBody = CheckpointRequest
+
 // ExecSandboxJSONRequestBody defines body for ExecSandbox for application/json ContentType.
 type ExecSandboxJSONRequestBody = ExecRequest
+
+// StartJobJSONRequestBody defines body for StartJob for application/json ContentType.
+type StartJobJSONRequestBody = JobRequest
+
+// StopJobJSONRequestBody defines body for StopJob for application/json ContentType.
+type StopJobJSONRequestBody = StopJobRequest
+
+// SaveSandboxJSONRequestBody defines body for SaveSandbox for application/json ContentType.
+type SaveSandboxJSONRequestBody = SaveSandboxRequest
 
 // BranchSessionJSONRequestBody defines body for BranchSession for application/json ContentType.
 type BranchSessionJSONRequestBody = BranchRequest
@@ -519,6 +673,58 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/sandboxes/{id} (the `GetSandbox` operationId).
 	GetSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListCheckpoints List the sandbox's checkpoints, oldest first.
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/checkpoints (the `ListCheckpoints` operationId).
+	ListCheckpoints(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateCheckpointWithBody Save the sandbox's writable layer (every file it changed) as a checkpoint.
+	//
+	// The sandbox is paused while its layer is copied (milliseconds for a
+	// small layer) and carries on after; a paused sandbox stays paused.
+	// Memory and processes are not saved, only files outside the
+	// workspace (the workspace has its own snapshots). A name that is
+	// taken is a 409; a machine tier that cannot checkpoint, a 501.
+	// While a checkpoint, restore or save of the sandbox runs, pause,
+	// resume, destroy and the others are refused with 409.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/checkpoints (the `CreateCheckpoint` operationId).
+	CreateCheckpointWithBody(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateCheckpoint Save the sandbox's writable layer (every file it changed) as a checkpoint.
+	//
+	// The sandbox is paused while its layer is copied (milliseconds for a
+	// small layer) and carries on after; a paused sandbox stays paused.
+	// Memory and processes are not saved, only files outside the
+	// workspace (the workspace has its own snapshots). A name that is
+	// taken is a 409; a machine tier that cannot checkpoint, a 501.
+	// While a checkpoint, restore or save of the sandbox runs, pause,
+	// resume, destroy and the others are refused with 409.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/checkpoints (the `CreateCheckpoint` operationId).
+	CreateCheckpoint(ctx context.Context, id SandboxID, body CreateCheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteCheckpoint Delete a checkpoint.
+	//
+	// Corresponds with DELETE /v1/sandboxes/{id}/checkpoints/{name} (the `DeleteCheckpoint` operationId).
+	DeleteCheckpoint(ctx context.Context, id SandboxID, name CheckpointName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RestoreCheckpoint Put the sandbox's files back as they were at a checkpoint.
+	//
+	// Every process in the sandbox ends (running execs end with an error,
+	// background jobs are gone) and its agent starts again on the
+	// restored layer; the workspace is not touched. The sandbox is
+	// running afterwards, even if it was paused. Calls that arrive
+	// meanwhile are refused with 409. If the machine cannot start again
+	// the sandbox is stopped.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/checkpoints/{name}/restore (the `RestoreCheckpoint` operationId).
+	RestoreCheckpoint(ctx context.Context, id SandboxID, name CheckpointName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ExecSandboxWithBody Run a command to its end, streaming its output as it is produced.
 	//
 	// A sandbox paused because it was idle is resumed first; one paused
@@ -567,6 +773,61 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/sandboxes/{id}/files/stat (the `StatSandboxFile` operationId).
 	StatSandboxFile(ctx context.Context, id SandboxID, params *StatSandboxFileParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListJobs List the sandbox's background jobs, running and ended, oldest first.
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/jobs (the `ListJobs` operationId).
+	ListJobs(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// StartJobWithBody Start a command in the background; it outlives this request.
+	//
+	// The job runs until it ends or is stopped, with no timeout, and
+	// keeps the newest 1 MiB of each output stream, readable while it
+	// runs and after it ended. A running job keeps the sandbox from
+	// pausing when idle. Jobs end when the sandbox is restored to a
+	// checkpoint or destroyed. A command that cannot start is a 400.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/jobs (the `StartJob` operationId).
+	StartJobWithBody(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// StartJob Start a command in the background; it outlives this request.
+	//
+	// The job runs until it ends or is stopped, with no timeout, and
+	// keeps the newest 1 MiB of each output stream, readable while it
+	// runs and after it ended. A running job keeps the sandbox from
+	// pausing when idle. Jobs end when the sandbox is restored to a
+	// checkpoint or destroyed. A command that cannot start is a 400.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/jobs (the `StartJob` operationId).
+	StartJob(ctx context.Context, id SandboxID, body StartJobJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetJob Describe one job.
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/jobs/{job} (the `GetJob` operationId).
+	GetJob(ctx context.Context, id SandboxID, job JobID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// JobOutput The output a job kept of one stream (the newest 1 MiB).
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/jobs/{job}/output (the `JobOutput` operationId).
+	JobOutput(ctx context.Context, id SandboxID, job JobID, params *JobOutputParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// StopJobWithBody Send the job's process group TERM, then KILL after the grace period; returns once it ended. Idempotent.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/jobs/{job}/stop (the `StopJob` operationId).
+	StopJobWithBody(ctx context.Context, id SandboxID, job JobID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// StopJob Send the job's process group TERM, then KILL after the grace period; returns once it ended. Idempotent.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/jobs/{job}/stop (the `StopJob` operationId).
+	StopJob(ctx context.Context, id SandboxID, job JobID, body StopJobJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// PauseSandbox Freeze every process. Execs and file calls are refused (409) until it is resumed. Idempotent.
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/pause (the `PauseSandbox` operationId).
@@ -576,6 +837,42 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/resume (the `ResumeSandbox` operationId).
 	ResumeSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SaveSandboxWithBody Save the sandbox's root as it is now as a new image, streaming progress.
+	//
+	// The new image is the sandbox's image with every change the sandbox
+	// made applied; its parent is the sandbox's image, whose user and
+	// environment it keeps. Sandboxes created with that image name boot
+	// from it. Saving a name again makes a new version, which new
+	// sandboxes get; a recipe's name is refused (409): a build would
+	// replace the saved image. The sandbox is paused only while its
+	// writable layer is copied; pause, resume, destroy, checkpoints and
+	// restores of it are refused with 409 until the save is done. Errors before the save starts are
+	// ordinary error responses; then the 200 stream carries progress
+	// frames and ends with an image frame or an error frame.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/save (the `SaveSandbox` operationId).
+	SaveSandboxWithBody(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SaveSandbox Save the sandbox's root as it is now as a new image, streaming progress.
+	//
+	// The new image is the sandbox's image with every change the sandbox
+	// made applied; its parent is the sandbox's image, whose user and
+	// environment it keeps. Sandboxes created with that image name boot
+	// from it. Saving a name again makes a new version, which new
+	// sandboxes get; a recipe's name is refused (409): a build would
+	// replace the saved image. The sandbox is paused only while its
+	// writable layer is copied; pause, resume, destroy, checkpoints and
+	// restores of it are refused with 409 until the save is done. Errors before the save starts are
+	// ordinary error responses; then the 200 stream carries progress
+	// frames and ends with an image frame or an error frame.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/save (the `SaveSandbox` operationId).
+	SaveSandbox(ctx context.Context, id SandboxID, body SaveSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// BranchSessionWithBody Start a new session from a snapshot.
 	//
@@ -797,6 +1094,108 @@ func (c *Client) GetSandbox(ctx context.Context, id SandboxID, reqEditors ...Req
 	return c.Client.Do(req)
 }
 
+// ListCheckpoints List the sandbox's checkpoints, oldest first.
+//
+// Corresponds with GET /v1/sandboxes/{id}/checkpoints (the `ListCheckpoints` operationId).
+func (c *Client) ListCheckpoints(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListCheckpointsRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateCheckpointWithBody Save the sandbox's writable layer (every file it changed) as a checkpoint.
+//
+// The sandbox is paused while its layer is copied (milliseconds for a
+// small layer) and carries on after; a paused sandbox stays paused.
+// Memory and processes are not saved, only files outside the
+// workspace (the workspace has its own snapshots). A name that is
+// taken is a 409; a machine tier that cannot checkpoint, a 501.
+// While a checkpoint, restore or save of the sandbox runs, pause,
+// resume, destroy and the others are refused with 409.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/sandboxes/{id}/checkpoints (the `CreateCheckpoint` operationId).
+func (c *Client) CreateCheckpointWithBody(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateCheckpointRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateCheckpoint Save the sandbox's writable layer (every file it changed) as a checkpoint.
+//
+// The sandbox is paused while its layer is copied (milliseconds for a
+// small layer) and carries on after; a paused sandbox stays paused.
+// Memory and processes are not saved, only files outside the
+// workspace (the workspace has its own snapshots). A name that is
+// taken is a 409; a machine tier that cannot checkpoint, a 501.
+// While a checkpoint, restore or save of the sandbox runs, pause,
+// resume, destroy and the others are refused with 409.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/sandboxes/{id}/checkpoints (the `CreateCheckpoint` operationId).
+func (c *Client) CreateCheckpoint(ctx context.Context, id SandboxID, body CreateCheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateCheckpointRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteCheckpoint Delete a checkpoint.
+//
+// Corresponds with DELETE /v1/sandboxes/{id}/checkpoints/{name} (the `DeleteCheckpoint` operationId).
+func (c *Client) DeleteCheckpoint(ctx context.Context, id SandboxID, name CheckpointName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteCheckpointRequest(c.Server, id, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RestoreCheckpoint Put the sandbox's files back as they were at a checkpoint.
+//
+// Every process in the sandbox ends (running execs end with an error,
+// background jobs are gone) and its agent starts again on the
+// restored layer; the workspace is not touched. The sandbox is
+// running afterwards, even if it was paused. Calls that arrive
+// meanwhile are refused with 409. If the machine cannot start again
+// the sandbox is stopped.
+//
+// Corresponds with POST /v1/sandboxes/{id}/checkpoints/{name}/restore (the `RestoreCheckpoint` operationId).
+func (c *Client) RestoreCheckpoint(ctx context.Context, id SandboxID, name CheckpointName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRestoreCheckpointRequest(c.Server, id, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ExecSandboxWithBody Run a command to its end, streaming its output as it is produced.
 //
 // A sandbox paused because it was idle is resumed first; one paused
@@ -905,6 +1304,131 @@ func (c *Client) StatSandboxFile(ctx context.Context, id SandboxID, params *Stat
 	return c.Client.Do(req)
 }
 
+// ListJobs List the sandbox's background jobs, running and ended, oldest first.
+//
+// Corresponds with GET /v1/sandboxes/{id}/jobs (the `ListJobs` operationId).
+func (c *Client) ListJobs(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListJobsRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StartJobWithBody Start a command in the background; it outlives this request.
+//
+// The job runs until it ends or is stopped, with no timeout, and
+// keeps the newest 1 MiB of each output stream, readable while it
+// runs and after it ended. A running job keeps the sandbox from
+// pausing when idle. Jobs end when the sandbox is restored to a
+// checkpoint or destroyed. A command that cannot start is a 400.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/sandboxes/{id}/jobs (the `StartJob` operationId).
+func (c *Client) StartJobWithBody(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStartJobRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StartJob Start a command in the background; it outlives this request.
+//
+// The job runs until it ends or is stopped, with no timeout, and
+// keeps the newest 1 MiB of each output stream, readable while it
+// runs and after it ended. A running job keeps the sandbox from
+// pausing when idle. Jobs end when the sandbox is restored to a
+// checkpoint or destroyed. A command that cannot start is a 400.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/sandboxes/{id}/jobs (the `StartJob` operationId).
+func (c *Client) StartJob(ctx context.Context, id SandboxID, body StartJobJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStartJobRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetJob Describe one job.
+//
+// Corresponds with GET /v1/sandboxes/{id}/jobs/{job} (the `GetJob` operationId).
+func (c *Client) GetJob(ctx context.Context, id SandboxID, job JobID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetJobRequest(c.Server, id, job)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// JobOutput The output a job kept of one stream (the newest 1 MiB).
+//
+// Corresponds with GET /v1/sandboxes/{id}/jobs/{job}/output (the `JobOutput` operationId).
+func (c *Client) JobOutput(ctx context.Context, id SandboxID, job JobID, params *JobOutputParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewJobOutputRequest(c.Server, id, job, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StopJobWithBody Send the job's process group TERM, then KILL after the grace period; returns once it ended. Idempotent.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/sandboxes/{id}/jobs/{job}/stop (the `StopJob` operationId).
+func (c *Client) StopJobWithBody(ctx context.Context, id SandboxID, job JobID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStopJobRequestWithBody(c.Server, id, job, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StopJob Send the job's process group TERM, then KILL after the grace period; returns once it ended. Idempotent.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/sandboxes/{id}/jobs/{job}/stop (the `StopJob` operationId).
+func (c *Client) StopJob(ctx context.Context, id SandboxID, job JobID, body StopJobJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStopJobRequest(c.Server, id, job, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // PauseSandbox Freeze every process. Execs and file calls are refused (409) until it is resumed. Idempotent.
 //
 // Corresponds with POST /v1/sandboxes/{id}/pause (the `PauseSandbox` operationId).
@@ -925,6 +1449,62 @@ func (c *Client) PauseSandbox(ctx context.Context, id SandboxID, reqEditors ...R
 // Corresponds with POST /v1/sandboxes/{id}/resume (the `ResumeSandbox` operationId).
 func (c *Client) ResumeSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewResumeSandboxRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SaveSandboxWithBody Save the sandbox's root as it is now as a new image, streaming progress.
+//
+// The new image is the sandbox's image with every change the sandbox
+// made applied; its parent is the sandbox's image, whose user and
+// environment it keeps. Sandboxes created with that image name boot
+// from it. Saving a name again makes a new version, which new
+// sandboxes get; a recipe's name is refused (409): a build would
+// replace the saved image. The sandbox is paused only while its
+// writable layer is copied; pause, resume, destroy, checkpoints and
+// restores of it are refused with 409 until the save is done. Errors before the save starts are
+// ordinary error responses; then the 200 stream carries progress
+// frames and ends with an image frame or an error frame.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/sandboxes/{id}/save (the `SaveSandbox` operationId).
+func (c *Client) SaveSandboxWithBody(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSaveSandboxRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SaveSandbox Save the sandbox's root as it is now as a new image, streaming progress.
+//
+// The new image is the sandbox's image with every change the sandbox
+// made applied; its parent is the sandbox's image, whose user and
+// environment it keeps. Sandboxes created with that image name boot
+// from it. Saving a name again makes a new version, which new
+// sandboxes get; a recipe's name is refused (409): a build would
+// replace the saved image. The sandbox is paused only while its
+// writable layer is copied; pause, resume, destroy, checkpoints and
+// restores of it are refused with 409 until the save is done. Errors before the save starts are
+// ordinary error responses; then the 200 stream carries progress
+// frames and ends with an image frame or an error frame.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/sandboxes/{id}/save (the `SaveSandbox` operationId).
+func (c *Client) SaveSandbox(ctx context.Context, id SandboxID, body SaveSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSaveSandboxRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1395,6 +1975,169 @@ func NewGetSandboxRequest(server string, id SandboxID) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListCheckpointsRequest constructs an http.Request for the ListCheckpoints method
+func NewListCheckpointsRequest(server string, id SandboxID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/checkpoints", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateCheckpointRequest calls the generic CreateCheckpoint builder with application/json body
+func NewCreateCheckpointRequest(server string, id SandboxID, body CreateCheckpointJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateCheckpointRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewCreateCheckpointRequestWithBody constructs an http.Request for the CreateCheckpoint method, with any body, and a specified content type
+func NewCreateCheckpointRequestWithBody(server string, id SandboxID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/checkpoints", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteCheckpointRequest constructs an http.Request for the DeleteCheckpoint method
+func NewDeleteCheckpointRequest(server string, id SandboxID, name CheckpointName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/checkpoints/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRestoreCheckpointRequest constructs an http.Request for the RestoreCheckpoint method
+func NewRestoreCheckpointRequest(server string, id SandboxID, name CheckpointName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/checkpoints/%s/restore", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewExecSandboxRequest calls the generic ExecSandbox builder with application/json body
 func NewExecSandboxRequest(server string, id SandboxID, body ExecSandboxJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -1680,6 +2423,246 @@ func NewStatSandboxFileRequest(server string, id SandboxID, params *StatSandboxF
 	return req, nil
 }
 
+// NewListJobsRequest constructs an http.Request for the ListJobs method
+func NewListJobsRequest(server string, id SandboxID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/jobs", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewStartJobRequest calls the generic StartJob builder with application/json body
+func NewStartJobRequest(server string, id SandboxID, body StartJobJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewStartJobRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewStartJobRequestWithBody constructs an http.Request for the StartJob method, with any body, and a specified content type
+func NewStartJobRequestWithBody(server string, id SandboxID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/jobs", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetJobRequest constructs an http.Request for the GetJob method
+func NewGetJobRequest(server string, id SandboxID, job JobID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "job", job, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/jobs/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewJobOutputRequest constructs an http.Request for the JobOutput method
+func NewJobOutputRequest(server string, id SandboxID, job JobID, params *JobOutputParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "job", job, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/jobs/%s/output", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "stream", params.Stream, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewStopJobRequest calls the generic StopJob builder with application/json body
+func NewStopJobRequest(server string, id SandboxID, job JobID, body StopJobJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewStopJobRequestWithBody(server, id, job, "application/json", bodyReader)
+}
+
+// NewStopJobRequestWithBody constructs an http.Request for the StopJob method, with any body, and a specified content type
+func NewStopJobRequestWithBody(server string, id SandboxID, job JobID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "job", job, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/jobs/%s/stop", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewPauseSandboxRequest constructs an http.Request for the PauseSandbox method
 func NewPauseSandboxRequest(server string, id SandboxID) (*http.Request, error) {
 	var err error
@@ -1744,6 +2727,53 @@ func NewResumeSandboxRequest(server string, id SandboxID) (*http.Request, error)
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewSaveSandboxRequest calls the generic SaveSandbox builder with application/json body
+func NewSaveSandboxRequest(server string, id SandboxID, body SaveSandboxJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSaveSandboxRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewSaveSandboxRequestWithBody constructs an http.Request for the SaveSandbox method, with any body, and a specified content type
+func NewSaveSandboxRequestWithBody(server string, id SandboxID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/save", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -2188,6 +3218,64 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/sandboxes/{id} (the `GetSandbox` operationId).
 	GetSandboxWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*GetSandboxResponse, error)
 
+	// ListCheckpointsWithResponse List the sandbox's checkpoints, oldest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/checkpoints (the `ListCheckpoints` operationId).
+	ListCheckpointsWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*ListCheckpointsResponse, error)
+
+	// CreateCheckpointWithBodyWithResponse Save the sandbox's writable layer (every file it changed) as a checkpoint.
+	//
+	// The sandbox is paused while its layer is copied (milliseconds for a
+	// small layer) and carries on after; a paused sandbox stays paused.
+	// Memory and processes are not saved, only files outside the
+	// workspace (the workspace has its own snapshots). A name that is
+	// taken is a 409; a machine tier that cannot checkpoint, a 501.
+	// While a checkpoint, restore or save of the sandbox runs, pause,
+	// resume, destroy and the others are refused with 409.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/checkpoints (the `CreateCheckpoint` operationId).
+	CreateCheckpointWithBodyWithResponse(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateCheckpointResponse, error)
+
+	// CreateCheckpointWithResponse Save the sandbox's writable layer (every file it changed) as a checkpoint.
+	//
+	// The sandbox is paused while its layer is copied (milliseconds for a
+	// small layer) and carries on after; a paused sandbox stays paused.
+	// Memory and processes are not saved, only files outside the
+	// workspace (the workspace has its own snapshots). A name that is
+	// taken is a 409; a machine tier that cannot checkpoint, a 501.
+	// While a checkpoint, restore or save of the sandbox runs, pause,
+	// resume, destroy and the others are refused with 409.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/checkpoints (the `CreateCheckpoint` operationId).
+	CreateCheckpointWithResponse(ctx context.Context, id SandboxID, body CreateCheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateCheckpointResponse, error)
+
+	// DeleteCheckpointWithResponse Delete a checkpoint.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/sandboxes/{id}/checkpoints/{name} (the `DeleteCheckpoint` operationId).
+	DeleteCheckpointWithResponse(ctx context.Context, id SandboxID, name CheckpointName, reqEditors ...RequestEditorFn) (*DeleteCheckpointResponse, error)
+
+	// RestoreCheckpointWithResponse Put the sandbox's files back as they were at a checkpoint.
+	//
+	// Every process in the sandbox ends (running execs end with an error,
+	// background jobs are gone) and its agent starts again on the
+	// restored layer; the workspace is not touched. The sandbox is
+	// running afterwards, even if it was paused. Calls that arrive
+	// meanwhile are refused with 409. If the machine cannot start again
+	// the sandbox is stopped.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/checkpoints/{name}/restore (the `RestoreCheckpoint` operationId).
+	RestoreCheckpointWithResponse(ctx context.Context, id SandboxID, name CheckpointName, reqEditors ...RequestEditorFn) (*RestoreCheckpointResponse, error)
+
 	// ExecSandboxWithBodyWithResponse Run a command to its end, streaming its output as it is produced.
 	//
 	// A sandbox paused because it was idle is resumed first; one paused
@@ -2242,6 +3330,67 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/sandboxes/{id}/files/stat (the `StatSandboxFile` operationId).
 	StatSandboxFileWithResponse(ctx context.Context, id SandboxID, params *StatSandboxFileParams, reqEditors ...RequestEditorFn) (*StatSandboxFileResponse, error)
 
+	// ListJobsWithResponse List the sandbox's background jobs, running and ended, oldest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/jobs (the `ListJobs` operationId).
+	ListJobsWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*ListJobsResponse, error)
+
+	// StartJobWithBodyWithResponse Start a command in the background; it outlives this request.
+	//
+	// The job runs until it ends or is stopped, with no timeout, and
+	// keeps the newest 1 MiB of each output stream, readable while it
+	// runs and after it ended. A running job keeps the sandbox from
+	// pausing when idle. Jobs end when the sandbox is restored to a
+	// checkpoint or destroyed. A command that cannot start is a 400.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/jobs (the `StartJob` operationId).
+	StartJobWithBodyWithResponse(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*StartJobResponse, error)
+
+	// StartJobWithResponse Start a command in the background; it outlives this request.
+	//
+	// The job runs until it ends or is stopped, with no timeout, and
+	// keeps the newest 1 MiB of each output stream, readable while it
+	// runs and after it ended. A running job keeps the sandbox from
+	// pausing when idle. Jobs end when the sandbox is restored to a
+	// checkpoint or destroyed. A command that cannot start is a 400.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/jobs (the `StartJob` operationId).
+	StartJobWithResponse(ctx context.Context, id SandboxID, body StartJobJSONRequestBody, reqEditors ...RequestEditorFn) (*StartJobResponse, error)
+
+	// GetJobWithResponse Describe one job.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/jobs/{job} (the `GetJob` operationId).
+	GetJobWithResponse(ctx context.Context, id SandboxID, job JobID, reqEditors ...RequestEditorFn) (*GetJobResponse, error)
+
+	// JobOutputWithResponse The output a job kept of one stream (the newest 1 MiB).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/jobs/{job}/output (the `JobOutput` operationId).
+	JobOutputWithResponse(ctx context.Context, id SandboxID, job JobID, params *JobOutputParams, reqEditors ...RequestEditorFn) (*JobOutputResponse, error)
+
+	// StopJobWithBodyWithResponse Send the job's process group TERM, then KILL after the grace period; returns once it ended. Idempotent.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/jobs/{job}/stop (the `StopJob` operationId).
+	StopJobWithBodyWithResponse(ctx context.Context, id SandboxID, job JobID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*StopJobResponse, error)
+
+	// StopJobWithResponse Send the job's process group TERM, then KILL after the grace period; returns once it ended. Idempotent.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/jobs/{job}/stop (the `StopJob` operationId).
+	StopJobWithResponse(ctx context.Context, id SandboxID, job JobID, body StopJobJSONRequestBody, reqEditors ...RequestEditorFn) (*StopJobResponse, error)
+
 	// PauseSandboxWithResponse Freeze every process. Execs and file calls are refused (409) until it is resumed. Idempotent.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -2255,6 +3404,42 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/resume (the `ResumeSandbox` operationId).
 	ResumeSandboxWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*ResumeSandboxResponse, error)
+
+	// SaveSandboxWithBodyWithResponse Save the sandbox's root as it is now as a new image, streaming progress.
+	//
+	// The new image is the sandbox's image with every change the sandbox
+	// made applied; its parent is the sandbox's image, whose user and
+	// environment it keeps. Sandboxes created with that image name boot
+	// from it. Saving a name again makes a new version, which new
+	// sandboxes get; a recipe's name is refused (409): a build would
+	// replace the saved image. The sandbox is paused only while its
+	// writable layer is copied; pause, resume, destroy, checkpoints and
+	// restores of it are refused with 409 until the save is done. Errors before the save starts are
+	// ordinary error responses; then the 200 stream carries progress
+	// frames and ends with an image frame or an error frame.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/save (the `SaveSandbox` operationId).
+	SaveSandboxWithBodyWithResponse(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SaveSandboxResponse, error)
+
+	// SaveSandboxWithResponse Save the sandbox's root as it is now as a new image, streaming progress.
+	//
+	// The new image is the sandbox's image with every change the sandbox
+	// made applied; its parent is the sandbox's image, whose user and
+	// environment it keeps. Sandboxes created with that image name boot
+	// from it. Saving a name again makes a new version, which new
+	// sandboxes get; a recipe's name is refused (409): a build would
+	// replace the saved image. The sandbox is paused only while its
+	// writable layer is copied; pause, resume, destroy, checkpoints and
+	// restores of it are refused with 409 until the save is done. Errors before the save starts are
+	// ordinary error responses; then the 200 stream carries progress
+	// frames and ends with an image frame or an error frame.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/save (the `SaveSandbox` operationId).
+	SaveSandboxWithResponse(ctx context.Context, id SandboxID, body SaveSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*SaveSandboxResponse, error)
 
 	// BranchSessionWithBodyWithResponse Start a new session from a snapshot.
 	//
@@ -2718,6 +3903,198 @@ func (r GetSandboxResponse) ContentType() string {
 	return ""
 }
 
+type ListCheckpointsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]Checkpoint
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListCheckpointsResponse) GetJSON200() *[]Checkpoint {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListCheckpointsResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListCheckpointsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListCheckpointsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListCheckpointsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListCheckpointsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateCheckpointResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Checkpoint
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateCheckpointResponse) GetJSON201() *Checkpoint {
+	return r.JSON201
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CreateCheckpointResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateCheckpointResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateCheckpointResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateCheckpointResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateCheckpointResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteCheckpointResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Deleted
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DeleteCheckpointResponse) GetJSON200() *Deleted {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DeleteCheckpointResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteCheckpointResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteCheckpointResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteCheckpointResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteCheckpointResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RestoreCheckpointResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Sandbox
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RestoreCheckpointResponse) GetJSON200() *Sandbox {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r RestoreCheckpointResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RestoreCheckpointResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RestoreCheckpointResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RestoreCheckpointResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RestoreCheckpointResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ExecSandboxResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2944,6 +4321,239 @@ func (r StatSandboxFileResponse) ContentType() string {
 	return ""
 }
 
+type ListJobsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]Job
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListJobsResponse) GetJSON200() *[]Job {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListJobsResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListJobsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListJobsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListJobsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListJobsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type StartJobResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Job
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r StartJobResponse) GetJSON201() *Job {
+	return r.JSON201
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r StartJobResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r StartJobResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StartJobResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StartJobResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StartJobResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetJobResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Job
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetJobResponse) GetJSON200() *Job {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetJobResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetJobResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetJobResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetJobResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetJobResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type JobOutputResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r JobOutputResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r JobOutputResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r JobOutputResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r JobOutputResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r JobOutputResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type StopJobResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Job
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r StopJobResponse) GetJSON200() *Job {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r StopJobResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r StopJobResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StopJobResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StopJobResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StopJobResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type PauseSandboxResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3034,6 +4644,47 @@ func (r ResumeSandboxResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ResumeSandboxResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type SaveSandboxResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r SaveSandboxResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r SaveSandboxResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SaveSandboxResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SaveSandboxResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SaveSandboxResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3545,6 +5196,94 @@ func (c *ClientWithResponses) GetSandboxWithResponse(ctx context.Context, id San
 	return ParseGetSandboxResponse(rsp)
 }
 
+// ListCheckpointsWithResponse List the sandbox's checkpoints, oldest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sandboxes/{id}/checkpoints (the `ListCheckpoints` operationId).
+func (c *ClientWithResponses) ListCheckpointsWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*ListCheckpointsResponse, error) {
+	rsp, err := c.ListCheckpoints(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListCheckpointsResponse(rsp)
+}
+
+// CreateCheckpointWithBodyWithResponse Save the sandbox's writable layer (every file it changed) as a checkpoint.
+//
+// The sandbox is paused while its layer is copied (milliseconds for a
+// small layer) and carries on after; a paused sandbox stays paused.
+// Memory and processes are not saved, only files outside the
+// workspace (the workspace has its own snapshots). A name that is
+// taken is a 409; a machine tier that cannot checkpoint, a 501.
+// While a checkpoint, restore or save of the sandbox runs, pause,
+// resume, destroy and the others are refused with 409.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/checkpoints (the `CreateCheckpoint` operationId).
+func (c *ClientWithResponses) CreateCheckpointWithBodyWithResponse(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateCheckpointResponse, error) {
+	rsp, err := c.CreateCheckpointWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateCheckpointResponse(rsp)
+}
+
+// CreateCheckpointWithResponse Save the sandbox's writable layer (every file it changed) as a checkpoint.
+//
+// The sandbox is paused while its layer is copied (milliseconds for a
+// small layer) and carries on after; a paused sandbox stays paused.
+// Memory and processes are not saved, only files outside the
+// workspace (the workspace has its own snapshots). A name that is
+// taken is a 409; a machine tier that cannot checkpoint, a 501.
+// While a checkpoint, restore or save of the sandbox runs, pause,
+// resume, destroy and the others are refused with 409.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/checkpoints (the `CreateCheckpoint` operationId).
+func (c *ClientWithResponses) CreateCheckpointWithResponse(ctx context.Context, id SandboxID, body CreateCheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateCheckpointResponse, error) {
+	rsp, err := c.CreateCheckpoint(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateCheckpointResponse(rsp)
+}
+
+// DeleteCheckpointWithResponse Delete a checkpoint.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/sandboxes/{id}/checkpoints/{name} (the `DeleteCheckpoint` operationId).
+func (c *ClientWithResponses) DeleteCheckpointWithResponse(ctx context.Context, id SandboxID, name CheckpointName, reqEditors ...RequestEditorFn) (*DeleteCheckpointResponse, error) {
+	rsp, err := c.DeleteCheckpoint(ctx, id, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteCheckpointResponse(rsp)
+}
+
+// RestoreCheckpointWithResponse Put the sandbox's files back as they were at a checkpoint.
+//
+// Every process in the sandbox ends (running execs end with an error,
+// background jobs are gone) and its agent starts again on the
+// restored layer; the workspace is not touched. The sandbox is
+// running afterwards, even if it was paused. Calls that arrive
+// meanwhile are refused with 409. If the machine cannot start again
+// the sandbox is stopped.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/checkpoints/{name}/restore (the `RestoreCheckpoint` operationId).
+func (c *ClientWithResponses) RestoreCheckpointWithResponse(ctx context.Context, id SandboxID, name CheckpointName, reqEditors ...RequestEditorFn) (*RestoreCheckpointResponse, error) {
+	rsp, err := c.RestoreCheckpoint(ctx, id, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRestoreCheckpointResponse(rsp)
+}
+
 // ExecSandboxWithBodyWithResponse Run a command to its end, streaming its output as it is produced.
 //
 // A sandbox paused because it was idle is resumed first; one paused
@@ -3635,6 +5374,109 @@ func (c *ClientWithResponses) StatSandboxFileWithResponse(ctx context.Context, i
 	return ParseStatSandboxFileResponse(rsp)
 }
 
+// ListJobsWithResponse List the sandbox's background jobs, running and ended, oldest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sandboxes/{id}/jobs (the `ListJobs` operationId).
+func (c *ClientWithResponses) ListJobsWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*ListJobsResponse, error) {
+	rsp, err := c.ListJobs(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListJobsResponse(rsp)
+}
+
+// StartJobWithBodyWithResponse Start a command in the background; it outlives this request.
+//
+// The job runs until it ends or is stopped, with no timeout, and
+// keeps the newest 1 MiB of each output stream, readable while it
+// runs and after it ended. A running job keeps the sandbox from
+// pausing when idle. Jobs end when the sandbox is restored to a
+// checkpoint or destroyed. A command that cannot start is a 400.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/jobs (the `StartJob` operationId).
+func (c *ClientWithResponses) StartJobWithBodyWithResponse(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*StartJobResponse, error) {
+	rsp, err := c.StartJobWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStartJobResponse(rsp)
+}
+
+// StartJobWithResponse Start a command in the background; it outlives this request.
+//
+// The job runs until it ends or is stopped, with no timeout, and
+// keeps the newest 1 MiB of each output stream, readable while it
+// runs and after it ended. A running job keeps the sandbox from
+// pausing when idle. Jobs end when the sandbox is restored to a
+// checkpoint or destroyed. A command that cannot start is a 400.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/jobs (the `StartJob` operationId).
+func (c *ClientWithResponses) StartJobWithResponse(ctx context.Context, id SandboxID, body StartJobJSONRequestBody, reqEditors ...RequestEditorFn) (*StartJobResponse, error) {
+	rsp, err := c.StartJob(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStartJobResponse(rsp)
+}
+
+// GetJobWithResponse Describe one job.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sandboxes/{id}/jobs/{job} (the `GetJob` operationId).
+func (c *ClientWithResponses) GetJobWithResponse(ctx context.Context, id SandboxID, job JobID, reqEditors ...RequestEditorFn) (*GetJobResponse, error) {
+	rsp, err := c.GetJob(ctx, id, job, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetJobResponse(rsp)
+}
+
+// JobOutputWithResponse The output a job kept of one stream (the newest 1 MiB).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sandboxes/{id}/jobs/{job}/output (the `JobOutput` operationId).
+func (c *ClientWithResponses) JobOutputWithResponse(ctx context.Context, id SandboxID, job JobID, params *JobOutputParams, reqEditors ...RequestEditorFn) (*JobOutputResponse, error) {
+	rsp, err := c.JobOutput(ctx, id, job, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseJobOutputResponse(rsp)
+}
+
+// StopJobWithBodyWithResponse Send the job's process group TERM, then KILL after the grace period; returns once it ended. Idempotent.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/jobs/{job}/stop (the `StopJob` operationId).
+func (c *ClientWithResponses) StopJobWithBodyWithResponse(ctx context.Context, id SandboxID, job JobID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*StopJobResponse, error) {
+	rsp, err := c.StopJobWithBody(ctx, id, job, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStopJobResponse(rsp)
+}
+
+// StopJobWithResponse Send the job's process group TERM, then KILL after the grace period; returns once it ended. Idempotent.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/jobs/{job}/stop (the `StopJob` operationId).
+func (c *ClientWithResponses) StopJobWithResponse(ctx context.Context, id SandboxID, job JobID, body StopJobJSONRequestBody, reqEditors ...RequestEditorFn) (*StopJobResponse, error) {
+	rsp, err := c.StopJob(ctx, id, job, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStopJobResponse(rsp)
+}
+
 // PauseSandboxWithResponse Freeze every process. Execs and file calls are refused (409) until it is resumed. Idempotent.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -3659,6 +5501,54 @@ func (c *ClientWithResponses) ResumeSandboxWithResponse(ctx context.Context, id 
 		return nil, err
 	}
 	return ParseResumeSandboxResponse(rsp)
+}
+
+// SaveSandboxWithBodyWithResponse Save the sandbox's root as it is now as a new image, streaming progress.
+//
+// The new image is the sandbox's image with every change the sandbox
+// made applied; its parent is the sandbox's image, whose user and
+// environment it keeps. Sandboxes created with that image name boot
+// from it. Saving a name again makes a new version, which new
+// sandboxes get; a recipe's name is refused (409): a build would
+// replace the saved image. The sandbox is paused only while its
+// writable layer is copied; pause, resume, destroy, checkpoints and
+// restores of it are refused with 409 until the save is done. Errors before the save starts are
+// ordinary error responses; then the 200 stream carries progress
+// frames and ends with an image frame or an error frame.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/save (the `SaveSandbox` operationId).
+func (c *ClientWithResponses) SaveSandboxWithBodyWithResponse(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SaveSandboxResponse, error) {
+	rsp, err := c.SaveSandboxWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSaveSandboxResponse(rsp)
+}
+
+// SaveSandboxWithResponse Save the sandbox's root as it is now as a new image, streaming progress.
+//
+// The new image is the sandbox's image with every change the sandbox
+// made applied; its parent is the sandbox's image, whose user and
+// environment it keeps. Sandboxes created with that image name boot
+// from it. Saving a name again makes a new version, which new
+// sandboxes get; a recipe's name is refused (409): a build would
+// replace the saved image. The sandbox is paused only while its
+// writable layer is copied; pause, resume, destroy, checkpoints and
+// restores of it are refused with 409 until the save is done. Errors before the save starts are
+// ordinary error responses; then the 200 stream carries progress
+// frames and ends with an image frame or an error frame.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/save (the `SaveSandbox` operationId).
+func (c *ClientWithResponses) SaveSandboxWithResponse(ctx context.Context, id SandboxID, body SaveSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*SaveSandboxResponse, error) {
+	rsp, err := c.SaveSandbox(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSaveSandboxResponse(rsp)
 }
 
 // BranchSessionWithBodyWithResponse Start a new session from a snapshot.
@@ -4074,6 +5964,138 @@ func ParseGetSandboxResponse(rsp *http.Response) (*GetSandboxResponse, error) {
 	return response, nil
 }
 
+// ParseListCheckpointsResponse parses an HTTP response from a ListCheckpointsWithResponse call
+func ParseListCheckpointsResponse(rsp *http.Response) (*ListCheckpointsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListCheckpointsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []Checkpoint
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateCheckpointResponse parses an HTTP response from a CreateCheckpointWithResponse call
+func ParseCreateCheckpointResponse(rsp *http.Response) (*CreateCheckpointResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateCheckpointResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Checkpoint
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteCheckpointResponse parses an HTTP response from a DeleteCheckpointWithResponse call
+func ParseDeleteCheckpointResponse(rsp *http.Response) (*DeleteCheckpointResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteCheckpointResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Deleted
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRestoreCheckpointResponse parses an HTTP response from a RestoreCheckpointWithResponse call
+func ParseRestoreCheckpointResponse(rsp *http.Response) (*RestoreCheckpointResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RestoreCheckpointResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Sandbox
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseExecSandboxResponse parses an HTTP response from a ExecSandboxWithResponse call
 func ParseExecSandboxResponse(rsp *http.Response) (*ExecSandboxResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -4225,6 +6247,164 @@ func ParseStatSandboxFileResponse(rsp *http.Response) (*StatSandboxFileResponse,
 	return response, nil
 }
 
+// ParseListJobsResponse parses an HTTP response from a ListJobsWithResponse call
+func ParseListJobsResponse(rsp *http.Response) (*ListJobsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListJobsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []Job
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseStartJobResponse parses an HTTP response from a StartJobWithResponse call
+func ParseStartJobResponse(rsp *http.Response) (*StartJobResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StartJobResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Job
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetJobResponse parses an HTTP response from a GetJobWithResponse call
+func ParseGetJobResponse(rsp *http.Response) (*GetJobResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetJobResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Job
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseJobOutputResponse parses an HTTP response from a JobOutputWithResponse call
+func ParseJobOutputResponse(rsp *http.Response) (*JobOutputResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &JobOutputResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseStopJobResponse parses an HTTP response from a StopJobWithResponse call
+func ParseStopJobResponse(rsp *http.Response) (*StopJobResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StopJobResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Job
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParsePauseSandboxResponse parses an HTTP response from a PauseSandboxWithResponse call
 func ParsePauseSandboxResponse(rsp *http.Response) (*PauseSandboxResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -4279,6 +6459,32 @@ func ParseResumeSandboxResponse(rsp *http.Response) (*ResumeSandboxResponse, err
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSaveSandboxResponse parses an HTTP response from a SaveSandboxWithResponse call
+func ParseSaveSandboxResponse(rsp *http.Response) (*SaveSandboxResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SaveSandboxResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Failure
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -4581,6 +6787,18 @@ type ServerInterface interface {
 	// GetSandbox Describe one sandbox.
 	// (GET /v1/sandboxes/{id})
 	GetSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// ListCheckpoints List the sandbox's checkpoints, oldest first.
+	// (GET /v1/sandboxes/{id}/checkpoints)
+	ListCheckpoints(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// CreateCheckpoint Save the sandbox's writable layer (every file it changed) as a checkpoint.
+	// (POST /v1/sandboxes/{id}/checkpoints)
+	CreateCheckpoint(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// DeleteCheckpoint Delete a checkpoint.
+	// (DELETE /v1/sandboxes/{id}/checkpoints/{name})
+	DeleteCheckpoint(w http.ResponseWriter, r *http.Request, id SandboxID, name CheckpointName)
+	// RestoreCheckpoint Put the sandbox's files back as they were at a checkpoint.
+	// (POST /v1/sandboxes/{id}/checkpoints/{name}/restore)
+	RestoreCheckpoint(w http.ResponseWriter, r *http.Request, id SandboxID, name CheckpointName)
 	// ExecSandbox Run a command to its end, streaming its output as it is produced.
 	// (POST /v1/sandboxes/{id}/exec)
 	ExecSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
@@ -4596,12 +6814,30 @@ type ServerInterface interface {
 	// StatSandboxFile Describe a file or directory in the sandbox.
 	// (GET /v1/sandboxes/{id}/files/stat)
 	StatSandboxFile(w http.ResponseWriter, r *http.Request, id SandboxID, params StatSandboxFileParams)
+	// ListJobs List the sandbox's background jobs, running and ended, oldest first.
+	// (GET /v1/sandboxes/{id}/jobs)
+	ListJobs(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// StartJob Start a command in the background; it outlives this request.
+	// (POST /v1/sandboxes/{id}/jobs)
+	StartJob(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// GetJob Describe one job.
+	// (GET /v1/sandboxes/{id}/jobs/{job})
+	GetJob(w http.ResponseWriter, r *http.Request, id SandboxID, job JobID)
+	// JobOutput The output a job kept of one stream (the newest 1 MiB).
+	// (GET /v1/sandboxes/{id}/jobs/{job}/output)
+	JobOutput(w http.ResponseWriter, r *http.Request, id SandboxID, job JobID, params JobOutputParams)
+	// StopJob Send the job's process group TERM, then KILL after the grace period; returns once it ended. Idempotent.
+	// (POST /v1/sandboxes/{id}/jobs/{job}/stop)
+	StopJob(w http.ResponseWriter, r *http.Request, id SandboxID, job JobID)
 	// PauseSandbox Freeze every process. Execs and file calls are refused (409) until it is resumed. Idempotent.
 	// (POST /v1/sandboxes/{id}/pause)
 	PauseSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
 	// ResumeSandbox Thaw a paused sandbox. Idempotent.
 	// (POST /v1/sandboxes/{id}/resume)
 	ResumeSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// SaveSandbox Save the sandbox's root as it is now as a new image, streaming progress.
+	// (POST /v1/sandboxes/{id}/save)
+	SaveSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
 	// BranchSession Start a new session from a snapshot.
 	// (POST /v1/workspace/branch)
 	BranchSession(w http.ResponseWriter, r *http.Request)
@@ -4800,6 +7036,128 @@ func (siw *ServerInterfaceWrapper) GetSandbox(w http.ResponseWriter, r *http.Req
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetSandbox(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListCheckpoints operation middleware
+func (siw *ServerInterfaceWrapper) ListCheckpoints(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListCheckpoints(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateCheckpoint operation middleware
+func (siw *ServerInterfaceWrapper) CreateCheckpoint(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateCheckpoint(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteCheckpoint operation middleware
+func (siw *ServerInterfaceWrapper) DeleteCheckpoint(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "name" -------------
+	var name CheckpointName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteCheckpoint(w, r, id, name)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RestoreCheckpoint operation middleware
+func (siw *ServerInterfaceWrapper) RestoreCheckpoint(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "name" -------------
+	var name CheckpointName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", r.PathValue("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "name", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RestoreCheckpoint(w, r, id, name)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -5016,6 +7374,179 @@ func (siw *ServerInterfaceWrapper) StatSandboxFile(w http.ResponseWriter, r *htt
 	handler.ServeHTTP(w, r)
 }
 
+// ListJobs operation middleware
+func (siw *ServerInterfaceWrapper) ListJobs(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListJobs(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// StartJob operation middleware
+func (siw *ServerInterfaceWrapper) StartJob(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.StartJob(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetJob operation middleware
+func (siw *ServerInterfaceWrapper) GetJob(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "job" -------------
+	var job JobID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "job", r.PathValue("job"), &job, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "job", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetJob(w, r, id, job)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// JobOutput operation middleware
+func (siw *ServerInterfaceWrapper) JobOutput(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "job" -------------
+	var job JobID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "job", r.PathValue("job"), &job, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "job", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params JobOutputParams
+
+	// ------------- Optional query parameter "stream" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "stream", r.URL.Query(), &params.Stream, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "stream"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "stream", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.JobOutput(w, r, id, job, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// StopJob operation middleware
+func (siw *ServerInterfaceWrapper) StopJob(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "job" -------------
+	var job JobID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "job", r.PathValue("job"), &job, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "job", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.StopJob(w, r, id, job)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // PauseSandbox operation middleware
 func (siw *ServerInterfaceWrapper) PauseSandbox(w http.ResponseWriter, r *http.Request) {
 
@@ -5059,6 +7590,32 @@ func (siw *ServerInterfaceWrapper) ResumeSandbox(w http.ResponseWriter, r *http.
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ResumeSandbox(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// SaveSandbox operation middleware
+func (siw *ServerInterfaceWrapper) SaveSandbox(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.SaveSandbox(w, r, id)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -5382,6 +7939,16 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/v1/sandboxes/{id}/files", wrapper.UploadSandboxFile)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/files/stat", wrapper.StatSandboxFile)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/files/list", wrapper.ListSandboxDir)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/checkpoints", wrapper.ListCheckpoints)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/checkpoints", wrapper.CreateCheckpoint)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/sandboxes/{id}/checkpoints/{name}", wrapper.DeleteCheckpoint)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/checkpoints/{name}/restore", wrapper.RestoreCheckpoint)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/save", wrapper.SaveSandbox)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/jobs", wrapper.ListJobs)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/jobs", wrapper.StartJob)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/jobs/{job}", wrapper.GetJob)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/jobs/{job}/output", wrapper.JobOutput)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/jobs/{job}/stop", wrapper.StopJob)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/images", wrapper.ListImages)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/images/{name}", wrapper.RemoveImage)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/images/{name}", wrapper.InspectImage)

@@ -40,7 +40,14 @@ Usage:
                                                  run a command; exits with its status
   hearth sandboxes cp SRC DST                    copy a file in or out (ID:/path, - for stdin/stdout)
   hearth sandboxes pause|resume|destroy ID       freeze, thaw or remove a sandbox
-  hearth sandboxes ls [--json]                   list sandboxes
+  hearth sandboxes ls [--json]                   list sandboxes with what they use
+  hearth sandboxes checkpoint ID [NAME]          save the writable layer; checkpoints ID [--json] lists them
+  hearth sandboxes restore ID NAME               put a checkpoint back (every process ends, the agent restarts)
+  hearth sandboxes checkpoint-rm ID NAME         delete a checkpoint
+  hearth sandboxes save ID IMAGE                 save a sandbox's root as a new image
+  hearth sandboxes job start ID [--user U] [--cwd D] [--env K=V]... -- CMD ARGS...
+                                                 start a background job; job ls ID [--json],
+                                                 job logs ID JOB [--stderr], job stop ID JOB [--grace 5s]
 
   hearth images build NAME                       build an image from its recipe, showing progress
   hearth images ls [--json]                      list built images and recipes

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/dustin/go-humanize"
 	"golang.org/x/sys/unix"
@@ -26,9 +27,12 @@ import (
 // API carries it in the request body (16 MiB, base64).
 const maxStdin = 12 << 20
 
+// sandboxVerbs are the sandboxes subcommands, for usage errors.
+const sandboxVerbs = "create, exec, cp, pause, resume, destroy, ls, checkpoint, checkpoints, restore, checkpoint-rm, save or job"
+
 func cmdSandboxes(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError{"sandboxes: say what to do: create, exec, cp, pause, resume, destroy or ls"}
+		return usageError{"sandboxes: say what to do: " + sandboxVerbs}
 	}
 	verb, args := args[0], args[1:]
 	switch verb {
@@ -42,8 +46,20 @@ func cmdSandboxes(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 		return sbxLifecycle(verb, args, stdout)
 	case "ls", "list":
 		return sbxList(args, stdout)
+	case "checkpoint":
+		return sbxCheckpoint(args, stdout)
+	case "checkpoints":
+		return sbxListCheckpoints(args, stdout)
+	case "restore":
+		return sbxRestore(args, stdout)
+	case "checkpoint-rm":
+		return sbxDeleteCheckpoint(args, stdout)
+	case "save":
+		return sbxSave(args, stdout, stderr)
+	case "job", "jobs":
+		return sbxJob(args, stdout, stderr)
 	}
-	return usageError{fmt.Sprintf("sandboxes: unknown command %q: use create, exec, cp, pause, resume, destroy or ls", verb)}
+	return usageError{fmt.Sprintf("sandboxes: unknown command %q: use %s", verb, sandboxVerbs)}
 }
 
 // client reads the config named by --config and returns a client for its
@@ -54,6 +70,21 @@ func client(config string) (*appliance.Client, error) {
 		return nil, err
 	}
 	return appliance.NewClient(cfg.SocketPath()), nil
+}
+
+// sbxArgs parses the flags of a sandboxes command, --config and what fl
+// has, and wants lo to hi positional arguments; form is its usage.
+func sbxArgs(fl *flag.FlagSet, args []string, lo, hi int, form string) (*appliance.Client, []string, error) {
+	config := fl.String("config", "", "config file")
+	pos, err := parseFlags(fl, args)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(pos) < lo || len(pos) > hi {
+		return nil, nil, usageError{"usage: hearth sandboxes " + form}
+	}
+	c, err := client(*config)
+	return c, pos, err
 }
 
 // envFlag collects repeated --env K=V.
@@ -351,12 +382,57 @@ func sbxList(args []string, stdout io.Writer) error {
 	}
 	sort.SliceStable(list, func(i, j int) bool { return list[i].Created.Before(list[j].Created) })
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tIMAGE\tSESSION\tSTATUS\tCPUS\tMEMORY\tCREATED")
+	fmt.Fprintln(tw, "ID\tIMAGE\tSESSION\tSTATUS\tCPUS\tCPU-TIME\tMEM\tDISK\tCREATED")
 	for _, s := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Id, s.Image, dash(s.Session), status(s), cpus(s.Cpus),
-			bytesOrDash(s.Memory), humanize.Time(s.Created))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Id, s.Image, dash(s.Session), status(s), cpus(s.Cpus),
+			cpuTime(s.Usage), memory(s), disk(s), humanize.Time(s.Created))
 	}
 	return tw.Flush()
+}
+
+// cpuTime is the CPU time a sandbox used, "-" when unknown.
+func cpuTime(u *appliance.Usage) string {
+	if u == nil {
+		return "-"
+	}
+	d, err := time.ParseDuration(u.CpuTime)
+	if err != nil {
+		return "-"
+	}
+	return d.Round(10 * time.Millisecond).String()
+}
+
+// memory is a sandbox's memory in use of its limit: 42 MiB/512 MiB.
+func memory(s appliance.Sandbox) string {
+	if s.Usage == nil {
+		return usedOf(-1, s.Memory)
+	}
+	limit := s.Usage.MemoryLimit
+	if limit == 0 {
+		limit = s.Memory
+	}
+	return usedOf(s.Usage.Memory, limit)
+}
+
+// disk is what a sandbox wrote of its disk limit; the jail counts it only
+// when there is a limit.
+func disk(s appliance.Sandbox) string {
+	if s.Usage == nil {
+		return usedOf(-1, s.Disk)
+	}
+	return usedOf(s.Usage.Disk, s.Usage.DiskLimit)
+}
+
+// usedOf writes used/limit for people; used < 0 is unknown, limit 0 none.
+func usedOf(used, limit int64) string {
+	u := "-"
+	if used >= 0 {
+		u = humanize.IBytes(uint64(used))
+	}
+	if limit > 0 {
+		return u + "/" + humanize.IBytes(uint64(limit))
+	}
+	return u
 }
 
 func status(s appliance.Sandbox) string {
@@ -378,11 +454,4 @@ func cpus(n float64) string {
 		return "-"
 	}
 	return humanize.Ftoa(n)
-}
-
-func bytesOrDash(n int64) string {
-	if n == 0 {
-		return "-"
-	}
-	return humanize.IBytes(uint64(n))
 }

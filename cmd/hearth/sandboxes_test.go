@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"hearth/appliance"
 	"hearth/appliance/appliancetest"
@@ -136,11 +138,96 @@ func TestSandboxCommands(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || !strings.HasPrefix(list[0].Id, "sbx-") || list[0].Memory != 512<<20 {
 		t.Fatalf("sandboxes ls --json = %d %q, want the one sandbox left, with the config's memory", code, out)
 	}
+	if u := list[0].Usage; u == nil || u.Memory <= 0 || u.MemoryLimit != 512<<20 || u.Disk != -1 {
+		t.Errorf("sandboxes ls --json: usage %+v, want memory used of 512 MiB and disk unknown (no limit)", u)
+	}
 	out, _, _ = hearthIn(t, "", "sandboxes", "ls", c)
-	for _, col := range []string{"ID", "IMAGE", "SESSION", "STATUS", "CPUS", "MEMORY", "CREATED", "tiny", "running", "512 MiB"} {
+	for _, col := range []string{"ID", "IMAGE", "SESSION", "STATUS", "CPUS", "CPU-TIME", "MEM", "DISK", "CREATED", "tiny", "running", "/512 MiB"} {
 		if !strings.Contains(out, col) {
 			t.Errorf("sandboxes ls = %q, want %q in it", out, col)
 		}
+	}
+}
+
+// TestSandboxMachineCommands: checkpoint, restore and save through the
+// CLI; a saved image boots a sandbox that sees the change.
+func TestSandboxMachineCommands(t *testing.T) {
+	c, _ := sandboxDaemon(t)
+	sh := func(id, script string) []string {
+		return []string{"sandboxes", "exec", id, c, "--", "sh", "-c", script}
+	}
+	runSteps(t, []step{
+		{args: []string{"sandboxes", "create", "--idle-timeout", "0", "--disk", "64M", "box", c}, wantOut: "box\n", exactOut: true},
+		{args: sh("box", "echo before > /home/agent/state")},
+		{args: []string{"sandboxes", "checkpoints", "box", c}, wantOut: "no checkpoints of sandbox box"},
+		{args: []string{"sandboxes", "checkpoint", "box", "clean", c}, wantOut: "checkpoint clean of sandbox box taken in"},
+		{args: []string{"sandboxes", "checkpoint", "box", "clean", c}, wantCode: exitError, wantErr: "checkpoint-rm box clean"},
+		{args: []string{"sandboxes", "checkpoint", "box", "Not_OK", c}, wantCode: exitError, wantErr: "lowercase"},
+		{args: []string{"sandboxes", "checkpoint", "box", c}, wantOut: "checkpoint cp-"},
+		{args: sh("box", "echo after > /home/agent/state")},
+		{args: []string{"sandboxes", "checkpoints", "box", c}, wantOut: "clean"},
+		{args: []string{"sandboxes", "restore", "box", "clean", c}, wantOut: "every process in it was stopped and its agent restarted"},
+		{args: sh("box", "cat /home/agent/state"), wantOut: "before\n", exactOut: true},
+		{args: []string{"sandboxes", "restore", "box", "nope", c}, wantCode: exitNotFound, wantErr: "hearth sandboxes checkpoints box"},
+		{args: []string{"sandboxes", "checkpoint-rm", "box", "clean", c}, wantOut: "deleted checkpoint clean of sandbox box"},
+		{args: []string{"sandboxes", "checkpoint-rm", "box", "clean", c}, wantCode: exitNotFound},
+		{args: []string{"sandboxes", "restore", "box", c}, wantCode: exitUsage},
+		{args: []string{"sandboxes", "save", "box", "tiny-saved", c}, wantOut: "saved from sandbox box", wantErr: "copy the root of sandbox box"},
+		{args: []string{"sandboxes", "save", "box", "base", c}, wantCode: exitError, wantErr: "recipe"},
+		{args: []string{"sandboxes", "save", "nope", "x", c}, wantCode: exitNotFound},
+		{args: []string{"sandboxes", "create", "--image", "tiny-saved", "--idle-timeout", "0", "copy", c}, wantOut: "copy\n", exactOut: true},
+		{args: sh("copy", "cat /home/agent/state"), wantOut: "before\n", exactOut: true},
+		{args: []string{"images", "ls", c}, wantOut: "tiny-saved"},
+	})
+	// With a disk limit the layer's use is known: MEM and DISK are used/limit.
+	out, _, _ := hearthIn(t, "", "sandboxes", "ls", c)
+	if !regexp.MustCompile(`\n(box|copy) .* [0-9.]+ [KM]iB/512 MiB +[0-9.]+ [KM]iB/[0-9]+ MiB +now\n`).MatchString(out) {
+		t.Errorf("sandboxes ls = %q, want box's memory and disk as used/limit", out)
+	}
+	out, _, code := hearthIn(t, "", "sandboxes", "checkpoints", "box", "--json", c)
+	var cps []appliance.Checkpoint
+	if code != 0 || json.Unmarshal([]byte(out), &cps) != nil || len(cps) != 1 || !strings.HasPrefix(cps[0].Name, "cp-") {
+		t.Errorf("sandboxes checkpoints --json = %d %q, want the one generated checkpoint", code, out)
+	}
+}
+
+// TestSandboxJobCommands: a job started by one CLI call runs on after
+// it; later calls list it, read its output and stop it.
+func TestSandboxJobCommands(t *testing.T) {
+	c, _ := sandboxDaemon(t)
+	runSteps(t, []step{
+		{args: []string{"sandboxes", "create", "--idle-timeout", "0", "jobs", c}, wantOut: "jobs\n", exactOut: true},
+		{args: []string{"sandboxes", "job", "ls", "jobs", c}, wantOut: "no jobs in sandbox jobs"},
+		{args: []string{"sandboxes", "job", "start", "jobs", "--env", "A=1", c, "--", "sh", "-c", "echo hello $A; echo oops >&2"},
+			wantOut: "job-1\n", exactOut: true, wantErr: "hearth sandboxes job logs jobs job-1"},
+		{args: []string{"sandboxes", "job", "--config", strings.TrimPrefix(c, "--config="), "start", "jobs", "--", "sleep", "100"}, wantOut: "job-2\n", exactOut: true},
+		{args: []string{"sandboxes", "job", "start", "jobs", c, "--", "/no/such/cmd"}, wantCode: exitError, wantErr: "/no/such/cmd"},
+		{args: []string{"sandboxes", "job", "start", "jobs", c}, wantCode: exitUsage, wantErr: "name the command"},
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _, _ := hearthIn(t, "", "sandboxes", "job", "ls", "jobs", c)
+		if strings.Contains(out, "completed") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job ls = %q, want job-1 completed", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	runSteps(t, []step{
+		{args: []string{"sandboxes", "job", "logs", "jobs", "job-1", c}, wantOut: "hello 1\n", exactOut: true},
+		{args: []string{"sandboxes", "job", "logs", "jobs", "job-1", "--stderr", c}, wantOut: "oops\n", exactOut: true},
+		{args: []string{"sandboxes", "job", "ls", "jobs", c}, wantOut: "sleep 100"},
+		{args: []string{"sandboxes", "job", "stop", "jobs", "job-2", "--grace", "1s", c}, wantOut: "stopped job job-2 in sandbox jobs (terminated)"},
+		{args: []string{"sandboxes", "job", "stop", "jobs", "job-1", c}, wantOut: "had already ended: completed (exit 0)"},
+		{args: []string{"sandboxes", "job", "logs", "jobs", "job-9", c}, wantCode: exitNotFound, wantErr: "hearth sandboxes job ls jobs"},
+		{args: []string{"sandboxes", "job", "frobnicate", c}, wantCode: exitUsage},
+	})
+	out, _, code := hearthIn(t, "", "sandboxes", "job", "ls", "jobs", "--json", c)
+	var jobs []appliance.Job
+	if code != 0 || json.Unmarshal([]byte(out), &jobs) != nil || len(jobs) != 3 || jobs[1].State != "cancelled" {
+		t.Errorf("job ls --json = %d %q, want 3 jobs, job-2 cancelled", code, out)
 	}
 }
 

@@ -228,6 +228,9 @@ func (m *machine) Checkpoint(ctx context.Context, name string) error {
 	if err := m.frozen(func() error { return m.layer.Checkpoint(dst) }); err != nil {
 		return fmt.Errorf("checkpoint machine %s: %w", m.id, err)
 	}
+	// The copy keeps the layer's times; the checkpoint's own is now.
+	now := time.Now()
+	os.Chtimes(dst, now, now)
 	m.d.record(m.id, "checkpoint", fmt.Sprintf("%s in %v", name, time.Since(start).Round(time.Microsecond)))
 	return nil
 }
