@@ -860,7 +860,7 @@ func (r *slowReader) Read(p []byte) (int, error) {
 // TestWriteFileDuringGarbageCollection: garbage collection (after
 // DeleteSnapshot) must not delete the blob of a WriteFile in progress.
 func TestWriteFileDuringGarbageCollection(t *testing.T) {
-	s, err := Open(Options{Dir: filepath.Join(t.TempDir(), "state"), FlushInterval: time.Millisecond})
+	s, err := Open(Options{Dir: filepath.Join(t.TempDir(), "state"), TidyInterval: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

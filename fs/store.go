@@ -18,11 +18,12 @@ type Options struct {
 	// Dir is the state directory of the workspace: journal, checkpoint and
 	// data blobs live under it. It is created if missing.
 	Dir string
-	// FlushInterval bounds how long a change may sit in memory before it
-	// reaches the journal file (and so survives a SIGKILL of the daemon).
-	// fsync(2) on any file makes everything before it durable at once.
-	// Default 50ms.
-	FlushInterval time.Duration
+	// TidyInterval is how often blobs whose last reference is gone are
+	// recycled, garbage is collected and a long journal is checkpointed.
+	// (Every change reaches the journal file as it is made, so it
+	// survives a SIGKILL of the daemon; fsync(2) on any file makes
+	// everything before it durable against power loss too.) Default 50ms.
+	TidyInterval time.Duration
 	// CheckpointBytes is the journal size that triggers a checkpoint.
 	// Default 64 MiB.
 	CheckpointBytes int64
@@ -112,8 +113,8 @@ func Open(opts Options) (*Store, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("open workspace store: no state directory given")
 	}
-	if opts.FlushInterval <= 0 {
-		opts.FlushInterval = 50 * time.Millisecond
+	if opts.TidyInterval <= 0 {
+		opts.TidyInterval = 50 * time.Millisecond
 	}
 	if opts.CheckpointBytes <= 0 {
 		opts.CheckpointBytes = 64 << 20
@@ -301,7 +302,10 @@ func (s *Store) log(r *record) {
 		panic(fmt.Sprintf("workspace store: apply %v: %v", r.op, err)) // a bug: callers validate first
 	}
 	if s.j != nil {
+		// Written through to the OS at once: once an operation returns,
+		// a SIGKILL of the daemon cannot lose it.
 		s.j.append(r)
+		s.j.w.Flush()
 	}
 }
 
@@ -457,12 +461,12 @@ func (s *Store) applyRestore(r *record) error {
 	return nil
 }
 
-// flusher moves buffered journal records to the file every FlushInterval,
-// deletes blobs whose last reference is durably gone, collects garbage
-// after snapshots or sessions go away, and checkpoints a long journal.
+// flusher, every TidyInterval, deletes (or recycles) blobs whose last
+// reference is durably gone, collects garbage after snapshots or sessions
+// go away, and checkpoints a long journal.
 func (s *Store) flusher() {
 	defer s.wg.Done()
-	tick := time.NewTicker(s.opts.FlushInterval)
+	tick := time.NewTicker(s.opts.TidyInterval)
 	defer tick.Stop()
 	for {
 		select {
