@@ -468,6 +468,25 @@ func (m *sandboxManager) lock(id string) (*sandbox, error) {
 	return s, nil
 }
 
+// lockRunning is lock for operations on the machine: it also fails if the
+// machine has stopped or a long operation (checkpoint, restore, save)
+// holds the sandbox.
+func (m *sandboxManager) lockRunning(id string) (*sandbox, error) {
+	s, err := m.lock(id)
+	if err != nil {
+		return nil, err
+	}
+	if s.stopped() {
+		s.mu.Unlock()
+		return nil, errStopped(id)
+	}
+	if err := s.busy(); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	return s, nil
+}
+
 // List returns the sandboxes, oldest first.
 func (m *sandboxManager) List() []*sandbox {
 	m.mu.Lock()
@@ -524,17 +543,11 @@ func (m *sandboxManager) Destroy(ctx context.Context, id string) error {
 
 // Pause freezes the sandbox on request; it stays paused until Resume.
 func (m *sandboxManager) Pause(ctx context.Context, id string) (*sandbox, error) {
-	s, err := m.lock(id)
+	s, err := m.lockRunning(id)
 	if err != nil {
 		return nil, err
 	}
 	defer s.mu.Unlock()
-	if s.stopped() {
-		return nil, errStopped(id)
-	}
-	if err := s.busy(); err != nil {
-		return nil, err
-	}
 	if s.rec.Paused == "" {
 		if err := s.m.Pause(ctx); err != nil {
 			return nil, err
@@ -550,17 +563,11 @@ func (m *sandboxManager) Pause(ctx context.Context, id string) (*sandbox, error)
 
 // Resume thaws a paused sandbox. Idempotent.
 func (m *sandboxManager) Resume(ctx context.Context, id string) (*sandbox, error) {
-	s, err := m.lock(id)
+	s, err := m.lockRunning(id)
 	if err != nil {
 		return nil, err
 	}
 	defer s.mu.Unlock()
-	if s.stopped() {
-		return nil, errStopped(id)
-	}
-	if err := s.busy(); err != nil {
-		return nil, err
-	}
 	s.last = time.Now()
 	return s, m.resumeLocked(ctx, s, "resumed")
 }

@@ -28,16 +28,10 @@ const (
 // Meanwhile pause, resume, destroy and other operations are refused, and
 // during a restore so are execs and file and job calls. end marks it done.
 func (m *sandboxManager) beginOp(id, op string) (s *sandbox, end func(), err error) {
-	if s, err = m.lock(id); err != nil {
+	if s, err = m.lockRunning(id); err != nil {
 		return nil, nil, err
 	}
 	defer s.mu.Unlock()
-	if s.stopped() {
-		return nil, nil, errStopped(id)
-	}
-	if err := s.busy(); err != nil {
-		return nil, nil, err
-	}
 	s.op = op
 	s.active++
 	return s, func() {

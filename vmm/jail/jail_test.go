@@ -5,11 +5,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -18,63 +16,14 @@ import (
 	"hearth/vmm/vmmtest"
 )
 
-var (
-	agentOnce sync.Once
-	agentBin  string
-	agentErr  error
-)
-
-// agent builds cmd/hearth-guest once per test binary.
-func agent(t testing.TB) string {
-	t.Helper()
-	agentOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "hearth-agent-")
-		if err != nil {
-			agentErr = err
-			return
-		}
-		agentBin = filepath.Join(dir, "hearth-guest")
-		build := exec.Command("go", "build", "-o", agentBin, "hearth/cmd/hearth-guest")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as machines run it
-		out, err := build.CombinedOutput()
-		if err != nil {
-			agentErr = err
-			t.Logf("go build: %s", out)
-		}
-	})
-	if agentErr != nil {
-		t.Fatalf("build hearth-guest: %v", agentErr)
-	}
-	return agentBin
-}
-
-// busyboxRoot makes a small image root: a static busybox with its applets,
-// root and an unprivileged user agent (uid 1000).
+// busyboxRoot makes a small image root: a static busybox with its
+// applets, root and an unprivileged user agent (uid 1000).
 func busyboxRoot(t testing.TB) string {
 	t.Helper()
-	bb, err := exec.LookPath("busybox")
-	if err != nil {
-		t.Skip("jail tests need a static busybox for their image root (Debian package busybox-static; scripts/test.sh installs it)")
-	}
 	root := filepath.Join(t.TempDir(), "rootfs")
-	for _, d := range []string{"bin", "etc", "tmp", "proc", "sys", "dev", "root", "home/agent", "workspace/agents"} {
-		os.MkdirAll(filepath.Join(root, d), 0o755)
-	}
-	os.Chmod(filepath.Join(root, "tmp"), 0o1777)
-	os.Chown(filepath.Join(root, "home/agent"), 1000, 1000)
-	data, err := os.ReadFile(bb)
-	if err != nil {
+	if err := vmmtest.BusyboxRoot(vmmtest.Busybox(t), root); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(root, "bin/busybox"), data, 0o755)
-	out, _ := exec.Command(bb, "--list").Output()
-	for _, applet := range strings.Fields(string(out)) {
-		if applet != "busybox" {
-			os.Symlink("busybox", filepath.Join(root, "bin", applet))
-		}
-	}
-	os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/sh\nagent:x:1000:1000:agent:/home/agent:/bin/sh\n"), 0o644)
-	os.WriteFile(filepath.Join(root, "etc/group"), []byte("root:x:0:\nagent:x:1000:\n"), 0o644)
 	return root
 }
 
@@ -83,7 +32,7 @@ func newDriver(t testing.TB) *Driver {
 	if os.Geteuid() != 0 {
 		t.Skip("the jail driver needs root (namespaces, mounts, cgroups)")
 	}
-	d, err := New(filepath.Join(t.TempDir(), "jail"), agent(t))
+	d, err := New(filepath.Join(t.TempDir(), "jail"), vmmtest.GuestAgent(t))
 	if err != nil {
 		t.Fatal(err)
 	}
