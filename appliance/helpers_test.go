@@ -64,3 +64,26 @@ func (w logWriter) Write(p []byte) (int, error) {
 
 // testLogger sends the daemon's log to the test's.
 func testLogger(t testing.TB) *log.Logger { return log.New(logWriter{t}, "hearth: ", 0) }
+
+// errorCase is a call that must fail with an API error of code and
+// HTTP status whose message contains msg.
+type errorCase struct {
+	name   string
+	call   func() error
+	code   string
+	status int
+	msg    string
+}
+
+func runErrorCases(t *testing.T, cases []errorCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			wantCode(t, err, tc.code, tc.status)
+			if !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("error %q, want it to contain %q", err, tc.msg)
+			}
+		})
+	}
+}

@@ -3,7 +3,6 @@ package appliance
 import (
 	"bytes"
 	"context"
-	"strings"
 	"testing"
 	"time"
 )
@@ -94,13 +93,7 @@ func TestSandboxJobs(t *testing.T) {
 		t.Errorf("Jobs = %+v, %v; want the 4 jobs, oldest first", list, err)
 	}
 
-	tests := []struct {
-		name   string
-		call   func() error
-		code   string
-		status int
-		msg    string
-	}{
+	runErrorCases(t, []errorCase{
 		{"unknown job", func() error { _, err := c.Job(ctx, "jobs", "job-99"); return err }, "not_found", 404, "hearth sandboxes job ls jobs"},
 		{"output of unknown job", func() error { _, err := c.JobOutput(ctx, "jobs", "job-99", "stdout", &bytes.Buffer{}); return err }, "not_found", 404, ""},
 		{"stop unknown job", func() error { _, err := c.StopJob(ctx, "jobs", "job-99", 0); return err }, "not_found", 404, ""},
@@ -117,14 +110,5 @@ func TestSandboxJobs(t *testing.T) {
 			return err
 		}, "bad_request", 400, "absolute"},
 		{"unknown sandbox", func() error { _, err := c.Jobs(ctx, "nope"); return err }, "not_found", 404, ""},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.call()
-			wantCode(t, err, tc.code, tc.status)
-			if !strings.Contains(err.Error(), tc.msg) {
-				t.Errorf("error %q, want it to contain %q", err, tc.msg)
-			}
-		})
-	}
+	})
 }

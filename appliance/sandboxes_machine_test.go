@@ -111,13 +111,7 @@ func TestSandboxCheckpoints(t *testing.T) {
 		t.Errorf("after a delete: %+v", list)
 	}
 
-	tests := []struct {
-		name   string
-		call   func() error
-		code   string
-		status int
-		msg    string
-	}{
+	runErrorCases(t, []errorCase{
 		{"duplicate", func() error { _, err := c.Checkpoint(ctx, "cp", "paused"); return err }, "conflict", 409, "checkpoint-rm cp paused"},
 		{"bad name", func() error { _, err := c.Checkpoint(ctx, "cp", "Bad_Name"); return err }, "bad_request", 400, "lowercase"},
 		{"bad name on restore", func() error { _, err := c.RestoreCheckpoint(ctx, "cp", "x.y"); return err }, "bad_request", 400, ""},
@@ -125,16 +119,7 @@ func TestSandboxCheckpoints(t *testing.T) {
 		{"delete unknown", func() error { return c.DeleteCheckpoint(ctx, "cp", "one") }, "not_found", 404, ""},
 		{"unknown sandbox", func() error { _, err := c.Checkpoint(ctx, "nope", "x"); return err }, "not_found", 404, ""},
 		{"list of unknown sandbox", func() error { _, err := c.Checkpoints(ctx, "nope"); return err }, "not_found", 404, ""},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.call()
-			wantCode(t, err, tc.code, tc.status)
-			if !strings.Contains(err.Error(), tc.msg) {
-				t.Errorf("error %q, want it to contain %q", err, tc.msg)
-			}
-		})
-	}
+	})
 }
 
 // TestSandboxMachineOps: one machine operation at a time; during a
@@ -274,27 +259,12 @@ func TestSandboxSave(t *testing.T) {
 		t.Errorf("images named configured: %d, %d current; want 2 versions, the newest current", versions, current)
 	}
 
-	tests := []struct {
-		name   string
-		call   func() error
-		code   string
-		status int
-		msg    string
-	}{
+	runErrorCases(t, []errorCase{
 		{"recipe name", func() error { _, err := c.SaveSandbox(ctx, "src", "base", nil); return err }, "conflict", 409, "recipe"},
 		{"bad name", func() error { _, err := c.SaveSandbox(ctx, "src", "Bad Name", nil); return err }, "bad_request", 400, "image name"},
 		{"unknown sandbox", func() error { _, err := c.SaveSandbox(ctx, "nope", "x", nil); return err }, "not_found", 404, ""},
 		{"remove while in use", func() error { return c.RemoveImage(ctx, "configured") }, "conflict", 409, "dst"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.call()
-			wantCode(t, err, tc.code, tc.status)
-			if !strings.Contains(err.Error(), tc.msg) {
-				t.Errorf("error %q, want it to contain %q", err, tc.msg)
-			}
-		})
-	}
+	})
 }
 
 // TestSandboxUsage: a sandbox reports what its machine uses, in get and
