@@ -96,7 +96,14 @@ func run(args []string) error {
 		return fmt.Errorf("no_new_privs: %w (build hearth-guest with CGO_ENABLED=0)", e)
 	}
 	// Setup is done: from here on neither the agent nor anything it starts
-	// needs mounts, namespaces or the other calls the filter refuses.
+	// needs more than a few capabilities, or mounts, namespaces and the
+	// other calls the filter refuses. (Outside a machine, as in tests, the
+	// agent keeps what it was given.)
+	if os.Getpid() == 1 {
+		if err := dropCapabilities(); err != nil {
+			return err
+		}
+	}
 	if err := applySeccomp(); err != nil {
 		return err
 	}

@@ -138,6 +138,8 @@ func TestRootInside(t *testing.T) {
 		{"no new namespaces", "unshare -m true 2>/dev/null && echo unshared || echo refused", "refused\n"},
 		{"image files keep their owners", "stat -c '%u:%g' /home/agent /bin/busybox | tr '\\n' ' '", "1000:1000 0:0 "},
 		{"writes as root land in the layer", "echo hi > /etc/motd && cat /etc/motd", "hi\n"},
+		{"a few capabilities only", "grep CapBnd /proc/self/status | tr -d '\\t'", "CapBnd:00000000a80425fb\n"},
+		{"no hostname changes", "hostname other 2>/dev/null && echo changed || echo refused", "refused\n"},
 		{"kernel tunables are read-only", "(echo 10 > /proc/sys/vm/swappiness) 2>/dev/null && echo wrote || echo refused", "refused\n"},
 	}
 	for _, c := range checks {
