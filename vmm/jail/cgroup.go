@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"hearth/vmm"
 )
@@ -20,13 +23,15 @@ type cgroup struct {
 	dirs map[string]string // controller ("" for v2) -> directory
 }
 
-const cgroupRoot = "/sys/fs/cgroup"
+// cgroupRoot is where the host mounts its cgroup hierarchies: one cgroup2
+// filesystem (v2), or a directory of v1 hierarchies. Tests point it at
+// another cgroup2 mount.
+var cgroupRoot = "/sys/fs/cgroup"
 
-// cgroupV2 reports whether the host's cgroup controllers live in a
-// unified v2 hierarchy.
+// cgroupV2 reports whether cgroupRoot is a unified v2 hierarchy.
 func cgroupV2() bool {
-	b, err := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.controllers"))
-	return err == nil && strings.Contains(string(b), "memory")
+	var st unix.Statfs_t
+	return unix.Statfs(cgroupRoot, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
 }
 
 // newCgroup makes (or finds, after a restart) the cgroup of machine id,
@@ -59,10 +64,10 @@ func newCgroup(parent, id string) (*cgroup, error) {
 func (cg *cgroup) write(controller, file, value string) error {
 	dir, ok := cg.dirs[controller]
 	if cg.v2 {
-		dir, ok = cg.dirs[""]
+		dir, ok = cg.dirs[""], controller == "" || cg.enabled(controller)
 	}
 	if !ok {
-		return fmt.Errorf("cgroup controller %s is not mounted on this host", controller)
+		return fmt.Errorf("cgroup controller %s is not available on this host (to limit %s)", controller, file)
 	}
 	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
 		return fmt.Errorf("cgroup %s = %s: %w", filepath.Join(dir, file), value, err)
@@ -152,6 +157,13 @@ func (cg *cgroup) remove() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// enabled reports whether a v2 controller is enabled for the machine's
+// cgroup.
+func (cg *cgroup) enabled(controller string) bool {
+	b, _ := os.ReadFile(filepath.Join(cg.dirs[""], "cgroup.controllers"))
+	return slices.Contains(strings.Fields(string(b)), controller)
 }
 
 // readInt reads a number from one of the cgroup's files (the first
