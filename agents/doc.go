@@ -1,4 +1,6 @@
-// Package agents will hold agent definitions, sessions and executions, the
-// metering model gateway, budgets and the execution stream. Nothing is
-// implemented yet: the agents issue builds it. Importers: appliance.
+// Package agents runs agent tasks: agent definitions (TOML), sessions and
+// executions, budgets in three layers, and the execution stream, with the
+// metering model gateway (agents/gateway), the output adapters
+// (agents/adapter) and the store (agents/store) beneath it. It reaches
+// machines only through the vmm interfaces. Importers: appliance.
 package agents

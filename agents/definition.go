@@ -1,0 +1,230 @@
+package agents
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/robfig/cron/v3"
+)
+
+// Definition is an agent: what it runs, how it is told its task, and what
+// it may spend. One TOML file each, named after the agent.
+type Definition struct {
+	Name        string `toml:"name"`
+	Description string `toml:"description"`
+	// Image is the runtime image the agent's machine boots (e.g.
+	// "claude-code").
+	Image string `toml:"image"`
+	// Model is the model the agent asks for; the gateway prices it.
+	Model string `toml:"model"`
+	// Prompt is a text/template rendered with a Task: {{.Prompt}},
+	// {{.Inputs}} (the input files' paths), {{.Session}}, {{.Outputs}}.
+	Prompt string `toml:"prompt"`
+	// Outputs are globs under outputs/ naming what the task produces.
+	Outputs []string `toml:"outputs"`
+	// Network is the domains the agent may reach through the egress
+	// proxy, besides the model gateway; "*.example.com" matches
+	// subdomains.
+	Network []string          `toml:"network"`
+	Env     map[string]string `toml:"env"`
+	// Schedule is an optional cron schedule ("0 9 * * *", "@daily",
+	// "CRON_TZ=Europe/Paris 0 9 * * *") for runs of Prompt on their own.
+	Schedule string `toml:"schedule"`
+	Limits   Limits `toml:"limits"`
+
+	prompt *template.Template
+	file   string
+}
+
+// Limits bound one execution; zero means no limit of that kind.
+type Limits struct {
+	USD      float64  `toml:"usd" json:"usd,omitempty"`
+	Turns    int      `toml:"turns" json:"turns,omitempty"`
+	WallTime Duration `toml:"wall_time" json:"wall_time,omitempty"`
+}
+
+// Duration is a time.Duration written as "30m" in TOML and JSON.
+type Duration time.Duration
+
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (like 90s, 30m, 2h)", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Tighten applies a task's override: each limit set in o replaces the
+// definition's only if it is lower (or the definition had none). A
+// looser one is an error naming the limit: an override may only tighten.
+func (l Limits) Tighten(o Limits) (Limits, error) {
+	var errs []error
+	if o.USD < 0 || o.Turns < 0 || o.WallTime < 0 {
+		return l, errors.New("limits must not be negative")
+	}
+	out := l
+	if o.USD > 0 {
+		if l.USD > 0 && o.USD > l.USD {
+			errs = append(errs, fmt.Errorf("budget $%.2f is more than the agent's $%.2f", o.USD, l.USD))
+		}
+		out.USD = o.USD
+	}
+	if o.Turns > 0 {
+		if l.Turns > 0 && o.Turns > l.Turns {
+			errs = append(errs, fmt.Errorf("max turns %d is more than the agent's %d", o.Turns, l.Turns))
+		}
+		out.Turns = o.Turns
+	}
+	if o.WallTime > 0 {
+		if l.WallTime > 0 && o.WallTime > l.WallTime {
+			errs = append(errs, fmt.Errorf("timeout %v is more than the agent's %v", time.Duration(o.WallTime), time.Duration(l.WallTime)))
+		}
+		out.WallTime = o.WallTime
+	}
+	if len(errs) > 0 {
+		return l, fmt.Errorf("a task may only tighten its agent's limits: %w", errors.Join(errs...))
+	}
+	return out, nil
+}
+
+// Task is what a prompt template is rendered with.
+type Task struct {
+	Prompt  string
+	Inputs  []string // paths of the input files, relative to the session
+	Session string
+	Outputs []string // the output patterns
+}
+
+// Render makes the prompt the agent is given for t.
+func (d *Definition) Render(t Task) (string, error) {
+	var b bytes.Buffer
+	if err := d.prompt.Execute(&b, t); err != nil {
+		return "", fmt.Errorf("agent %s: prompt: %w", d.Name, err)
+	}
+	return b.String(), nil
+}
+
+var (
+	agentName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
+	envName   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	domain    = regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	// cronParser reads standard five-field schedules, descriptors such as
+	// @daily, and a CRON_TZ= prefix, as the scheduler does.
+	cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+)
+
+// LoadDefinition reads one agent's TOML file. Unknown keys and bad values
+// are errors that name the file and the key.
+func LoadDefinition(file string) (*Definition, error) {
+	d := &Definition{Prompt: "{{.Prompt}}", file: file}
+	md, err := toml.DecodeFile(file, d)
+	if err != nil {
+		var perr toml.ParseError
+		if errors.As(err, &perr) {
+			return nil, fmt.Errorf("agent file %s: %s", file, perr.ErrorWithPosition())
+		}
+		return nil, fmt.Errorf("agent file %s: %w", file, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		return nil, fmt.Errorf("agent file %s: unknown key %s (known: name, description, image, model, prompt, outputs, network, env, schedule, limits.usd, limits.turns, limits.wall_time)",
+			file, strings.Join(keys, ", "))
+	}
+	if d.Name == "" {
+		d.Name = strings.TrimSuffix(filepath.Base(file), ".toml")
+	}
+	if err := d.validate(); err != nil {
+		return nil, fmt.Errorf("agent file %s: %w", file, err)
+	}
+	return d, nil
+}
+
+func (d *Definition) validate() error {
+	if !agentName.MatchString(d.Name) {
+		return fmt.Errorf("name = %q: use lowercase letters, digits and '-', starting with a letter", d.Name)
+	}
+	if base := strings.TrimSuffix(filepath.Base(d.file), ".toml"); d.file != "" && base != d.Name {
+		return fmt.Errorf("name = %q: the file must be called %s.toml", d.Name, d.Name)
+	}
+	if d.Image == "" {
+		return errors.New("image: missing (e.g. image = \"claude-code\")")
+	}
+	if d.Model == "" {
+		return errors.New("model: missing (e.g. model = \"claude-sonnet-4-5\")")
+	}
+	if d.Limits.USD < 0 || d.Limits.Turns < 0 || d.Limits.WallTime < 0 {
+		return errors.New("limits: must not be negative")
+	}
+	for _, o := range d.Outputs {
+		clean := path.Clean(o)
+		if _, err := path.Match(o, ""); err != nil || !strings.HasPrefix(clean, "outputs/") || clean != o {
+			return fmt.Errorf("outputs: %q must be a glob under outputs/, like outputs/*.md", o)
+		}
+	}
+	for _, n := range d.Network {
+		if !domain.MatchString(n) {
+			return fmt.Errorf("network: %q is not a domain name (like api.example.com or *.example.com)", n)
+		}
+	}
+	for k := range d.Env {
+		if !envName.MatchString(k) {
+			return fmt.Errorf("env: %q is not a variable name", k)
+		}
+	}
+	if d.Schedule != "" {
+		if _, err := cronParser.Parse(d.Schedule); err != nil {
+			return fmt.Errorf("schedule = %q: %v", d.Schedule, err)
+		}
+	}
+	t, err := template.New(d.Name).Option("missingkey=error").Parse(d.Prompt)
+	if err != nil {
+		return fmt.Errorf("prompt: %w", err)
+	}
+	d.prompt = t
+	// A template that names a field a Task lacks fails only when run:
+	// try it now.
+	if _, err := d.Render(Task{Prompt: "p", Inputs: []string{"inputs/x"}, Session: "session-x", Outputs: d.Outputs}); err != nil {
+		return err
+	}
+	return nil
+}
+
+// LoadDefinitions reads every *.toml file in dir. An empty or missing dir
+// has no agents.
+func LoadDefinitions(dir string) (map[string]*Definition, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.toml"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(files)
+	defs := map[string]*Definition{}
+	var errs []error
+	for _, f := range files {
+		d, err := LoadDefinition(f)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		defs[d.Name] = d
+	}
+	if _, err := os.Stat(dir); err != nil && !os.IsNotExist(err) {
+		errs = append(errs, err)
+	}
+	return defs, errors.Join(errs...)
+}
