@@ -1,0 +1,210 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"sync"
+	"time"
+
+	"hearth/agents/stream"
+)
+
+var (
+	errNoResponse = errors.New("no response from the upstream")
+	errClientGone = errors.New("the agent closed the connection before the answer ended")
+)
+
+type callKey struct{}
+
+// call is one metered model call, from admission to the end of the answer.
+type call struct {
+	g     *Gateway
+	ex    *execution
+	ctx   context.Context // the agent's request
+	model string          // as requested
+	price Price           // of the requested model
+	start time.Time
+
+	status int // the upstream's HTTP status; 0 until it answered
+	m      meter
+	once   sync.Once
+}
+
+// modifyResponse starts metering an upstream answer.
+func (g *Gateway) modifyResponse(resp *http.Response) error {
+	c, _ := resp.Request.Context().Value(callKey{}).(*call)
+	if c == nil {
+		return nil // count_tokens: not metered
+	}
+	c.status = resp.StatusCode
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	switch {
+	case resp.StatusCode >= 400:
+		c.m.kind = kindError
+	case ct == "text/event-stream":
+		c.m.kind = kindSSE
+	default:
+		c.m.kind = kindJSON
+	}
+	resp.Body = &meteredBody{ReadCloser: resp.Body, c: c}
+	return nil
+}
+
+// upstreamError answers a call the upstream never answered.
+func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	writeAPIError(w, http.StatusBadGateway, "api_error", "model gateway: the provider could not be reached")
+	if c, _ := r.Context().Value(callKey{}).(*call); c != nil {
+		if c.ctx.Err() != nil {
+			err = errClientGone
+		}
+		c.finish(err)
+	}
+}
+
+// meteredBody feeds the meter every byte the agent is sent.
+type meteredBody struct {
+	io.ReadCloser
+	c *call
+}
+
+func (b *meteredBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.c.m.write(p[:n])
+	switch {
+	case err == io.EOF:
+		b.c.finish(nil)
+	case err != nil && b.c.ctx.Err() != nil:
+		b.c.finish(errClientGone)
+	case err != nil:
+		b.c.finish(err)
+	}
+	return n, err
+}
+
+func (b *meteredBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.c.finish(errClientGone) // a no-op once the body was read to its end
+	return err
+}
+
+// abandon ends a call that was never forwarded.
+func (c *call) abandon() { c.once.Do(func() { <-c.ex.slot }) }
+
+// finish meters the call once: dedupe by message id, price, charge the
+// budget, write the model_call event, and let the execution's next call
+// in. err is why the answer ended early, or nil.
+func (c *call) finish(err error) {
+	c.once.Do(func() {
+		defer func() { <-c.ex.slot }()
+		if err == nil {
+			c.m.end()
+		}
+		status, msg := c.outcome(err)
+		usage := c.m.usage
+		if c.status >= 400 {
+			usage = Usage{} // an error answer costs nothing
+		}
+		dup := c.m.id != "" && c.ex.markSeen(c.m.id)
+		if dup {
+			usage = Usage{}
+		}
+		model, price := c.model, c.price
+		if c.m.model != "" {
+			model = c.m.model
+			if p, _, ok := c.g.cfg.Prices.Lookup(model); ok {
+				price = p
+			}
+		}
+		usd, turns := price.Cost(usage), 0
+		if c.m.id != "" && !dup {
+			turns = 1
+		}
+		if usd > 0 || turns > 0 {
+			c.ex.Budget.Charge(usd, turns)
+		}
+		c.g.emit(c.ex, stream.ModelCall, ModelCallPayload{
+			Model: model, MessageID: c.m.id,
+			InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens,
+			CacheReadTokens: usage.CacheReadTokens, CacheCreationTokens: usage.CacheCreationTokens,
+			USD: usd, LatencyMS: time.Since(c.start).Milliseconds(),
+			Status: status, Error: msg, Duplicate: dup,
+		})
+	})
+}
+
+// markSeen records a message id and reports whether it was seen before.
+func (ex *execution) markSeen(id string) bool {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if ex.seen[id] {
+		return true
+	}
+	ex.seen[id] = true
+	return false
+}
+
+// outcome is the status the model_call event reports, and why it is not
+// a clean answer. A broken answer reports 502 (or the status matching a
+// mid-stream error event); a vanished agent 499, as nginx logs it.
+func (c *call) outcome(err error) (status int, msg string) {
+	m := &c.m
+	switch {
+	case m.errType != "":
+		return statusOf(m.errType, c.status), m.errType + ": " + m.errMsg
+	case errors.Is(err, errClientGone):
+		return 499, err.Error()
+	case c.status == 0:
+		return http.StatusBadGateway, "upstream: " + errOr(err, errNoResponse).Error()
+	case err != nil:
+		return http.StatusBadGateway, "upstream answer broke: " + err.Error()
+	case c.status >= 400:
+		return c.status, join("upstream error without an error object", m.problem)
+	case !m.stopped:
+		return http.StatusBadGateway, join("upstream answer ended before the message did", m.problem)
+	}
+	return c.status, m.problem
+}
+
+func join(msg, detail string) string {
+	if detail == "" {
+		return msg
+	}
+	return msg + ": " + detail
+}
+
+func errOr(err, fallback error) error {
+	if err != nil {
+		return err
+	}
+	return fallback
+}
+
+// statusOf is the HTTP status that goes with an API error type, for
+// errors sent inside a 200 stream.
+func statusOf(errType string, status int) int {
+	if status >= 400 {
+		return status
+	}
+	switch errType {
+	case "invalid_request_error":
+		return 400
+	case "authentication_error":
+		return 401
+	case "permission_error":
+		return 403
+	case "not_found_error":
+		return 404
+	case "request_too_large":
+		return 413
+	case "rate_limit_error":
+		return 429
+	case "api_error":
+		return 500
+	case "overloaded_error":
+		return 529
+	}
+	return http.StatusBadGateway
+}

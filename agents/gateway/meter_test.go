@@ -1,0 +1,90 @@
+package gateway
+
+import (
+	"strings"
+	"testing"
+)
+
+// A stream as the API sends it today: message_delta repeats the input
+// figures and output_tokens is a running total.
+const sampleSSE = `event: message_start
+data: {"type":"message_start","message":{"id":"msg_01","type":"message","role":"assistant","model":"claude-opus-4-8","content":[],"usage":{"input_tokens":1200,"cache_creation_input_tokens":40,"cache_read_input_tokens":300,"output_tokens":1}}}
+
+event: ping
+data: {"type": "ping"}
+
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"message_stop \"usage\""}}
+
+: a comment
+event: content_block_stop
+data: {"type":"content_block_stop","index":0}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":10}}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":1200,"cache_creation_input_tokens":40,"cache_read_input_tokens":300,"output_tokens":25}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+`
+
+func TestMeterSSEAnySplit(t *testing.T) {
+	want := Usage{InputTokens: 1200, OutputTokens: 25, CacheReadTokens: 300, CacheCreationTokens: 40}
+	for _, eol := range []string{"\n", "\r\n", "\r"} {
+		in := strings.ReplaceAll(sampleSSE, "\n", eol)
+		for cut := 0; cut <= len(in); cut++ {
+			m := meter{kind: kindSSE}
+			m.write([]byte(in[:cut]))
+			m.write([]byte(in[cut:]))
+			m.end()
+			if m.id != "msg_01" || m.model != "claude-opus-4-8" || m.usage != want || !m.stopped || m.problem != "" {
+				t.Fatalf("eol %q, cut at %d: id %q model %q usage %+v stopped %v problem %q",
+					eol, cut, m.id, m.model, m.usage, m.stopped, m.problem)
+			}
+		}
+	}
+}
+
+func TestMeterSSEBroken(t *testing.T) {
+	m := meter{kind: kindSSE}
+	m.write([]byte(sampleSSE[:strings.Index(sampleSSE, "event: message_delta")+30]))
+	m.end()
+	if m.stopped || m.usage.InputTokens != 1200 || m.usage.OutputTokens != 1 || m.problem == "" {
+		t.Errorf("cut stream: stopped %v usage %+v problem %q", m.stopped, m.usage, m.problem)
+	}
+
+	m = meter{kind: kindSSE}
+	m.write([]byte("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"))
+	if m.errType != "overloaded_error" || m.errMsg != "Overloaded" {
+		t.Errorf("error event: %q %q", m.errType, m.errMsg)
+	}
+
+	m = meter{kind: kindSSE}
+	m.write([]byte("event: message_delta\ndata: {\"usage\":\n\n"))
+	if !strings.Contains(m.problem, "malformed message_delta") {
+		t.Errorf("malformed message_delta: problem %q", m.problem)
+	}
+}
+
+func TestMeterJSON(t *testing.T) {
+	body := `{"id":"msg_9","type":"message","model":"claude-opus-4-8","content":[],"usage":{"input_tokens":7,"output_tokens":9,"cache_read_input_tokens":3,"cache_creation_input_tokens":2}}`
+	m := meter{kind: kindJSON}
+	m.write([]byte(body[:10]))
+	m.write([]byte(body[10:]))
+	m.end()
+	if m.id != "msg_9" || m.usage != (Usage{7, 9, 3, 2}) || !m.stopped {
+		t.Errorf("JSON message: %+v", m)
+	}
+	m = meter{kind: kindError}
+	m.write([]byte(`{"type":"error","error":{"type":"api_error","message":"boom"}}`))
+	m.end()
+	if m.errType != "api_error" || m.usage != (Usage{}) {
+		t.Errorf("error body: %+v", m)
+	}
+}

@@ -1,0 +1,113 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// peekModel returns the top-level "model" string of a JSON object (the
+// last one, if the key repeats, as encoding/json and the API read it)
+// without decoding the rest. Requests reach megabytes; a full decode
+// would cost the gateway more than everything else it does per call. It
+// does not validate the rest of the body: the provider does that, and
+// refuses a malformed request for free.
+func peekModel(b []byte) (model string, ok bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return "", false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return "", false
+	}
+	for i < len(b) {
+		if b[i] != '"' {
+			return "", false
+		}
+		end := skipString(b, i)
+		key := b[i:end]
+		i = skipSpace(b, end)
+		if i >= len(b) || b[i] != ':' {
+			return "", false
+		}
+		start := skipSpace(b, i+1)
+		i = skipValue(b, start)
+		if isKey(key, "model") {
+			ok = json.Unmarshal(b[start:i], &model) == nil
+		}
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return "", false
+		}
+		switch b[i] {
+		case '}':
+			return model, ok && model != ""
+		case ',':
+			i = skipSpace(b, i+1)
+		default:
+			return "", false
+		}
+	}
+	return "", false
+}
+
+func isKey(quoted []byte, name string) bool {
+	if bytes.IndexByte(quoted, '\\') < 0 {
+		return len(quoted) == len(name)+2 && string(quoted[1:len(quoted)-1]) == name
+	}
+	var s string
+	return json.Unmarshal(quoted, &s) == nil && s == name
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string starting at b[i].
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// skipValue returns the index just past the value starting at b[i].
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return i
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	}
+	for i < len(b) && bytes.IndexByte([]byte(",}] \t\r\n"), b[i]) < 0 {
+		i++
+	}
+	return i
+}

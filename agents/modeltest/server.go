@@ -1,0 +1,228 @@
+// Package modeltest is a scripted stand-in for a model provider, for tests
+// only: a loopback HTTP server that speaks the Anthropic Messages API
+// (POST /v1/messages, JSON or SSE), checks every request strictly, plays a
+// script of turns (text, tool calls, usage figures, errors, broken
+// streams) and records what it was sent. Only tests import it.
+package modeltest
+
+import (
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// DefaultKey is the API key a Server requires when Config.Key is empty.
+const DefaultKey = "sk-test"
+
+// Config is a Server's script and credentials.
+type Config struct {
+	// Key is the API key requests must carry in x-api-key (or as an
+	// Authorization bearer token); empty means DefaultKey.
+	Key string
+	// Turns is the script; see Turn.Match for the order they play in.
+	Turns []Turn
+	// Final is played once the script has run out; nil means a text turn
+	// saying "Done." with end_turn.
+	Final *Turn
+}
+
+// Server is a scripted Messages API server. It is safe for concurrent
+// use. Start it, point a client at URL, Close it.
+type Server struct {
+	key string
+
+	mu       sync.Mutex
+	script   script
+	requests []Request
+
+	ids    atomic.Int64
+	prefix string
+
+	srv  *http.Server
+	ln   net.Listener
+	done chan struct{}
+	once sync.Once
+}
+
+// New makes a Server for cfg; it does not listen until Start.
+func New(cfg Config) *Server {
+	s := &Server{key: cfg.Key, prefix: strings.ToLower(rand.Text()[:8])}
+	if s.key == "" {
+		s.key = DefaultKey
+	}
+	s.script.turns = append([]Turn(nil), cfg.Turns...)
+	s.script.played = make([]bool, len(cfg.Turns))
+	s.script.final = Turn{Blocks: []Block{Text("Done.")}}
+	if cfg.Final != nil {
+		s.script.final = *cfg.Final
+	}
+	return s
+}
+
+// Start listens on a free loopback port and serves in the background.
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("modeltest: listen: %w", err)
+	}
+	s.ln = ln
+	s.srv = &http.Server{Handler: s}
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		_ = s.srv.Serve(ln) // returns when Close closes the listener
+	}()
+	return nil
+}
+
+// URL is the base URL of a started server, e.g. http://127.0.0.1:41234,
+// to use as ANTHROPIC_BASE_URL.
+func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
+
+// Key is the API key the server requires.
+func (s *Server) Key() string { return s.key }
+
+// Close stops the server, dropping open connections, and waits for it.
+// It is idempotent.
+func (s *Server) Close() {
+	s.once.Do(func() {
+		if s.srv == nil {
+			return
+		}
+		s.srv.Close()
+		<-s.done
+	})
+}
+
+// Requests returns a copy of every request received so far, in order.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.requests...)
+}
+
+// MessageRequests returns the recorded requests the server accepted as
+// Messages API calls.
+func (s *Server) MessageRequests() []Request {
+	var out []Request
+	for _, r := range s.Requests() {
+		if r.Messages != nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// maxBody bounds a request body; the API's own limit is 32 MB.
+const maxBody = 32 << 20
+
+// ServeHTTP answers one request: it validates, records, picks a turn and
+// plays it.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone()}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	rec.Body = body
+	if err != nil {
+		s.reject(w, &rec, http.StatusBadRequest, "invalid_request_error", "request body: "+err.Error())
+		return
+	}
+	if len(body) > maxBody {
+		s.reject(w, &rec, http.StatusRequestEntityTooLarge, "request_too_large", "request exceeds the maximum allowed size")
+		return
+	}
+	if status, typ, msg := s.checkHTTP(r); status != 0 {
+		s.reject(w, &rec, status, typ, msg)
+		return
+	}
+	req, msg := parseMessages(body)
+	if msg != "" {
+		s.reject(w, &rec, http.StatusBadRequest, "invalid_request_error", string(msg))
+		return
+	}
+	rec.Messages = req
+	s.mu.Lock()
+	turn := s.script.next(&rec)
+	rec.Status = http.StatusOK
+	if turn.Error != nil {
+		rec.Status, rec.Error = turn.Error.Status, turn.Error.message()
+	}
+	s.requests = append(s.requests, rec)
+	s.mu.Unlock()
+	s.play(w, r, req, turn)
+}
+
+// checkHTTP checks what is not in the body: route, method, query, key,
+// version and content type. It returns a zero status when all is well.
+func (s *Server) checkHTTP(r *http.Request) (status int, typ, msg string) {
+	if r.URL.Path != "/v1/messages" {
+		return http.StatusNotFound, "not_found_error", "Not Found"
+	}
+	if r.Method != http.MethodPost {
+		return http.StatusMethodNotAllowed, "invalid_request_error", "Method Not Allowed"
+	}
+	for k, v := range r.URL.Query() {
+		if k != "beta" || len(v) != 1 || v[0] != "true" {
+			return http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("unexpected query parameter %q", k)
+		}
+	}
+	if key := apiKey(r.Header); key == "" {
+		return http.StatusUnauthorized, "authentication_error", "x-api-key header is required"
+	} else if key != s.key {
+		return http.StatusUnauthorized, "authentication_error", "invalid x-api-key"
+	}
+	if r.Header.Get("anthropic-version") == "" {
+		return http.StatusBadRequest, "invalid_request_error", "anthropic-version: header is required"
+	}
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		return http.StatusBadRequest, "invalid_request_error", "Content-Type: must be application/json"
+	}
+	return 0, "", ""
+}
+
+// apiKey is the key a request carries: x-api-key, else a bearer token.
+func apiKey(h http.Header) string {
+	if k := h.Get("x-api-key"); k != "" {
+		return k
+	}
+	if tok, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer "); ok {
+		return tok
+	}
+	return ""
+}
+
+func (s *Server) reject(w http.ResponseWriter, rec *Request, status int, typ, msg string) {
+	rec.Status, rec.Error = status, msg
+	s.mu.Lock()
+	s.requests = append(s.requests, *rec)
+	s.mu.Unlock()
+	writeError(w, status, typ, msg)
+}
+
+// WriteError answers with the API's error shape:
+// {"type":"error","error":{"type":typ,"message":msg}}.
+func writeError(w http.ResponseWriter, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	b, _ := marshal(errorBody(typ, msg))
+	w.Write(b)
+}
+
+func errorBody(typ, msg string) map[string]any {
+	return map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}}
+}
+
+func (e *APIError) message() string {
+	if e.Message != "" {
+		return e.Message
+	}
+	return strings.ReplaceAll(e.Type, "_", " ")
+}
+
+func (s *Server) newID(kind string) string {
+	return fmt.Sprintf("%s_%s%06d", kind, s.prefix, s.ids.Add(1))
+}
