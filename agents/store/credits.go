@@ -1,0 +1,198 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+	"time"
+
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// CreditKind says what a ledger entry records.
+type CreditKind string
+
+const (
+	CreditAdded    CreditKind = "added"    // a person added credits
+	CreditReserved CreditKind = "reserved" // a starting execution set credits aside
+	CreditReleased CreditKind = "released" // the unused rest of a reservation came back
+	CreditSpent    CreditKind = "spent"    // metered model spend charged to an execution
+)
+
+// CreditEntry is one line of the credit ledger, which is append-only.
+type CreditEntry struct {
+	ID        int64      `json:"id"`
+	Time      time.Time  `json:"time"`
+	Kind      CreditKind `json:"kind"`
+	Execution string     `json:"execution,omitempty"`
+	USD       float64    `json:"usd"`
+	// FromReservation is the part of a spend taken from the execution's
+	// reservation; the rest (USD - FromReservation) overran it.
+	FromReservation float64 `json:"from_reservation,omitempty"`
+	Note            string  `json:"note,omitempty"`
+}
+
+// Balance returns the appliance's credits: available to reserve (added -
+// reserved - spent; negative when spend overran reservations by the calls
+// in flight), reserved by executions and not yet spent or released, and
+// spent in all.
+func (s *Store) Balance(ctx context.Context) (available, reserved, spent float64, err error) {
+	var a, r, sp int64
+	err = s.r.QueryRowContext(ctx, "SELECT added, reserved, spent FROM credit_totals").Scan(&a, &r, &sp)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("credit balance: %w", err)
+	}
+	return toUSD(a - r - sp), toUSD(r), toUSD(sp), nil
+}
+
+// amount converts a positive dollar amount to micro-dollars.
+func amount(op string, usd float64) (int64, error) {
+	if !(usd > 0) || math.IsInf(usd, 0) || usd > math.MaxInt64/microsPerUSD {
+		return 0, fmt.Errorf("%s: %w: amount %v must be a positive number of dollars", op, ErrInvalid, usd)
+	}
+	return toMicros(usd), nil
+}
+
+// AddCredits adds usd (> 0) to the balance, with a note saying who and why.
+func (s *Store) AddCredits(ctx context.Context, usd float64, note string) error {
+	m, err := amount("add credits", usd)
+	if err != nil {
+		return err
+	}
+	_, err = s.w.ExecContext(ctx, "INSERT INTO credit_entries (time, kind, micros, note) VALUES (?, ?, ?, ?)",
+		time.Now().UnixNano(), CreditAdded, m, note)
+	if err != nil {
+		return fmt.Errorf("add credits: %w", err)
+	}
+	return nil
+}
+
+// Reserve sets usd (> 0) aside for an execution, or fails with
+// ErrInsufficientCredits when less than usd is available; the check and
+// the reservation are one transaction, so of two executions racing for
+// the last credits exactly one wins. Reserving again for the same
+// execution adds to its reservation.
+func (s *Store) Reserve(ctx context.Context, execution string, usd float64) error {
+	m, err := amount("reserve credits for "+execution, usd)
+	if err != nil {
+		return err
+	}
+	return s.creditTx(ctx, "reserve credits for "+execution, func(tx *sql.Tx) error {
+		var available int64
+		err := tx.QueryRowContext(ctx, "SELECT added - reserved - spent FROM credit_totals").Scan(&available)
+		if err != nil {
+			return err
+		}
+		if available < m {
+			return fmt.Errorf("%w: $%.6f available, $%.6f asked", ErrInsufficientCredits, toUSD(available), usd)
+		}
+		return insertEntry(ctx, tx, CreditReserved, execution, m, 0)
+	})
+}
+
+// Spend charges usd (> 0) of metered spend to an execution. It comes out
+// of the execution's reservation first; the part beyond it (the call in
+// flight when a limit was reached, or spend with no reservation) is still
+// recorded, from the available balance, which may go negative by it.
+func (s *Store) Spend(ctx context.Context, execution string, usd float64) error {
+	m, err := amount("spend credits for "+execution, usd)
+	if err != nil {
+		return err
+	}
+	return s.creditTx(ctx, "spend credits for "+execution, func(tx *sql.Tx) error {
+		held, err := outstanding(ctx, tx, execution)
+		if err != nil {
+			return err
+		}
+		return insertEntry(ctx, tx, CreditSpent, execution, m, min(held, m))
+	})
+}
+
+// Release returns the unspent rest of an execution's reservation to the
+// available balance, when the execution ends. Idempotent: with nothing
+// reserved it records nothing.
+func (s *Store) Release(ctx context.Context, execution string) error {
+	return s.creditTx(ctx, "release credits of "+execution, func(tx *sql.Tx) error {
+		_, err := release(ctx, tx, execution, time.Now())
+		return err
+	})
+}
+
+func release(ctx context.Context, tx *sql.Tx, execution string, now time.Time) (int64, error) {
+	held, err := outstanding(ctx, tx, execution)
+	if err != nil || held == 0 {
+		return 0, err
+	}
+	_, err = tx.ExecContext(ctx, "INSERT INTO credit_entries (time, kind, execution_id, micros) VALUES (?, ?, ?, ?)",
+		now.UnixNano(), CreditReleased, execution, held)
+	if err != nil {
+		return 0, fmt.Errorf("release credits of %s: %w", execution, err)
+	}
+	return held, nil
+}
+
+// outstanding is what remains of an execution's reservations.
+func outstanding(ctx context.Context, tx *sql.Tx, execution string) (int64, error) {
+	var held int64
+	err := tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(CASE kind WHEN 'reserved' THEN micros
+		WHEN 'released' THEN -micros WHEN 'spent' THEN -from_reservation END), 0)
+		FROM credit_entries WHERE execution_id = ?`, execution).Scan(&held)
+	return held, err
+}
+
+func insertEntry(ctx context.Context, tx *sql.Tx, kind CreditKind, execution string, micros, fromReservation int64) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO credit_entries (time, kind, execution_id, micros, from_reservation)
+		VALUES (?, ?, ?, ?, ?)`, time.Now().UnixNano(), kind, execution, micros, fromReservation)
+	return err
+}
+
+// creditTx runs fn in a write transaction, turning a foreign-key failure
+// (no such execution) into ErrNotFound.
+func (s *Store) creditTx(ctx context.Context, op string, fn func(*sql.Tx) error) error {
+	err := func() error {
+		tx, err := s.w.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}()
+	switch {
+	case err == nil:
+		return nil
+	case constraint(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY):
+		return fmt.Errorf("%s: execution %w", op, ErrNotFound)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// CreditEntries returns the ledger entries of one execution, or of all
+// when execution is "", oldest first.
+func (s *Store) CreditEntries(ctx context.Context, execution string) ([]CreditEntry, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT id, time, kind, COALESCE(execution_id, ''), micros, from_reservation, note
+		FROM credit_entries WHERE ?1 = '' OR execution_id = ?1 ORDER BY id`, execution)
+	if err != nil {
+		return nil, fmt.Errorf("credit entries: %w", err)
+	}
+	defer rows.Close()
+	var out []CreditEntry
+	for rows.Next() {
+		var (
+			c         CreditEntry
+			t, m, frm int64
+		)
+		if err := rows.Scan(&c.ID, &t, &c.Kind, &c.Execution, &m, &frm, &c.Note); err != nil {
+			return nil, fmt.Errorf("credit entries: %w", err)
+		}
+		c.Time, c.USD, c.FromReservation = time.Unix(0, t).UTC(), toUSD(m), toUSD(frm)
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("credit entries: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,21 @@
+// Package store is the durable record of agent work: sessions, executions,
+// the events of each execution's stream, and the appliance's credit ledger,
+// kept in one SQLite file (pure-Go driver, WAL, foreign keys on, schema
+// migrations embedded in the binary).
+//
+// Events get their sequence numbers when they are accepted, in one queue;
+// a single writer goroutine commits whatever is queued in one transaction
+// (group commit) and then hands it to live subscribers. Append waits for
+// that commit; AppendAsync, the producers' fast path, does not (Flush
+// waits). A subscriber that cannot keep up is dropped with ErrTooSlow
+// rather than slowing the writer, and resubscribes from the last sequence
+// number it saw.
+//
+// Money is kept as integer micro-dollars (millionths of a US dollar) so that
+// sums never drift; the API takes and returns float64 dollars at its edge.
+//
+// Who may import it: the agents packages (which record what executions do)
+// and appliance (which opens the one Store and owns its lifetime). The seam
+// for another database is the consumers' own interfaces over *Store, not
+// this package.
+package store
