@@ -34,7 +34,9 @@ func TestImportRules(t *testing.T) {
 		}
 	}
 	leaves := []string{"hearth/agents", "hearth/scheduler", "hearth/vmm", "hearth/fs", "hearth/image"}
-	allowed := map[string][]string{"hearth/agents": {"hearth/vmm"}}
+	// agents reaches machines through vmm's interfaces and the guest
+	// protocol every machine speaks, never through a driver.
+	allowed := map[string][]string{"hearth/agents": {"hearth/vmm", "hearth/vmm/guest"}}
 	under := func(pkg, root string) bool { return pkg == root || strings.HasPrefix(pkg, root+"/") }
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		pkg, deps, _ := strings.Cut(line, ":")
@@ -64,7 +66,7 @@ func TestImportRules(t *testing.T) {
 					}
 					ok := false
 					for _, a := range allowed[leaf] {
-						ok = ok || dep == a // the interfaces package itself, not its drivers
+						ok = ok || dep == a // these packages themselves, not the drivers under them
 					}
 					if !ok {
 						t.Errorf("%s imports %s: leaf packages do not import each other", pkg, dep)

@@ -1,0 +1,275 @@
+package agents
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"hearth/agents/gateway"
+	"hearth/agents/store"
+	"hearth/agents/stream"
+	"hearth/vmm"
+)
+
+// Workspace is what the runner needs of the shared tree; the appliance
+// provides it from package fs.
+type Workspace interface {
+	// EnsureSession makes the session's directories if they are missing,
+	// owned by uid:gid as the host sees them.
+	EnsureSession(session string, uid, gid uint32) error
+	// WriteFile puts r at path (relative to the session) with owner.
+	WriteFile(session, path string, r io.Reader, uid, gid uint32) error
+	// MountView mounts a view of the workspace where session is writable,
+	// for one machine, and returns its directory and how to unmount it.
+	MountView(session, machine string) (dir string, unmount func() error, err error)
+	// Glob lists the session's files matching a pattern such as
+	// outputs/*.md, relative to the session.
+	Glob(session, pattern string) ([]string, error)
+	// FileEvents reports the session's file changes until stop is called.
+	FileEvents(session string) (events <-chan FileEvent, stop func())
+}
+
+// FileEvent is a change in a session's files.
+type FileEvent struct {
+	Op   string `json:"op"`   // created, written, renamed, removed
+	Path string `json:"path"` // relative to the session
+}
+
+// Image is a runtime image resolved for a machine.
+type Image struct {
+	RootFS   string
+	UID, GID uint32 // the image's agent user
+}
+
+// RunnerConfig wires a Runner.
+type RunnerConfig struct {
+	Driver    vmm.Driver
+	Workspace Workspace
+	Store     *store.Store
+	Gateway   *gateway.Gateway
+	// GatewayDial connects to where the gateway is served on the host;
+	// each machine's agent forwards 127.0.0.1:GatewayPort to it.
+	GatewayDial func(ctx context.Context) (net.Conn, error)
+	GatewayPort int // default 4000
+	// Images resolves an agent's runtime image.
+	Images func(name string) (Image, error)
+	Agents map[string]*Definition
+	// Grace is how long a stopped agent has between TERM and KILL.
+	Grace time.Duration // default 10s
+	// Memory for each machine; default 2 GiB (claude alone keeps about
+	// 200 MiB resident).
+	Memory int64
+}
+
+// Runner runs agent tasks, each execution in a machine of its own.
+type Runner struct {
+	cfg RunnerConfig
+
+	mu   sync.Mutex
+	runs map[string]*run // by execution id, while running
+}
+
+// NewRunner returns a runner. The caller routes the gateway's events to
+// Runner.GatewayEvent.
+func NewRunner(cfg RunnerConfig) *Runner {
+	if cfg.GatewayPort == 0 {
+		cfg.GatewayPort = 4000
+	}
+	if cfg.Grace == 0 {
+		cfg.Grace = 10 * time.Second
+	}
+	if cfg.Memory == 0 {
+		cfg.Memory = 2 << 30
+	}
+	return &Runner{cfg: cfg, runs: map[string]*run{}}
+}
+
+// TaskRequest is a task delegated to an agent.
+type TaskRequest struct {
+	Agent  string
+	Prompt string
+	// Inputs are copied into the session's inputs/, by name.
+	Inputs map[string][]byte
+	// Outputs override the agent's output patterns, if set.
+	Outputs []string
+	// Limits may only tighten the agent's.
+	Limits Limits
+	// Session continues an existing session (a new execution in it with
+	// the agent's full context), or "" for a new one.
+	Session string
+}
+
+// Result is how an execution ended.
+type Result struct {
+	Execution store.Execution
+	Outputs   []string // files matched by the output patterns, relative to the session
+}
+
+// Run runs a task to its end and returns what it did. Events go to the
+// store as they happen. With req.Session set it resumes that session: a
+// new execution with the agent's full context (its CLI resumes its own
+// session).
+func (r *Runner) Run(ctx context.Context, req TaskRequest) (Result, error) {
+	st := r.cfg.Store
+	kind, parent, agentSession := store.Run, "", ""
+	var sess store.Session
+	if req.Session != "" {
+		var err error
+		if sess, err = st.GetSession(ctx, req.Session); err != nil {
+			return Result{}, err
+		}
+		if req.Agent != "" && req.Agent != sess.Agent {
+			return Result{}, fmt.Errorf("session %s belongs to agent %s, not %s", sess.ID, sess.Agent, req.Agent)
+		}
+		req.Agent = sess.Agent
+		kind, parent, agentSession = store.Resume, sess.LastExecution, sess.AgentSessionID
+	}
+	def, limits, err := r.prepare(req.Agent, req.Limits)
+	if err != nil {
+		return Result{}, err
+	}
+	if sess.ID == "" {
+		if sess, err = st.CreateSession(ctx, store.Session{Agent: def.Name}); err != nil {
+			return Result{}, err
+		}
+	}
+	outputs := def.Outputs
+	if len(req.Outputs) > 0 {
+		outputs = req.Outputs
+	}
+	exec := store.Execution{Session: sess.ID, Agent: def.Name, Kind: kind, Parent: parent, Prompt: req.Prompt,
+		Limits: store.Limits{USD: limits.USD, Turns: limits.Turns, WallTime: time.Duration(limits.WallTime)}}
+	return r.execute(ctx, def, limits, exec, outputs, agentSession, req)
+}
+
+// Retry runs a finished execution's task again, from the start, in the
+// same session (its inputs are there already).
+func (r *Runner) Retry(ctx context.Context, execution string) (Result, error) {
+	old, err := r.cfg.Store.GetExecution(ctx, execution)
+	if err != nil {
+		return Result{}, err
+	}
+	if !old.Status.Terminal() {
+		return Result{}, fmt.Errorf("execution %s is %s: retry it once it has ended", old.ID, old.Status)
+	}
+	lim := Limits{USD: old.Limits.USD, Turns: old.Limits.Turns, WallTime: Duration(old.Limits.WallTime)}
+	def, limits, err := r.prepare(old.Agent, lim)
+	if err != nil {
+		return Result{}, err
+	}
+	exec := store.Execution{Session: old.Session, Agent: def.Name, Kind: store.Retry, Parent: old.ID, Prompt: old.Prompt, Limits: old.Limits}
+	return r.execute(ctx, def, limits, exec, def.Outputs, "", TaskRequest{Agent: def.Name, Prompt: old.Prompt})
+}
+
+// prepare finds the agent and applies a task's limits to its own.
+func (r *Runner) prepare(agent string, override Limits) (*Definition, Limits, error) {
+	def, ok := r.cfg.Agents[agent]
+	if !ok {
+		return nil, Limits{}, fmt.Errorf("%w: no agent %q", ErrNotFound, agent)
+	}
+	limits, err := def.Limits.Tighten(override)
+	if err != nil {
+		return nil, Limits{}, fmt.Errorf("agent %s: %w", def.Name, err)
+	}
+	return def, limits, nil
+}
+
+// execute records the execution and runs it.
+func (r *Runner) execute(ctx context.Context, def *Definition, limits Limits, e store.Execution, outputs []string, agentSession string, req TaskRequest) (Result, error) {
+	img, err := r.cfg.Images(def.Image)
+	if err != nil {
+		return Result{}, fmt.Errorf("agent %s: image %s: %w", def.Name, def.Image, err)
+	}
+	exec, err := r.cfg.Store.CreateExecution(ctx, e)
+	if err != nil {
+		return Result{}, err
+	}
+	ru := &run{r: r, def: def, img: img, exec: exec, limits: limits, outputs: outputs, agentSession: agentSession,
+		budget: &gateway.Limits{USD: limits.USD, Turns: limits.Turns}, stopc: make(chan stopReason, 1)}
+	r.mu.Lock()
+	r.runs[exec.ID] = ru
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.runs, exec.ID)
+		r.mu.Unlock()
+	}()
+	return ru.run(ctx, req)
+}
+
+// ErrNotFound: no such agent, session or execution.
+var ErrNotFound = errors.New("not found")
+
+// GatewayEvent takes an event from the gateway: it is stored, and a
+// refusal at a limit stops the execution.
+func (r *Runner) GatewayEvent(ev stream.Event) {
+	r.mu.Lock()
+	ru := r.runs[ev.Execution]
+	r.mu.Unlock()
+	if ru == nil {
+		r.cfg.Store.Append(context.Background(), ev)
+		return
+	}
+	ru.emit(ev)
+	if ev.Type == stream.Budget {
+		var p gateway.BudgetPayload
+		if json.Unmarshal(ev.Payload, &p) == nil && p.Level == "exceeded" {
+			ru.stop(stopBudget)
+		}
+	}
+}
+
+type stopReason int
+
+const (
+	stopBudget stopReason = iota + 1
+	stopWallTime
+	stopCancel
+)
+
+// run is one execution in progress.
+type run struct {
+	r            *Runner
+	def          *Definition
+	img          Image
+	exec         store.Execution
+	limits       Limits
+	outputs      []string
+	agentSession string
+	budget       *gateway.Limits
+	stopc        chan stopReason
+
+	emitMu sync.Mutex
+	err    error // the first store error
+}
+
+func (ru *run) emit(ev stream.Event) {
+	ev.Session, ev.Execution = ru.exec.Session, ru.exec.ID
+	ru.emitMu.Lock()
+	defer ru.emitMu.Unlock()
+	// Not waiting for each commit keeps a chatty agent fast; finish
+	// flushes before it reads the stream back and writes the end.
+	if _, err := ru.r.cfg.Store.AppendAsync(ev); err != nil && ru.err == nil {
+		ru.err = err
+	}
+}
+
+func (ru *run) status(status string, detail map[string]any) {
+	p := map[string]any{"status": status}
+	for k, v := range detail {
+		p[k] = v
+	}
+	ru.emit(stream.New("", "", stream.Status, p))
+}
+
+func (ru *run) stop(why stopReason) {
+	select {
+	case ru.stopc <- why:
+	default: // a stop is already on its way
+	}
+}

@@ -1,0 +1,382 @@
+package agents
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"hearth/agents/gateway"
+	"hearth/agents/modeltest"
+	"hearth/agents/store"
+	"hearth/agents/stream"
+	"hearth/fs"
+	"hearth/image"
+	"hearth/vmm/jail"
+	"hearth/vmm/vmmtest"
+)
+
+// fsWorkspace is the runner's Workspace over a real fs.Store, as the
+// appliance provides it.
+type fsWorkspace struct {
+	s     *fs.Store
+	views string
+}
+
+func (w fsWorkspace) EnsureSession(session string, uid, gid uint32) error {
+	err := w.s.CreateSession(session, fs.Owner{UID: uid, GID: gid})
+	if err != nil && strings.Contains(err.Error(), "exists") {
+		return nil
+	}
+	return err
+}
+
+func (w fsWorkspace) WriteFile(session, p string, r io.Reader, uid, gid uint32) error {
+	_, err := w.s.WriteFile(session, p, r, 0, fs.Owner{UID: uid, GID: gid})
+	return err
+}
+
+func (w fsWorkspace) MountView(session, machine string) (string, func() error, error) {
+	v, err := w.s.Mount(filepath.Join(w.views, machine), fs.ViewOptions{Session: session})
+	if err != nil {
+		return "", nil, err
+	}
+	return v.Dir(), v.Unmount, nil
+}
+
+func (w fsWorkspace) Glob(session, pattern string) ([]string, error) {
+	dir := filepath.Join(w.views, "host", session)
+	matches, err := filepath.Glob(filepath.Join(dir, pattern))
+	for i, m := range matches {
+		matches[i], _ = filepath.Rel(dir, m)
+	}
+	return matches, err
+}
+
+func (w fsWorkspace) FileEvents(session string) (<-chan FileEvent, func()) {
+	sub := w.s.Events().Subscribe(1024)
+	out := make(chan FileEvent, 1024)
+	go func() {
+		defer close(out)
+		for e := range sub.C {
+			if e.Session == session && e.Op != fs.OpClosed {
+				out <- FileEvent{Op: string(e.Op), Path: e.Path}
+			}
+		}
+	}()
+	return out, sub.Close
+}
+
+// harness is a runner with everything real but the model provider: a
+// jail machine from the claude-code image running the real claude CLI,
+// the gateway on a unix socket, the store in SQLite, the workspace on
+// FUSE, and the scripted model server (agents/modeltest) upstream.
+type harness struct {
+	runner *Runner
+	model  *modeltest.Server
+	store  *store.Store
+	events []stream.Event
+}
+
+func newHarness(t *testing.T, turns []modeltest.Turn, limits Limits) *harness {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("agent runs need root (jail machines, FUSE)")
+	}
+	for _, tool := range []string{"debootstrap", "mkfs.ext4"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("the claude-code image needs %s to build (scripts/test.sh installs it)", tool)
+		}
+	}
+	img := claudeImage(t)
+	dir := t.TempDir()
+	drv, err := jail.New(filepath.Join(dir, "jail"), vmmtest.GuestAgent(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { drv.Close() })
+	ws, err := fs.Open(fs.Options{Dir: filepath.Join(dir, "workspace")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	host, err := ws.Mount(filepath.Join(dir, "views", "host"), fs.ViewOptions{Host: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { host.Unmount() })
+	st, err := store.Open(filepath.Join(dir, "hearth.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	model := modeltest.New(modeltest.Config{Turns: turns})
+	if err := model.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(model.Close)
+	h := &harness{model: model, store: st}
+	var runner *Runner
+	gw, err := gateway.New(gateway.Config{Upstream: model.URL(), APIKey: model.Key(),
+		Prices:  gateway.NewPrices(map[string]gateway.Price{"claude-sonnet-4-5": {Input: 1000, Output: 0}}),
+		OnEvent: func(ev stream.Event) { runner.GatewayEvent(ev) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "gateway.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: gw}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	def := &Definition{Name: "analyst", Image: "claude-code", Model: "claude-sonnet-4-5", Prompt: "{{.Prompt}}",
+		Outputs: []string{"outputs/*.md"}, Limits: limits}
+	if err := def.validate(); err != nil {
+		t.Fatal(err)
+	}
+	runner = NewRunner(RunnerConfig{
+		Driver: drv, Store: st, Gateway: gw,
+		Workspace:   fsWorkspace{s: ws, views: filepath.Join(dir, "views")},
+		GatewayDial: func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) },
+		Images: func(name string) (Image, error) {
+			return Image{RootFS: img.Rootfs(), UID: 1000, GID: 1000}, nil
+		},
+		Agents: map[string]*Definition{"analyst": def},
+		Grace:  3 * time.Second,
+	})
+	h.runner = runner
+	return h
+}
+
+var (
+	claudeOnce sync.Once
+	claudeImg  image.Image
+	claudeErr  error
+)
+
+// claudeImage builds the claude-code image once, in the shared test image
+// cache (HEARTH_TEST_IMAGES) when there is one.
+func claudeImage(t *testing.T) image.Image {
+	claudeOnce.Do(func() {
+		cat, err := image.BuiltinCatalog()
+		if err != nil {
+			claudeErr = err
+			return
+		}
+		dir := os.Getenv("HEARTH_TEST_IMAGES")
+		if dir == "" {
+			dir = filepath.Join(os.TempDir(), "hearth-agents-test-images")
+		}
+		b, err := image.NewBuilder(dir, cat, io.Discard)
+		if err != nil {
+			claudeErr = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		defer cancel()
+		claudeImg, claudeErr = b.Build(ctx, "claude-code")
+	})
+	if claudeErr != nil {
+		t.Fatalf("build the claude-code image: %v", claudeErr)
+	}
+	return claudeImg
+}
+
+func (h *harness) eventsOf(t *testing.T, exec string) []stream.Event {
+	t.Helper()
+	evs, err := h.store.Events(context.Background(), exec, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+func countType(evs []stream.Event, typ stream.Type, contains string) int {
+	n := 0
+	for _, e := range evs {
+		if e.Type == typ && strings.Contains(string(e.Payload), contains) {
+			n++
+		}
+	}
+	return n
+}
+
+func dump(evs []stream.Event) string {
+	var b strings.Builder
+	for _, e := range evs {
+		b.WriteString(string(e.Type) + " " + string(e.Payload) + "\n")
+	}
+	return b.String()
+}
+
+// TestRunClaudeCode: the real claude CLI does a two-turn task in a jail,
+// writing outputs/report.md; the execution ends completed with the turns,
+// tokens and dollars the gateway metered.
+func TestRunClaudeCode(t *testing.T) {
+	h := newHarness(t, []modeltest.Turn{
+		{Blocks: []modeltest.Block{modeltest.ToolUse("Bash", map[string]string{
+			"command": "mkdir -p outputs && printf '# Q2\\n\\nrevenue up 4%%\\n' > outputs/report.md && cat inputs/q2.csv", "description": "write the report"})},
+			Usage: modeltest.Usage{InputTokens: 300, OutputTokens: 40}},
+		{Blocks: []modeltest.Block{modeltest.Text("Wrote outputs/report.md")}, Usage: modeltest.Usage{InputTokens: 400, OutputTokens: 20}},
+	}, Limits{USD: 10, Turns: 10})
+	res, err := h.runner.Run(context.Background(), TaskRequest{Agent: "analyst", Prompt: "Analyze Q2 sales",
+		Inputs: map[string][]byte{"q2.csv": []byte("region,revenue\nnorth,10\n")}})
+	evs := h.eventsOf(t, res.Execution.ID)
+	if err != nil {
+		t.Fatalf("Run = %v\nevents:\n%s", err, dump(evs))
+	}
+	e := res.Execution
+	if e.Status != store.Completed || e.Turns != 2 || e.Tokens.Input != 700 || e.Tokens.Output != 60 ||
+		e.USD < 0.6999 || e.USD > 0.7001 || e.Result != "Wrote outputs/report.md" {
+		t.Errorf("execution = %+v\nevents:\n%s", e, dump(evs))
+	}
+	if strings.Join(res.Outputs, ",") != "outputs/report.md" {
+		t.Errorf("outputs = %q, want outputs/report.md", res.Outputs)
+	}
+	for _, want := range []struct {
+		typ      stream.Type
+		contains string
+		n        int
+	}{
+		{stream.ModelCall, `"status":200`, 2},
+		{stream.ToolCall, `"name":"Bash"`, 1},
+		{stream.ToolResult, "north,10", 1},
+		{stream.Text, "Wrote outputs/report.md", 1},
+		{stream.File, `"path":"outputs/report.md"`, 1},
+		{stream.Status, `"status":"completed"`, 1},
+	} {
+		if got := countType(evs, want.typ, want.contains); got < want.n {
+			t.Errorf("%d %s events with %s, want %d\nevents:\n%s", got, want.typ, want.contains, want.n, dump(evs))
+		}
+	}
+	// The sandbox never saw the provider's key, only its own token.
+	for _, r := range h.model.MessageRequests() {
+		if got := r.Header.Get("x-api-key"); got != h.model.Key() {
+			t.Errorf("upstream request key %q, want the real key", got)
+		}
+	}
+}
+
+// TestRunBudgetExceeded: the second call comes at over 90% of the budget
+// and carries the wrap-up instruction; the third is refused at 100%, the
+// agent is stopped, its partial output stays, and the execution ends as
+// budget_exceeded with what it cost.
+func TestRunBudgetExceeded(t *testing.T) {
+	h := newHarness(t, []modeltest.Turn{
+		{Blocks: []modeltest.Block{modeltest.ToolUse("Bash", map[string]string{"command": "mkdir -p outputs && echo partial > outputs/draft.md", "description": "draft"})},
+			Usage: modeltest.Usage{InputTokens: 950}}, // $0.95 of $1
+		{Blocks: []modeltest.Block{modeltest.ToolUse("Bash", map[string]string{"command": "echo more >> outputs/draft.md", "description": "more"})},
+			Usage: modeltest.Usage{InputTokens: 100}}, // $1.05: the next call is refused
+		{Blocks: []modeltest.Block{modeltest.Text("never reached")}},
+	}, Limits{USD: 1})
+	res, err := h.runner.Run(context.Background(), TaskRequest{Agent: "analyst", Prompt: "Draft a report"})
+	evs := h.eventsOf(t, res.Execution.ID)
+	if err != nil {
+		t.Fatalf("Run = %v\nevents:\n%s", err, dump(evs))
+	}
+	e := res.Execution
+	if e.Status != store.BudgetExceeded || e.USD < 1.0499 || e.USD > 1.0501 || e.Turns != 2 {
+		t.Errorf("execution = %+v, want budget_exceeded after $1.05 in 2 turns\nevents:\n%s", e, dump(evs))
+	}
+	if strings.Join(res.Outputs, ",") != "outputs/draft.md" {
+		t.Errorf("outputs = %q, want the partial outputs/draft.md kept", res.Outputs)
+	}
+	reqs := h.model.MessageRequests()
+	if len(reqs) != 2 || !strings.Contains(reqs[1].LastUserText(), "Budget") {
+		t.Errorf("upstream got %d requests; the second's last user text = %q, want the wrap-up instruction", len(reqs), reqs[min(1, len(reqs)-1)].LastUserText())
+	}
+	if n := countType(evs, stream.File, `".home/`); n > 0 {
+		t.Errorf("%d file events from the agent's private home, want none", n)
+	}
+	if countType(evs, stream.Budget, `"level":"warn"`) != 1 || countType(evs, stream.Budget, `"level":"exceeded"`) < 1 {
+		t.Errorf("budget events: want one warn and an exceeded\nevents:\n%s", dump(evs))
+	}
+	var p map[string]any
+	json.Unmarshal(evs[len(evs)-1].Payload, &p)
+	if evs[len(evs)-1].Type != stream.Status || p["status"] != "budget_exceeded" {
+		t.Errorf("last event = %s %s, want the budget_exceeded status", evs[len(evs)-1].Type, evs[len(evs)-1].Payload)
+	}
+}
+
+func bash(command string) modeltest.Block {
+	return modeltest.ToolUse("Bash", map[string]string{"command": command, "description": "step"})
+}
+
+// TestRunLimits: a turn limit and a wall-time limit each stop the agent,
+// and a task may not loosen its agent's limits.
+func TestRunLimits(t *testing.T) {
+	h := newHarness(t, []modeltest.Turn{
+		{Blocks: []modeltest.Block{bash("echo one")}},
+		{Blocks: []modeltest.Block{bash("echo two")}},
+		{Blocks: []modeltest.Block{bash("sleep 60")}},
+	}, Limits{USD: 5, Turns: 20, WallTime: Duration(time.Hour)})
+	ctx := context.Background()
+	res, err := h.runner.Run(ctx, TaskRequest{Agent: "analyst", Prompt: "go", Limits: Limits{Turns: 1}})
+	if err != nil || res.Execution.Status != store.BudgetExceeded || res.Execution.Turns != 1 {
+		t.Errorf("with a 1-turn limit: %+v, %v; want budget_exceeded after 1 turn\n%s", res.Execution, err, dump(h.eventsOf(t, res.Execution.ID)))
+	}
+	start := time.Now()
+	res, err = h.runner.Run(ctx, TaskRequest{Agent: "analyst", Prompt: "go", Limits: Limits{WallTime: Duration(3 * time.Second)}})
+	if err != nil || res.Execution.Status != store.TimedOut || time.Since(start) > 30*time.Second {
+		t.Errorf("with a 3s wall time and a 60s sleep: %+v, %v after %v; want timed_out soon\n%s", res.Execution, err, time.Since(start), dump(h.eventsOf(t, res.Execution.ID)))
+	}
+	if _, err := h.runner.Run(ctx, TaskRequest{Agent: "analyst", Prompt: "go", Limits: Limits{USD: 50}}); err == nil || !strings.Contains(err.Error(), "only tighten") {
+		t.Errorf("a task asking for $50 of a $5 agent = %v, want refused", err)
+	}
+	if _, err := h.runner.Run(ctx, TaskRequest{Agent: "nobody", Prompt: "go"}); err == nil || !strings.Contains(err.Error(), `no agent "nobody"`) {
+		t.Errorf("Run(unknown agent) = %v", err)
+	}
+}
+
+// TestRunResumeRetryAndSharing: a resume carries the first execution's
+// conversation; a retry runs a failed task again; another session reads
+// the first one's outputs.
+func TestRunResumeRetryAndSharing(t *testing.T) {
+	h := newHarness(t, []modeltest.Turn{
+		{Blocks: []modeltest.Block{bash("mkdir -p outputs && echo first-report > outputs/report.md")}},
+		{Blocks: []modeltest.Block{modeltest.Text("first done")}},
+		{Blocks: []modeltest.Block{modeltest.Text("resumed done")}},
+		{Error: &modeltest.APIError{Status: 400, Type: "invalid_request_error", Message: "scripted failure"}},
+		{Blocks: []modeltest.Block{modeltest.Text("retry done")}},
+		{Blocks: []modeltest.Block{bash("cat /workspace/agents/*/outputs/report.md")}},
+		{Blocks: []modeltest.Block{modeltest.Text("read it")}},
+	}, Limits{USD: 5})
+	ctx := context.Background()
+	first, err := h.runner.Run(ctx, TaskRequest{Agent: "analyst", Prompt: "Write the first report"})
+	if err != nil || first.Execution.Status != store.Completed {
+		t.Fatalf("first run: %+v, %v", first.Execution, err)
+	}
+	resumed, err := h.runner.Run(ctx, TaskRequest{Session: first.Execution.Session, Prompt: "Now add a summary"})
+	if err != nil || resumed.Execution.Status != store.Completed || resumed.Execution.Kind != store.Resume ||
+		resumed.Execution.Parent != first.Execution.ID || resumed.Execution.Session != first.Execution.Session {
+		t.Fatalf("resume: %+v, %v\n%s", resumed.Execution, err, dump(h.eventsOf(t, resumed.Execution.ID)))
+	}
+	reqs := h.model.MessageRequests()
+	if body := string(reqs[2].Body); !strings.Contains(body, "Write the first report") || !strings.Contains(body, "first done") {
+		t.Errorf("the resumed execution's first request lacks the first conversation: %.300s", body)
+	}
+	failed, err := h.runner.Run(ctx, TaskRequest{Agent: "analyst", Prompt: "This one fails"})
+	if err != nil || failed.Execution.Status != store.Failed {
+		t.Fatalf("failing run: %+v, %v\n%s", failed.Execution, err, dump(h.eventsOf(t, failed.Execution.ID)))
+	}
+	retried, err := h.runner.Retry(ctx, failed.Execution.ID)
+	if err != nil || retried.Execution.Status != store.Completed || retried.Execution.Kind != store.Retry ||
+		retried.Execution.Parent != failed.Execution.ID || retried.Execution.Prompt != "This one fails" {
+		t.Errorf("retry: %+v, %v", retried.Execution, err)
+	}
+	other, err := h.runner.Run(ctx, TaskRequest{Agent: "analyst", Prompt: "Read the others' reports"})
+	if err != nil || other.Execution.Session == first.Execution.Session ||
+		countType(h.eventsOf(t, other.Execution.ID), stream.ToolResult, "first-report") != 1 {
+		t.Errorf("another session reading the first one's outputs: %+v, %v\n%s", other.Execution, err, dump(h.eventsOf(t, other.Execution.ID)))
+	}
+}
