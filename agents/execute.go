@@ -63,7 +63,11 @@ func (ru *run) run(ctx context.Context, req TaskRequest) (Result, error) {
 		return ru.fail(err)
 	}
 	defer cleanup()
-	token := cfg.Gateway.Register(gateway.Execution{Session: sess, ID: ru.exec.ID, Budget: ru.budget})
+	var budget gateway.Budget = ru.budget
+	if cfg.Credits {
+		budget = ledgerBudget{ru.budget, cfg.Store, ru.exec.ID}
+	}
+	token := cfg.Gateway.Register(gateway.Execution{Session: sess, ID: ru.exec.ID, Budget: budget})
 	defer cfg.Gateway.Unregister(token)
 	gc := m.Guest()
 	gc.Serve("gateway", cfg.GatewayDial)
@@ -266,4 +270,20 @@ func orNone(s string) string {
 		return "no result"
 	}
 	return s
+}
+
+// ledgerBudget charges what the gateway meters to the execution's credit
+// reservation too. The reservation equals the USD limit, so the limit's
+// checks keep spend within it.
+type ledgerBudget struct {
+	*gateway.Limits
+	store *store.Store
+	exec  string
+}
+
+func (b ledgerBudget) Charge(usd float64, turns int) {
+	b.Limits.Charge(usd, turns)
+	if usd > 0 {
+		b.store.Spend(context.Background(), b.exec, usd)
+	}
 }

@@ -64,6 +64,11 @@ type RunnerConfig struct {
 	// Memory for each machine; default 2 GiB (claude alone keeps about
 	// 200 MiB resident).
 	Memory int64
+	// Credits makes the store's credit ledger the outermost budget: an
+	// execution reserves its USD limit from the balance before it starts
+	// (and must have one), is charged what the gateway meters, and
+	// releases the rest when it ends.
+	Credits bool
 }
 
 // Runner runs agent tasks, each execution in a machine of its own.
@@ -185,12 +190,21 @@ func (r *Runner) execute(ctx context.Context, def *Definition, limits Limits, e 
 	if err != nil {
 		return Result{}, fmt.Errorf("agent %s: image %s: %w", def.Name, def.Image, err)
 	}
+	if r.cfg.Credits && limits.USD <= 0 {
+		return Result{}, fmt.Errorf("agent %s: credits are in use, so a task needs a budget: give one (or set limits.usd in the agent)", def.Name)
+	}
 	exec, err := r.cfg.Store.CreateExecution(ctx, e)
 	if err != nil {
 		return Result{}, err
 	}
 	ru := &run{r: r, def: def, img: img, exec: exec, limits: limits, outputs: outputs, agentSession: agentSession,
 		budget: &gateway.Limits{USD: limits.USD, Turns: limits.Turns}, stopc: make(chan stopReason, 1)}
+	if r.cfg.Credits {
+		if err := r.cfg.Store.Reserve(ctx, exec.ID, limits.USD); err != nil {
+			return ru.fail(fmt.Errorf("reserve $%.2f of credits: %w (add some with 'hearth credits add')", limits.USD, err))
+		}
+		defer r.cfg.Store.Release(context.Background(), exec.ID)
+	}
 	r.mu.Lock()
 	r.runs[exec.ID] = ru
 	r.mu.Unlock()

@@ -380,3 +380,76 @@ func TestRunResumeRetryAndSharing(t *testing.T) {
 		t.Errorf("another session reading the first one's outputs: %+v, %v\n%s", other.Execution, err, dump(h.eventsOf(t, other.Execution.ID)))
 	}
 }
+
+// TestRunCredits: two executions started together share the credit
+// balance: only one can reserve its budget, and the balance ends charged
+// with exactly what the gateway metered.
+func TestRunCredits(t *testing.T) {
+	h := newHarness(t, []modeltest.Turn{
+		{Blocks: []modeltest.Block{modeltest.Text("done")}, Usage: modeltest.Usage{InputTokens: 100}}, // $0.10
+	}, Limits{USD: 1})
+	h.runner.cfg.Credits = true
+	ctx := context.Background()
+	if err := h.store.AddCredits(ctx, 1.5, "test"); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	results := make([]Result, 2)
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = h.runner.Run(ctx, TaskRequest{Agent: "analyst", Prompt: "go"})
+		}()
+	}
+	wg.Wait()
+	ok, refused := 0, 0
+	for i := range 2 {
+		switch {
+		case errs[i] == nil && results[i].Execution.Status == store.Completed:
+			ok++
+		case errs[i] != nil && strings.Contains(errs[i].Error(), "credits") && results[i].Execution.Status == store.Failed:
+			refused++
+		default:
+			t.Errorf("run %d: %+v, %v", i, results[i].Execution, errs[i])
+		}
+	}
+	if ok != 1 || refused != 1 {
+		t.Errorf("%d completed and %d refused for lack of credits, want 1 and 1", ok, refused)
+	}
+	avail, reserved, spent, err := h.store.Balance(ctx)
+	if err != nil || reserved != 0 || spent < 0.0999 || spent > 0.1001 || avail < 1.3999 || avail > 1.4001 {
+		t.Errorf("balance after: available %v, reserved %v, spent %v, %v; want 1.40, 0, 0.10", avail, reserved, spent, err)
+	}
+}
+
+// TestRunFaults: the provider failing once (the CLI retries it), the
+// agent dying mid-task, and a malformed stream: each execution ends with
+// a clear status and nothing hangs.
+func TestRunFaults(t *testing.T) {
+	h := newHarness(t, []modeltest.Turn{
+		{Error: &modeltest.APIError{Status: 500, Type: "api_error"}},
+		{Blocks: []modeltest.Block{modeltest.Text("recovered")}, Usage: modeltest.Usage{InputTokens: 10}},
+		{Blocks: []modeltest.Block{bash("kill -9 $(pidof claude)")}},
+		{Blocks: []modeltest.Block{modeltest.Text("broken")}, Break: modeltest.Malformed},
+	}, Limits{USD: 5, WallTime: Duration(2 * time.Minute)})
+	ctx := context.Background()
+	res, err := h.runner.Run(ctx, TaskRequest{Agent: "analyst", Prompt: "go"})
+	evs := h.eventsOf(t, res.Execution.ID)
+	if err != nil || res.Execution.Status != store.Completed || res.Execution.Result != "recovered" ||
+		countType(evs, stream.ModelCall, `"status":500`) != 1 || res.Execution.Turns != 1 {
+		t.Errorf("after one provider error: %+v, %v; want completed after a retry, the failed call metered\n%s", res.Execution, err, dump(evs))
+	}
+	res, err = h.runner.Run(ctx, TaskRequest{Agent: "analyst", Prompt: "go"})
+	evs = h.eventsOf(t, res.Execution.ID)
+	if err != nil || res.Execution.Status != store.Failed || !strings.Contains(res.Execution.Error, "exited") {
+		t.Errorf("agent killed mid-task: %+v, %v; want failed, saying it exited\n%s", res.Execution, err, dump(evs))
+	}
+	res, err = h.runner.Run(ctx, TaskRequest{Agent: "analyst", Prompt: "go"})
+	evs = h.eventsOf(t, res.Execution.ID)
+	if err != nil || !res.Execution.Status.Terminal() {
+		t.Errorf("malformed stream: %+v, %v; want an ended execution\n%s", res.Execution, err, dump(evs))
+	}
+	t.Logf("malformed stream ended %s: %s", res.Execution.Status, res.Execution.Error)
+}
