@@ -34,7 +34,7 @@ type Definition struct {
 	Outputs []string `toml:"outputs"`
 	// Network is the domains the agent may reach through the egress
 	// proxy, besides the model gateway; "*.example.com" matches
-	// subdomains.
+	// subdomains, and "host:8443" allows a port other than 80 and 443.
 	Network []string          `toml:"network"`
 	Env     map[string]string `toml:"env"`
 	// Schedule is an optional cron schedule ("0 9 * * *", "@daily",
@@ -120,7 +120,7 @@ func (d *Definition) Render(t Task) (string, error) {
 var (
 	agentName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
 	envName   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	domain    = regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	domain    = regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(:[0-9]{1,5})?$`)
 	// cronParser reads standard five-field schedules, descriptors such as
 	// @daily, and a CRON_TZ= prefix, as the scheduler does.
 	cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
@@ -179,7 +179,7 @@ func (d *Definition) validate() error {
 	}
 	for _, n := range d.Network {
 		if !domain.MatchString(n) {
-			return fmt.Errorf("network: %q is not a domain name (like api.example.com or *.example.com)", n)
+			return fmt.Errorf("network: %q is not a domain name (like api.example.com, *.example.com or host.example.com:8443)", n)
 		}
 	}
 	for k := range d.Env {

@@ -42,6 +42,7 @@ func TestLoadDefinitionErrors(t *testing.T) {
 		{"output escaping", good + "outputs = [\"outputs/../../etc\"]\n", "must be a glob under outputs/"},
 		{"bad glob", good + "outputs = [\"outputs/[\"]\n", "must be a glob under outputs/"},
 		{"bad domain", good + "network = [\"http://x\"]\n", "not a domain name"},
+		{"bad port", good + "network = [\"x.com:http\"]\n", "not a domain name"},
 		{"bad env", good + "[env]\n\"1X\" = \"v\"\n", "not a variable name"},
 		{"bad schedule", good + "schedule = \"every day\"\n", "schedule = \"every day\""},
 		{"bad template", good + "prompt = \"{{.Prompt\"\n", "prompt:"},

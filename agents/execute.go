@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"hearth/agents/adapter"
+	"hearth/agents/egress"
 	"hearth/agents/gateway"
 	"hearth/agents/store"
 	"hearth/agents/stream"
@@ -23,8 +24,9 @@ import (
 
 // run takes the execution from pending to its end: the session and its
 // inputs, a machine with the session's view, the agent CLI inside it
-// talking to the gateway through a forwarded port, its output turned into
-// events, and at the end the outputs, the totals and the status.
+// talking to the gateway (and, if it may reach any domain, the egress
+// proxy) through forwarded ports, its output turned into events, and at
+// the end the outputs, the totals and the status.
 func (ru *run) run(ctx context.Context, req TaskRequest) (Result, error) {
 	cfg := ru.r.cfg
 	sess := ru.exec.Session
@@ -75,7 +77,41 @@ func (ru *run) run(ctx context.Context, req TaskRequest) (Result, error) {
 	if _, err := gc.Forward(ctx, listen, "gateway"); err != nil {
 		return ru.fail(fmt.Errorf("forward the model gateway into the machine: %w", err))
 	}
-	return ru.agent(ctx, gc, prompt, token, listen)
+	proxy, revoke, err := ru.egress(ctx, gc)
+	if err != nil {
+		return ru.fail(err)
+	}
+	defer revoke()
+	return ru.agent(ctx, gc, prompt, token, listen, proxy)
+}
+
+// egress gives the machine the egress proxy if the agent may reach any
+// domain. It returns the proxy's URL inside the machine, with the
+// execution's token as its password ("" without a proxy), and how to
+// revoke the token.
+func (ru *run) egress(ctx context.Context, gc *guest.Client) (proxy string, revoke func(), err error) {
+	cfg := ru.r.cfg
+	if cfg.Egress == nil || len(ru.def.Network) == 0 {
+		return "", func() {}, nil
+	}
+	token := cfg.Egress.Register(egress.Execution{Session: ru.exec.Session, ID: ru.exec.ID, Allow: ru.def.Network})
+	gc.Serve("egress", cfg.EgressDial)
+	listen := "127.0.0.1:" + strconv.Itoa(cfg.EgressPort)
+	if _, err := gc.Forward(ctx, listen, "egress"); err != nil {
+		cfg.Egress.Unregister(token)
+		return "", nil, fmt.Errorf("forward the egress proxy into the machine: %w", err)
+	}
+	return "http://exec:" + token + "@" + listen, func() { cfg.Egress.Unregister(token) }, nil
+}
+
+// proxyEnv points the usual proxy variables at proxy, in both cases
+// (curl reads only the lower-case http_proxy), keeping the model gateway
+// and anything else on the machine's loopback direct.
+func proxyEnv(env map[string]string, proxy string) {
+	for _, k := range []string{"HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"} {
+		env[k] = proxy
+	}
+	env["NO_PROXY"], env["no_proxy"] = "127.0.0.1,localhost", "127.0.0.1,localhost"
 }
 
 // machine boots the execution's machine with the session's view; cleanup
@@ -99,7 +135,7 @@ func (ru *run) machine(ctx context.Context) (vmm.Machine, func(), error) {
 }
 
 // agent runs the agent CLI until it ends or is stopped.
-func (ru *run) agent(ctx context.Context, gc *guest.Client, prompt, token, listen string) (Result, error) {
+func (ru *run) agent(ctx context.Context, gc *guest.Client, prompt, token, listen, proxy string) (Result, error) {
 	cfg := ru.r.cfg
 	work := "/workspace/agents/" + ru.exec.Session
 	argv := []string{"claude", "-p", prompt, "--output-format", "stream-json", "--verbose",
@@ -110,6 +146,9 @@ func (ru *run) agent(ctx context.Context, gc *guest.Client, prompt, token, liste
 	env := map[string]string{
 		"ANTHROPIC_BASE_URL": "http://" + listen, "ANTHROPIC_API_KEY": token,
 		"HOME": work + "/.home", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
+	}
+	if proxy != "" {
+		proxyEnv(env, proxy)
 	}
 	for k, v := range ru.def.Env {
 		env[k] = v

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"hearth/agents/egress"
 	"hearth/agents/gateway"
 	"hearth/agents/store"
 	"hearth/agents/stream"
@@ -56,6 +57,15 @@ type RunnerConfig struct {
 	// each machine's agent forwards 127.0.0.1:GatewayPort to it.
 	GatewayDial func(ctx context.Context) (net.Conn, error)
 	GatewayPort int // default 4000
+	// Egress is the proxy through which an agent reaches the domains its
+	// definition's network list names. When it is set and the list is not
+	// empty, the machine's agent forwards 127.0.0.1:EgressPort to
+	// EgressDial (where the proxy is served on the host) and the agent's
+	// HTTPS_PROXY and HTTP_PROXY point there. Without it an agent has no
+	// network, whatever its list says.
+	Egress     *egress.Proxy
+	EgressDial func(ctx context.Context) (net.Conn, error)
+	EgressPort int // default 4001
 	// Images resolves an agent's runtime image.
 	Images func(name string) (Image, error)
 	Agents map[string]*Definition
@@ -79,11 +89,14 @@ type Runner struct {
 	runs map[string]*run // by execution id, while running
 }
 
-// NewRunner returns a runner. The caller routes the gateway's events to
-// Runner.GatewayEvent.
+// NewRunner returns a runner. The caller routes the gateway's and the
+// egress proxy's events to Runner.Event.
 func NewRunner(cfg RunnerConfig) *Runner {
 	if cfg.GatewayPort == 0 {
 		cfg.GatewayPort = 4000
+	}
+	if cfg.EgressPort == 0 {
+		cfg.EgressPort = 4001
 	}
 	if cfg.Grace == 0 {
 		cfg.Grace = 10 * time.Second
@@ -213,15 +226,19 @@ func (r *Runner) execute(ctx context.Context, def *Definition, limits Limits, e 
 		delete(r.runs, exec.ID)
 		r.mu.Unlock()
 	}()
+	if accepted, ok := ctx.Value(acceptedKey{}).(func(store.Execution)); ok {
+		accepted(exec)
+	}
 	return ru.run(ctx, req)
 }
 
 // ErrNotFound: no such agent, session or execution.
 var ErrNotFound = errors.New("not found")
 
-// GatewayEvent takes an event from the gateway: it is stored, and a
-// refusal at a limit stops the execution.
-func (r *Runner) GatewayEvent(ev stream.Event) {
+// Event takes an event from the gateway or the egress proxy: it is
+// stored in its execution's stream, and the gateway's refusal at a
+// budget limit stops the execution.
+func (r *Runner) Event(ev stream.Event) {
 	r.mu.Lock()
 	ru := r.runs[ev.Execution]
 	r.mu.Unlock()
@@ -286,4 +303,30 @@ func (ru *run) stop(why stopReason) {
 	case ru.stopc <- why:
 	default: // a stop is already on its way
 	}
+}
+
+// Cancel stops a running execution as a budget stop does: TERM, then
+// KILL after the grace period; it ends cancelled, its partial outputs
+// kept, and Run returns. An execution this runner is not running (ended,
+// unknown, or not yet accepted) is ErrNotFound. Idempotent.
+func (r *Runner) Cancel(execution string) error {
+	r.mu.Lock()
+	ru := r.runs[execution]
+	r.mu.Unlock()
+	if ru == nil {
+		return fmt.Errorf("%w: execution %s is not running", ErrNotFound, execution)
+	}
+	ru.stop(stopCancel)
+	return nil
+}
+
+type acceptedKey struct{}
+
+// WithAccepted returns a context that makes Run and Retry call fn with
+// the execution once it is recorded, has its credits reserved and can be
+// cancelled, before its machine boots: a caller that does not wait for
+// the end learns the execution from it (as httptrace hooks a request).
+// fn must not block.
+func WithAccepted(ctx context.Context, fn func(store.Execution)) context.Context {
+	return context.WithValue(ctx, acceptedKey{}, fn)
 }

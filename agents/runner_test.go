@@ -3,9 +3,12 @@ package agents
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"hearth/agents/egress"
 	"hearth/agents/gateway"
 	"hearth/agents/modeltest"
 	"hearth/agents/store"
@@ -75,15 +79,69 @@ func (w fsWorkspace) FileEvents(session string) (<-chan FileEvent, func()) {
 	return out, sub.Close
 }
 
-// harness is a runner with everything real but the model provider: a
-// jail machine from the claude-code image running the real claude CLI,
-// the gateway on a unix socket, the store in SQLite, the workspace on
-// FUSE, and the scripted model server (agents/modeltest) upstream.
+// harness is a runner with everything real but the model provider and
+// the internet: a jail machine from the claude-code image running the
+// real claude CLI, the gateway and the egress proxy on unix sockets, the
+// store in SQLite, the workspace on FUSE, the scripted model server
+// (agents/modeltest) upstream, and web hosts (see site) that the egress
+// proxy finds through a fake resolver.
 type harness struct {
 	runner *Runner
 	model  *modeltest.Server
 	store  *store.Store
 	events []stream.Event
+
+	mu     sync.Mutex
+	names  map[string]netip.Addr
+	routes map[string]string // "ip:port" the proxy dials -> a local server
+}
+
+// site makes name, on port, lead to the local server at addr: the proxy
+// resolves it to a documentation address (which its checks let through)
+// and its dials of that address reach addr.
+func (h *harness) site(name string, port int, addr string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ip, ok := h.names[name]
+	if !ok {
+		ip = netip.AddrFrom4([4]byte{203, 0, 113, byte(len(h.names) + 1)})
+		h.names[name] = ip
+	}
+	h.routes[netip.AddrPortFrom(ip, uint16(port)).String()] = addr
+}
+
+// egress is the egress proxy as the appliance would serve it, but with
+// its names resolved and its dials routed by site.
+func (h *harness) egress(t *testing.T, dir string, onEvent func(stream.Event)) (*egress.Proxy, func(ctx context.Context) (net.Conn, error)) {
+	p := egress.New(egress.Config{
+		OnEvent: onEvent,
+		LookupIP: func(ctx context.Context, host string) ([]netip.Addr, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if ip, ok := h.names[host]; ok {
+				return []netip.Addr{ip}, nil
+			}
+			return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+		},
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			h.mu.Lock()
+			to, ok := h.routes[addr]
+			h.mu.Unlock()
+			if !ok {
+				return nil, &net.OpError{Op: "dial", Net: network, Err: errors.New("connection refused")}
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, to)
+		},
+	})
+	sock := filepath.Join(dir, "egress.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: p}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close(); p.Close() })
+	return p, func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) }
 }
 
 func newHarness(t *testing.T, turns []modeltest.Turn, limits Limits) *harness {
@@ -123,11 +181,11 @@ func newHarness(t *testing.T, turns []modeltest.Turn, limits Limits) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(model.Close)
-	h := &harness{model: model, store: st}
+	h := &harness{model: model, store: st, names: map[string]netip.Addr{}, routes: map[string]string{}}
 	var runner *Runner
 	gw, err := gateway.New(gateway.Config{Upstream: model.URL(), APIKey: model.Key(),
 		Prices:  gateway.NewPrices(map[string]gateway.Price{"claude-sonnet-4-5": {Input: 1000, Output: 0}}),
-		OnEvent: func(ev stream.Event) { runner.GatewayEvent(ev) }})
+		OnEvent: func(ev stream.Event) { runner.Event(ev) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,6 +197,7 @@ func newHarness(t *testing.T, turns []modeltest.Turn, limits Limits) *harness {
 	srv := &http.Server{Handler: gw}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
+	eg, egressDial := h.egress(t, dir, func(ev stream.Event) { runner.Event(ev) })
 	def := &Definition{Name: "analyst", Image: "claude-code", Model: "claude-sonnet-4-5", Prompt: "{{.Prompt}}",
 		Outputs: []string{"outputs/*.md"}, Limits: limits}
 	if err := def.validate(); err != nil {
@@ -148,6 +207,7 @@ func newHarness(t *testing.T, turns []modeltest.Turn, limits Limits) *harness {
 		Driver: drv, Store: st, Gateway: gw,
 		Workspace:   fsWorkspace{s: ws, views: filepath.Join(dir, "views")},
 		GatewayDial: func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) },
+		Egress:      eg, EgressDial: egressDial,
 		Images: func(name string) (Image, error) {
 			return Image{RootFS: img.Rootfs(), UID: 1000, GID: 1000}, nil
 		},
@@ -452,4 +512,65 @@ func TestRunFaults(t *testing.T) {
 		t.Errorf("malformed stream: %+v, %v; want an ended execution\n%s", res.Execution, err, dump(evs))
 	}
 	t.Logf("malformed stream ended %s: %s", res.Execution.Status, res.Execution.Error)
+}
+
+// TestRunNetwork: the agent's network list is all it can reach. Through
+// the proxy its Bash tool fetches a listed site over plain HTTP and over
+// HTTPS (a CONNECT tunnel), is refused an unlisted one with a 403 that
+// says why, and has no other way out (no network interface); every
+// request is a network event in the execution's stream, and the model
+// gateway stays direct.
+func TestRunNetwork(t *testing.T) {
+	h := newHarness(t, []modeltest.Turn{
+		{Blocks: []modeltest.Block{bash("curl -sS http://allowed.test/hello; echo; curl -sSk https://api.allowed.test/tls; echo; " +
+			"curl -sS http://denied.test/; echo; curl -sS --noproxy '*' --max-time 5 http://203.0.113.1/ || echo no-direct-route")}},
+		{Blocks: []modeltest.Block{modeltest.Text("fetched")}},
+	}, Limits{USD: 5})
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "hello from "+r.Host+r.URL.Path)
+	}))
+	defer web.Close()
+	tlsWeb := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "tls from "+r.Host+r.URL.Path)
+	}))
+	defer tlsWeb.Close()
+	h.site("allowed.test", 80, web.Listener.Addr().String())
+	h.site("api.allowed.test", 443, tlsWeb.Listener.Addr().String())
+	h.site("denied.test", 80, web.Listener.Addr().String())
+	h.runner.cfg.Agents["analyst"].Network = []string{"allowed.test", "*.allowed.test"}
+	res, err := h.runner.Run(context.Background(), TaskRequest{Agent: "analyst", Prompt: "fetch"})
+	evs := h.eventsOf(t, res.Execution.ID)
+	if err != nil || res.Execution.Status != store.Completed {
+		t.Fatalf("Run = %+v, %v\nevents:\n%s", res.Execution, err, dump(evs))
+	}
+	for _, want := range []struct {
+		typ      stream.Type
+		contains string
+		n        int
+	}{
+		{stream.ToolResult, "hello from allowed.test/hello", 1},
+		{stream.ToolResult, "tls from api.allowed.test/tls", 1},
+		{stream.ToolResult, "denied.test:80 refused: denied.test is not in the agent's network list", 1},
+		{stream.ToolResult, "no-direct-route", 1},
+		{stream.Network, `"host":"allowed.test","port":80,"method":"GET","allowed":true`, 1},
+		{stream.Network, `"host":"api.allowed.test","port":443,"method":"CONNECT","allowed":true,"rule":"*.allowed.test"`, 1},
+		{stream.Network, `"host":"denied.test","port":80,"method":"GET","allowed":false`, 1},
+		{stream.ModelCall, `"status":200`, 2},
+	} {
+		if got := countType(evs, want.typ, want.contains); got != want.n {
+			t.Errorf("%d %s events with %s, want %d\nevents:\n%s", got, want.typ, want.contains, want.n, dump(evs))
+		}
+	}
+	for _, e := range evs {
+		var p egress.NetworkPayload
+		if e.Type != stream.Network || json.Unmarshal(e.Payload, &p) != nil {
+			continue
+		}
+		if p.Allowed && (p.BytesDown == 0 || p.Status != 200) {
+			t.Errorf("allowed request %+v: want its status and the bytes it brought", p)
+		}
+		if p.Host == "127.0.0.1" || p.Host == "localhost" {
+			t.Errorf("the model gateway went through the proxy: %+v", p)
+		}
+	}
 }

@@ -22,6 +22,7 @@ const (
 	Budget     Type = "budget"      // {"limit": usd|turns|wall_time|credits, "used", "max", "level": warn|exceeded}
 	Error      Type = "error"       // {"message", ...}
 	Output     Type = "output"      // a plain command's line: {"stream": stdout|stderr, "line"}
+	Network    Type = "network"     // one request through the egress proxy, when it ends: {"host", "port", "method", "allowed", "rule", "reason", "status", "bytes_up", "bytes_down", ...}
 )
 
 // Event is one entry of an execution's stream. Seq numbers the events of

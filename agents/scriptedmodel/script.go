@@ -1,4 +1,4 @@
-package modeltest
+package scriptedmodel
 
 import (
 	"bytes"
@@ -62,7 +62,7 @@ func ToolUse(name string, input any) Block {
 	default:
 		b, err := marshal(v)
 		if err != nil {
-			panic("modeltest.ToolUse: " + err.Error())
+			panic("scriptedmodel.ToolUse: " + err.Error())
 		}
 		raw = b
 	}
@@ -126,9 +126,10 @@ func (t *Turn) stopReason() string {
 
 // script is the server's playback state; the Server's mutex guards it.
 type script struct {
-	turns  []Turn
-	played []bool
-	final  Turn
+	turns           []Turn
+	played          []bool
+	final           Turn
+	perConversation bool
 }
 
 // next picks the turn for r: the first unplayed reactive turn that
@@ -140,11 +141,29 @@ func (s *script) next(r *Request) Turn {
 			return *t
 		}
 	}
+	if s.perConversation {
+		return s.inConversation(r.Messages.assistantTurns())
+	}
 	for i := range s.turns {
 		if !s.played[i] && s.turns[i].Match == nil {
 			s.played[i] = true
 			return s.turns[i]
 		}
+	}
+	return s.final
+}
+
+// inConversation returns the n-th ordered turn (from 0), or the final
+// one past the end.
+func (s *script) inConversation(n int) Turn {
+	for i := range s.turns {
+		if s.turns[i].Match != nil {
+			continue
+		}
+		if n == 0 {
+			return s.turns[i]
+		}
+		n--
 	}
 	return s.final
 }

@@ -1,4 +1,4 @@
-package modeltest
+package scriptedmodel
 
 import (
 	"bytes"
@@ -70,6 +70,18 @@ func (r *Request) LastUserText() string {
 		}
 	}
 	return ""
+}
+
+// assistantTurns counts the assistant messages of a request: how many
+// answers its conversation has had.
+func (r *MessagesRequest) assistantTurns() int {
+	n := 0
+	for _, m := range r.Messages {
+		if m.Role == "assistant" {
+			n++
+		}
+	}
+	return n
 }
 
 func (m Message) text() string {

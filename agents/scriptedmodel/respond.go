@@ -1,4 +1,4 @@
-package modeltest
+package scriptedmodel
 
 import (
 	"bytes"

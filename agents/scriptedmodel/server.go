@@ -1,9 +1,12 @@
-// Package modeltest is a scripted stand-in for a model provider, for tests
-// only: a loopback HTTP server that speaks the Anthropic Messages API
-// (POST /v1/messages, JSON or SSE), checks every request strictly, plays a
-// script of turns (text, tool calls, usage figures, errors, broken
-// streams) and records what it was sent. Only tests import it.
-package modeltest
+// Package scriptedmodel is a scripted stand-in for a model provider: an
+// HTTP server that speaks the Anthropic Messages API (POST /v1/messages,
+// JSON or SSE), checks every request strictly, plays a script of turns
+// (text, tool calls, usage figures, errors, broken streams) and records
+// what it was sent. It is never a model: it answers what its script says,
+// whatever it is asked. Tests use it (through agents/modeltest) and so
+// does the demo command cmd/hearth-scripted-model, for machines that
+// reach no provider; the appliance and the agents never import it.
+package scriptedmodel
 
 import (
 	"crypto/rand"
@@ -29,12 +32,23 @@ type Config struct {
 	// Final is played once the script has run out; nil means a text turn
 	// saying "Done." with end_turn.
 	Final *Turn
+	// PerConversation plays the ordered turns once per conversation
+	// instead of once in all: a request gets the turn at the index of the
+	// number of assistant messages it carries (its place in its own
+	// conversation), so any number of agents, one after another or at
+	// once, each get the whole script. Reactive turns (Match) still play
+	// once in all.
+	PerConversation bool
+	// DiscardRequests keeps no record of requests (Requests returns none),
+	// for a server that runs for long.
+	DiscardRequests bool
 }
 
 // Server is a scripted Messages API server. It is safe for concurrent
 // use. Start it, point a client at URL, Close it.
 type Server struct {
-	key string
+	key     string
+	discard bool
 
 	mu       sync.Mutex
 	script   script
@@ -51,12 +65,13 @@ type Server struct {
 
 // New makes a Server for cfg; it does not listen until Start.
 func New(cfg Config) *Server {
-	s := &Server{key: cfg.Key, prefix: strings.ToLower(rand.Text()[:8])}
+	s := &Server{key: cfg.Key, discard: cfg.DiscardRequests, prefix: strings.ToLower(rand.Text()[:8])}
 	if s.key == "" {
 		s.key = DefaultKey
 	}
 	s.script.turns = append([]Turn(nil), cfg.Turns...)
 	s.script.played = make([]bool, len(cfg.Turns))
+	s.script.perConversation = cfg.PerConversation
 	s.script.final = Turn{Blocks: []Block{Text("Done.")}}
 	if cfg.Final != nil {
 		s.script.final = *cfg.Final
@@ -65,10 +80,13 @@ func New(cfg Config) *Server {
 }
 
 // Start listens on a free loopback port and serves in the background.
-func (s *Server) Start() error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func (s *Server) Start() error { return s.Listen("127.0.0.1:0") }
+
+// Listen listens on addr (host:port) and serves in the background.
+func (s *Server) Listen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("modeltest: listen: %w", err)
+		return fmt.Errorf("scriptedmodel: listen: %w", err)
 	}
 	s.ln = ln
 	s.srv = &http.Server{Handler: s}
@@ -118,6 +136,14 @@ func (s *Server) MessageRequests() []Request {
 	return out
 }
 
+// record keeps rec unless the server discards requests; the caller
+// holds s.mu.
+func (s *Server) record(rec Request) {
+	if !s.discard {
+		s.requests = append(s.requests, rec)
+	}
+}
+
 // maxBody bounds a request body; the API's own limit is 32 MB.
 const maxBody = 32 << 20
 
@@ -151,7 +177,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if turn.Error != nil {
 		rec.Status, rec.Error = turn.Error.Status, turn.Error.message()
 	}
-	s.requests = append(s.requests, rec)
+	s.record(rec)
 	s.mu.Unlock()
 	s.play(w, r, req, turn)
 }
@@ -198,7 +224,7 @@ func apiKey(h http.Header) string {
 func (s *Server) reject(w http.ResponseWriter, rec *Request, status int, typ, msg string) {
 	rec.Status, rec.Error = status, msg
 	s.mu.Lock()
-	s.requests = append(s.requests, *rec)
+	s.record(*rec)
 	s.mu.Unlock()
 	writeError(w, status, typ, msg)
 }
