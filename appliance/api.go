@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 
+	"hearth/agents"
+	"hearth/agents/store"
 	"hearth/appliance/api"
 	"hearth/fs"
 	"hearth/image"
@@ -33,13 +35,14 @@ const (
 	codeInternal    = "internal"
 	codeBuildFailed = "build_failed"
 	codeUnsupported = "unsupported" // the machine's tier cannot do it
+	codeNoCredits   = "insufficient_credits"
 )
 
 var codeStatus = map[string]int{
 	codeNotFound: http.StatusNotFound, codeBadRequest: http.StatusBadRequest, codeConflict: http.StatusConflict,
 	codeTooLarge: http.StatusRequestEntityTooLarge, codeUnavailable: http.StatusServiceUnavailable,
 	codeInternal: http.StatusInternalServerError, codeBuildFailed: http.StatusInternalServerError,
-	codeUnsupported: http.StatusNotImplemented,
+	codeUnsupported: http.StatusNotImplemented, codeNoCredits: http.StatusPaymentRequired,
 }
 
 // codedError gives an error the API code it is reported with.
@@ -77,8 +80,13 @@ func apiError(err error) *APIError {
 		e.Code = ce.code
 	case errors.As(err, &se):
 		e.Code, e.Step = codeBuildFailed, se.Step
-	case errors.Is(err, fs.ErrNotFound), errors.Is(err, guest.ErrNotFound), errors.Is(err, image.ErrNotFound):
+	case errors.Is(err, fs.ErrNotFound), errors.Is(err, guest.ErrNotFound), errors.Is(err, image.ErrNotFound),
+		errors.Is(err, store.ErrNotFound), errors.Is(err, agents.ErrNotFound):
 		e.Code = codeNotFound
+	case errors.Is(err, store.ErrInsufficientCredits):
+		e.Code = codeNoCredits
+	case errors.Is(err, store.ErrInvalid):
+		e.Code = codeBadRequest
 	case errors.Is(err, fs.ErrExists):
 		e.Code, e.Status = "exists", http.StatusConflict
 	case errors.Is(err, fs.ErrBadName):

@@ -53,7 +53,11 @@ func packages(ps []image.Package) []api.Package {
 }
 
 func (s *server) RemoveImage(w http.ResponseWriter, r *http.Request, name api.ImageName) {
-	result(w, http.StatusOK, api.Deleted{Deleted: name}, s.d.sbx.removeImage(name))
+	err := s.d.agents.imageInUse(r.Context(), name)
+	if err == nil {
+		err = s.d.sbx.removeImage(name)
+	}
+	result(w, http.StatusOK, api.Deleted{Deleted: name}, err)
 }
 
 // BuildImage streams the build's progress lines, then the image or an

@@ -27,6 +27,15 @@ func TestLoadConfig(t *testing.T) {
 		{"bad duration", "[sandbox]\nidle_timeout = \"10\"\n", "not a duration"},
 		{"relative agent", "[sandbox]\nagent = \"hearth-guest\"\n", "sandbox.agent"},
 		{"negative", "[sandbox]\npids = -1\n", "sandbox.pids"},
+		{"agents", "[agents]\ndir = \"/etc/hearth/agents\"\ngrace = \"5s\"\n[model]\nupstream = \"http://127.0.0.1:9\"\napi_key_env = \"KEY\"\n" +
+			"api_key_file = \"/k\"\nprices = \"/p.toml\"\n[credits]\nenabled = true\n", ""},
+		{"unknown model key", "[model]\nkey = \"sk-1\"\n", "unknown key model.key"},
+		{"upstream not a URL", "[model]\nupstream = \"api.anthropic.com\"\n", "model.upstream"},
+		{"relative agents dir", "[agents]\ndir = \"agents\"\n", "agents.dir"},
+		{"relative key file", "[model]\napi_key_file = \"key\"\n", "model.api_key_file"},
+		{"bad variable name", "[model]\napi_key_env = \"MY-KEY\"\n", "model.api_key_env"},
+		{"relative prices", "[model]\nprices = \"prices.toml\"\n", "model.prices"},
+		{"credits typo", "[credits]\nenable = true\n", "unknown key credits.enable"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

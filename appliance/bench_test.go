@@ -2,9 +2,11 @@ package appliance
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
+	"hearth/agents/modeltest"
 	"hearth/vmm/guest"
 )
 
@@ -52,4 +54,49 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 	b.ReportMetric(float64(api.Microseconds())/n, "api-µs/exec")
 	b.ReportMetric(float64(base.Microseconds())/n, "guest-µs/exec")
 	b.ReportMetric(float64(api)/float64(base), "x-guest")
+}
+
+// BenchmarkAgentFirstEvent delegates a one-turn task to the real claude
+// CLI (through the API, detached, then following its events over SSE as
+// `hearth agents run` does) and reports the median time from the request
+// to the first streamed event, to the agent's first model call, and to
+// the end. Run it with -benchtime 10x.
+func BenchmarkAgentFirstEvent(b *testing.B) {
+	env := startAgentDaemon(b, modeltest.Config{PerConversation: true, Turns: []modeltest.Turn{textTurn("done")}}, nil)
+	ctx := context.Background()
+	var first, call, end []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		e, err := env.c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "go"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var sawCall bool
+		err = env.c.FollowEvents(ctx, e.Id, 0, func(ev Event) error {
+			if len(first) < len(end)+1 {
+				first = append(first, time.Since(start))
+			}
+			if ev.Type == "model_call" && !sawCall {
+				sawCall = true
+				call = append(call, time.Since(start))
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		end = append(end, time.Since(start))
+	}
+	b.ReportMetric(float64(median(first).Microseconds())/1000, "ms-first-event")
+	b.ReportMetric(float64(median(call).Microseconds())/1000, "ms-first-model-call")
+	b.ReportMetric(float64(median(end).Microseconds())/1000, "ms-completed")
+}
+
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

@@ -3,7 +3,9 @@ package appliance
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -18,6 +20,44 @@ type Config struct {
 	StateDir  string          `toml:"state_dir"`
 	Workspace WorkspaceConfig `toml:"workspace"`
 	Sandbox   SandboxConfig   `toml:"sandbox"`
+	Agents    AgentsConfig    `toml:"agents"`
+	Model     ModelConfig     `toml:"model"`
+	Credits   CreditsConfig   `toml:"credits"`
+}
+
+// AgentsConfig says where the agent definitions are.
+type AgentsConfig struct {
+	// Dir holds one TOML file per agent (data-analyzer.toml); empty means
+	// <state_dir>/agents, so that one appliance's state and agents stay
+	// together (point it at /etc/hearth/agents to keep them with the
+	// config). Read when the daemon starts.
+	Dir string `toml:"dir"`
+	// Grace is how long a stopped agent (cancelled, over budget, out of
+	// time, or the daemon stopping) has between TERM and KILL; 0 means
+	// 10s.
+	Grace Duration `toml:"grace"`
+}
+
+// ModelConfig is the model provider the gateway forwards to.
+type ModelConfig struct {
+	// Upstream is the provider's base URL.
+	Upstream string `toml:"upstream"`
+	// APIKeyEnv names the environment variable holding the API key.
+	APIKeyEnv string `toml:"api_key_env"`
+	// APIKeyFile, if set, is a file holding the key (it wins over the
+	// variable). The key is read when the daemon starts and kept in
+	// memory only: never in the state directory, never in a machine.
+	APIKeyFile string `toml:"api_key_file"`
+	// Prices is a TOML price table (USD per million tokens, see
+	// gateway.ParsePrices); empty means the table built into hearth.
+	Prices string `toml:"prices"`
+}
+
+// CreditsConfig turns on the credit ledger as the outermost budget.
+type CreditsConfig struct {
+	// Enabled makes every execution reserve its USD limit from the
+	// balance (hearth credits add) before it starts.
+	Enabled bool `toml:"enabled"`
 }
 
 // WorkspaceConfig configures the shared tree.
@@ -94,7 +134,13 @@ func DefaultConfig() Config {
 		StateDir:  "/var/lib/hearth",
 		Workspace: WorkspaceConfig{Mount: "/workspace/agents"},
 		Sandbox:   DefaultSandboxConfig(),
+		Model:     DefaultModelConfig(),
 	}
+}
+
+// DefaultModelConfig is what an absent [model] table means.
+func DefaultModelConfig() ModelConfig {
+	return ModelConfig{Upstream: "https://api.anthropic.com", APIKeyEnv: "ANTHROPIC_API_KEY"}
 }
 
 // DefaultSandboxConfig is what an absent [sandbox] table means.
@@ -110,7 +156,8 @@ func DefaultSandboxConfig() SandboxConfig {
 }
 
 const knownKeys = "state_dir, workspace.mount, sandbox.agent, sandbox.default_image, sandbox.idle_timeout, " +
-	"sandbox.exec_timeout, sandbox.cpus, sandbox.memory, sandbox.pids, sandbox.disk, sandbox.max_upload"
+	"sandbox.exec_timeout, sandbox.cpus, sandbox.memory, sandbox.pids, sandbox.disk, sandbox.max_upload, " +
+	"agents.dir, agents.grace, model.upstream, model.api_key_env, model.api_key_file, model.prices, credits.enabled"
 
 // LoadConfig decodes the TOML file at path over the defaults. Unknown keys
 // are errors, so a typo does not silently fall back to a default.
@@ -148,7 +195,51 @@ func (c Config) Validate() error {
 	if err == nil && !strings.HasPrefix(rel, "..") {
 		return fmt.Errorf("workspace.mount = %q is inside state_dir = %q: put it elsewhere", c.Workspace.Mount, c.StateDir)
 	}
-	return c.Sandbox.validate()
+	if err := c.Sandbox.validate(); err != nil {
+		return err
+	}
+	if c.Agents.Dir != "" && !filepath.IsAbs(c.Agents.Dir) {
+		return fmt.Errorf("agents.dir = %q: must be an absolute path", c.Agents.Dir)
+	}
+	if c.Agents.Grace < 0 {
+		return errors.New("agents.grace: must be positive")
+	}
+	return c.model().validate()
+}
+
+// model is the [model] table, with the defaults for a Config written as
+// a Go literal without one.
+func (c Config) model() ModelConfig {
+	if c.Model == (ModelConfig{}) {
+		return DefaultModelConfig()
+	}
+	return c.Model
+}
+
+var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func (m ModelConfig) validate() error {
+	u, err := url.Parse(m.Upstream)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("model.upstream = %q: must be an http(s) URL such as https://api.anthropic.com", m.Upstream)
+	}
+	if m.APIKeyEnv != "" && !envNameRe.MatchString(m.APIKeyEnv) {
+		return fmt.Errorf("model.api_key_env = %q: must be an environment variable name", m.APIKeyEnv)
+	}
+	for key, p := range map[string]string{"model.api_key_file": m.APIKeyFile, "model.prices": m.Prices} {
+		if p != "" && !filepath.IsAbs(p) {
+			return fmt.Errorf("%s = %q: must be an absolute path", key, p)
+		}
+	}
+	return nil
+}
+
+// AgentsDir is where the agent definitions are read from.
+func (c Config) AgentsDir() string {
+	if c.Agents.Dir != "" {
+		return c.Agents.Dir
+	}
+	return filepath.Join(c.StateDir, "agents")
 }
 
 func (s SandboxConfig) validate() error {

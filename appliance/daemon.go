@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -13,19 +14,26 @@ import (
 	"time"
 
 	"hearth/fs"
+	"hearth/vmm"
 )
 
 // Daemon is a running appliance: the store, its host view, the image
-// cache, the sandboxes and the API.
+// cache, the machine driver, the sandboxes, the agents and the API.
 type Daemon struct {
 	cfg    Config
 	store  *fs.Store
 	view   *fs.View
 	images *imageService
 	sbx    *sandboxManager
+	agents *agentService
 	srv    *http.Server
 	ln     net.Listener
 	log    *log.Logger
+
+	// driver makes the machines of sandboxes and agent executions alike;
+	// nil (and driverErr says why) when there can be none.
+	driver    vmm.Driver
+	driverErr error
 
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -33,11 +41,13 @@ type Daemon struct {
 }
 
 // Start opens the store, mounts the host view, re-attaches to the
-// sandboxes a previous daemon left running and serves the API. The API
-// socket is taken first: it is what tells a second daemon on the same
-// state to stop before it touches anything. A stale mount or socket left
-// by a crashed daemon is cleaned up. Sandboxes being unavailable (no guest
-// agent, not root) is logged, not fatal: their routes then say why.
+// sandboxes a previous daemon left running, marks the agent executions it
+// left running interrupted (destroying their machines), starts the model
+// gateway and serves the API. The API socket is taken first: it is what
+// tells a second daemon on the same state to stop before it touches
+// anything. A stale mount or socket left by a crashed daemon is cleaned
+// up. Sandboxes or agents being unavailable (no guest agent, not root, no
+// API key) is logged, not fatal: their routes then say why.
 func Start(cfg Config, logger *log.Logger) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -77,7 +87,8 @@ func listen(sock string) (net.Listener, error) {
 	return ln, nil
 }
 
-// open brings up the store, the host view, the images and the sandboxes.
+// open brings up the workspace store, the host view, the images, the
+// machine driver, the sandboxes and the agents.
 func (d *Daemon) open() error {
 	store, err := fs.Open(fs.Options{Dir: filepath.Join(d.cfg.StateDir, "workspace")})
 	if err != nil {
@@ -87,16 +98,34 @@ func (d *Daemon) open() error {
 		store.Close()
 		return err
 	}
+	d.store = store
+	var agent string
+	d.driver, agent, d.driverErr = newDriver(d.cfg)
+	if d.driver != nil {
+		d.log.Printf("machines: %s driver, guest agent %s", d.driver.Name(), agent)
+	}
 	if d.images, err = newImageService(d.cfg.StateDir, d.log); err == nil {
-		d.sbx, err = newSandboxManager(d.cfg, store, d.images, d.log)
+		d.sbx, err = newSandboxManager(d.cfg, store, d.images, d.driver, d.driverErr, d.log)
+	}
+	if err == nil {
+		d.agents, err = newAgentService(d.cfg, d.driver, d.driverErr, store, d.images, &d.wg, d.log)
+		if err != nil {
+			d.sbx.Close()
+		}
 	}
 	if err != nil {
+		d.closeDriver()
 		d.view.Unmount()
 		store.Close()
 		return err
 	}
-	d.store = store
 	return nil
+}
+
+func (d *Daemon) closeDriver() {
+	if c, ok := d.driver.(io.Closer); ok {
+		c.Close()
+	}
 }
 
 func (d *Daemon) serve() {
@@ -113,10 +142,13 @@ func (d *Daemon) serve() {
 // Store is the workspace store (for tests and in-process callers).
 func (d *Daemon) Store() *fs.Store { return d.store }
 
-// Close stops the API, lets go of the sandboxes (they keep running for the
-// next daemon), unmounts the workspace and closes the store. Idempotent.
+// Close stops the running agent executions (they end cancelled, their
+// partial outputs kept), stops the API, lets go of the sandboxes (they
+// keep running for the next daemon), unmounts the workspace and closes
+// the stores. Idempotent.
 func (d *Daemon) Close() error {
 	d.closeOnce.Do(func() {
+		d.agents.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if d.srv.Shutdown(ctx) != nil {
@@ -124,8 +156,12 @@ func (d *Daemon) Close() error {
 		}
 		d.wg.Wait()
 		os.Remove(d.cfg.SocketPath())
+		err := d.agents.closeStore()
 		d.sbx.Close()
-		err := d.view.Unmount()
+		d.closeDriver()
+		if uerr := d.view.Unmount(); err == nil {
+			err = uerr
+		}
 		if cerr := d.store.Close(); err == nil {
 			err = cerr
 		}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"os"
 	"path/filepath"
@@ -139,11 +138,14 @@ type sandboxManager struct {
 	closeOnce sync.Once
 }
 
-func newSandboxManager(cfg Config, store *fs.Store, images *imageService, logger *log.Logger) (*sandboxManager, error) {
+// newSandboxManager takes the daemon's machine driver, which agent
+// executions share (their machine ids start with "exec-", which sandbox
+// ids may not), or why there is none.
+func newSandboxManager(cfg Config, store *fs.Store, images *imageService, driver vmm.Driver, driverErr error, logger *log.Logger) (*sandboxManager, error) {
 	m := &sandboxManager{
 		cfg: cfg.Sandbox.withDefaults(), dir: filepath.Join(cfg.StateDir, "sandboxes"),
 		viewsDir: filepath.Join(cfg.StateDir, "views"), hostMount: cfg.Workspace.Mount,
-		store: store, log: logger, images: images,
+		store: store, log: logger, images: images, driver: driver, driverErr: driverErr,
 		boxes: map[string]*sandbox{}, reserved: map[string]bool{},
 		tick: 250 * time.Millisecond, stop: make(chan struct{}),
 	}
@@ -152,13 +154,11 @@ func newSandboxManager(cfg Config, store *fs.Store, images *imageService, logger
 			return nil, err
 		}
 	}
-	var agent string
-	m.driver, agent, m.driverErr = newDriver(cfg)
 	if m.driverErr != nil {
 		m.log.Printf("sandboxes are unavailable: %v", m.driverErr)
 	} else {
 		m.recoverAll()
-		m.log.Printf("sandboxes: %s driver, guest agent %s, %d known", m.driver.Name(), agent, len(m.boxes))
+		m.log.Printf("sandboxes: %s driver, %d known", m.driver.Name(), len(m.boxes))
 	}
 	m.wg.Add(1)
 	go m.idleLoop()
@@ -216,6 +216,15 @@ func validSandboxID(id string) error {
 	return nil
 }
 
+// validNewSandboxID also keeps the prefix of agent executions' machines
+// free.
+func validNewSandboxID(id string) error {
+	if strings.HasPrefix(id, executionPrefix) {
+		return errorf(codeBadRequest, "sandbox id %q: ids starting with %q are the machines of agent executions: pick another", id, executionPrefix)
+	}
+	return validSandboxID(id)
+}
+
 func newSandboxID() string {
 	const chars = "abcdefghijklmnopqrstuvwxyz0123456789"
 	b := make([]byte, 6)
@@ -231,7 +240,7 @@ func (m *sandboxManager) withDefaults(spec createSpec) (createSpec, error) {
 	if spec.ID == "" {
 		spec.ID = newSandboxID()
 	}
-	if err := validSandboxID(spec.ID); err != nil {
+	if err := validNewSandboxID(spec.ID); err != nil {
 		return spec, err
 	}
 	if spec.Image == "" {
@@ -627,16 +636,14 @@ func (m *sandboxManager) use(ctx context.Context, id string) (s *sandbox, releas
 // paused machine is thawed first (its record keeps it paused and the next
 // daemon pauses it again), since a frozen agent cannot answer the next
 // daemon. The views' FUSE connections end with this daemon, so they are
-// aborted rather than left for the machines to hold open.
+// aborted rather than left for the machines to hold open. The driver is
+// the daemon's to close.
 func (m *sandboxManager) Close() error {
 	m.closeOnce.Do(func() {
 		close(m.stop)
 		m.wg.Wait()
 		for _, s := range m.List() {
 			m.release(s)
-		}
-		if c, ok := m.driver.(io.Closer); ok {
-			c.Close()
 		}
 	})
 	return nil

@@ -20,6 +20,30 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for CreditEntryKind.
+const (
+	Added    CreditEntryKind = "added"
+	Released CreditEntryKind = "released"
+	Reserved CreditEntryKind = "reserved"
+	Spent    CreditEntryKind = "spent"
+)
+
+// Valid indicates whether the value is a known member of the CreditEntryKind enum.
+func (e CreditEntryKind) Valid() bool {
+	switch e {
+	case Added:
+		return true
+	case Released:
+		return true
+	case Reserved:
+		return true
+	case Spent:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ExecFrameStream.
 const (
 	ExecFrameStreamStderr ExecFrameStream = "stderr"
@@ -32,6 +56,63 @@ func (e ExecFrameStream) Valid() bool {
 	case ExecFrameStreamStderr:
 		return true
 	case ExecFrameStreamStdout:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ExecutionKind.
+const (
+	Resume ExecutionKind = "resume"
+	Retry  ExecutionKind = "retry"
+	Run    ExecutionKind = "run"
+)
+
+// Valid indicates whether the value is a known member of the ExecutionKind enum.
+func (e ExecutionKind) Valid() bool {
+	switch e {
+	case Resume:
+		return true
+	case Retry:
+		return true
+	case Run:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ExecutionStatus.
+const (
+	ExecutionStatusBudgetExceeded ExecutionStatus = "budget_exceeded"
+	ExecutionStatusCancelled      ExecutionStatus = "cancelled"
+	ExecutionStatusCompleted      ExecutionStatus = "completed"
+	ExecutionStatusFailed         ExecutionStatus = "failed"
+	ExecutionStatusInterrupted    ExecutionStatus = "interrupted"
+	ExecutionStatusPending        ExecutionStatus = "pending"
+	ExecutionStatusRunning        ExecutionStatus = "running"
+	ExecutionStatusTimedOut       ExecutionStatus = "timed_out"
+)
+
+// Valid indicates whether the value is a known member of the ExecutionStatus enum.
+func (e ExecutionStatus) Valid() bool {
+	switch e {
+	case ExecutionStatusBudgetExceeded:
+		return true
+	case ExecutionStatusCancelled:
+		return true
+	case ExecutionStatusCompleted:
+		return true
+	case ExecutionStatusFailed:
+		return true
+	case ExecutionStatusInterrupted:
+		return true
+	case ExecutionStatusPending:
+		return true
+	case ExecutionStatusRunning:
+		return true
+	case ExecutionStatusTimedOut:
 		return true
 	default:
 		return false
@@ -99,6 +180,41 @@ func (e JobOutputParamsStream) Valid() bool {
 	default:
 		return false
 	}
+}
+
+// AddCreditsRequest defines model for AddCreditsRequest.
+type AddCreditsRequest struct {
+	// Note Who added them and why.
+	Note string `json:"note,omitempty,omitzero"`
+
+	// Usd A positive number of dollars.
+	Usd float64 `json:"usd"`
+}
+
+// AgentDefinition defines model for AgentDefinition.
+type AgentDefinition struct {
+	Description string `json:"description,omitempty,omitzero"`
+
+	// Image The runtime image its machine boots.
+	Image string `json:"image"`
+
+	// Limits What one execution may use; 0 or absent means no limit of that kind. A task may only tighten its agent's limits.
+	Limits  Limits   `json:"limits"`
+	Model   string   `json:"model"`
+	Name    string   `json:"name"`
+	Network []string `json:"network,omitempty,omitzero"`
+
+	// Outputs Globs under outputs/ naming what a task produces.
+	Outputs  []string `json:"outputs,omitempty,omitzero"`
+	Schedule string   `json:"schedule,omitempty,omitzero"`
+}
+
+// AgentSession defines model for AgentSession.
+type AgentSession struct {
+	Agent         string    `json:"agent"`
+	Created       time.Time `json:"created"`
+	Id            string    `json:"id"`
+	LastExecution string    `json:"last_execution,omitempty,omitzero"`
 }
 
 // BranchRequest defines model for BranchRequest.
@@ -171,6 +287,56 @@ type CreateSessionRequest struct {
 	Id string `json:"id"`
 }
 
+// CreditEntry defines model for CreditEntry.
+type CreditEntry struct {
+	Execution string          `json:"execution,omitempty,omitzero"`
+	Id        int64           `json:"id"`
+	Kind      CreditEntryKind `json:"kind"`
+	Note      string          `json:"note,omitempty,omitzero"`
+	Time      time.Time       `json:"time"`
+	Usd       float64         `json:"usd"`
+}
+
+// CreditEntryKind defines model for CreditEntry.Kind.
+type CreditEntryKind string
+
+// Credits defines model for Credits.
+type Credits struct {
+	// Available Added
+	Available float64 `json:"available"`
+
+	// Enabled The config's credits.enabled: executions reserve their budget from the balance.
+	Enabled bool `json:"enabled"`
+
+	// Entries The newest ledger entries, newest first (at most 20).
+	Entries []CreditEntry `json:"entries"`
+
+	// Reserved Set aside by running executions.
+	Reserved float64 `json:"reserved"`
+	Spent    float64 `json:"spent"`
+}
+
+// DelegateRequest defines model for DelegateRequest.
+type DelegateRequest struct {
+	Agent string `json:"agent"`
+
+	// Inputs Files put in the session's inputs/, by plain file name, as base64.
+	Inputs map[string][]byte `json:"inputs,omitempty,omitzero"`
+
+	// Limits What one execution may use; 0 or absent means no limit of that kind. A task may only tighten its agent's limits.
+	Limits Limits `json:"limits,omitempty,omitzero"`
+
+	// Outputs Globs under outputs/ replacing the agent's.
+	Outputs []string `json:"outputs,omitempty,omitzero"`
+	Prompt  string   `json:"prompt"`
+
+	// Session An existing session to work in (a resume: the agent keeps its conversation); default a new one.
+	Session string `json:"session,omitempty,omitzero"`
+
+	// Wait Answer when the execution has ended rather than when it is accepted.
+	Wait bool `json:"wait,omitempty,omitzero"`
+}
+
 // Deleted defines model for Deleted.
 type Deleted struct {
 	Deleted string `json:"deleted"`
@@ -189,6 +355,32 @@ type Error struct {
 // ErrorResponse defines model for ErrorResponse.
 type ErrorResponse struct {
 	Error Error `json:"error"`
+}
+
+// Event defines model for Event.
+type Event struct {
+	Execution string `json:"execution"`
+
+	// Payload Depends on the type: status {status, error, ...}; text {text}; tool_call {id, name, input}; tool_result {id, output, is_error}; model_call {model, input_tokens, output_tokens, usd, latency_ms, status, ...}; file {op, path}; budget {limit, used, max, level}; error {message}.
+	Payload json.RawMessage `json:"payload"`
+
+	// Seq Numbers an execution's events from 1, without gaps.
+	Seq     int64     `json:"seq"`
+	Session string    `json:"session"`
+	Time    time.Time `json:"time"`
+
+	// Type status, text, tool_call, tool_result, model_call, file, budget, error or output.
+	Type string `json:"type"`
+}
+
+// EventPage defines model for EventPage.
+type EventPage struct {
+	// Ended The execution has ended and this page holds its last event.
+	Ended  bool    `json:"ended"`
+	Events []Event `json:"events"`
+
+	// NextAfter The after of the next page.
+	NextAfter int64 `json:"next_after"`
 }
 
 // ExecFrame Exactly one of started, stream+data, exit, error.
@@ -230,6 +422,45 @@ type ExecRequest struct {
 type ExecStarted struct {
 	Pid int `json:"pid"`
 }
+
+// Execution defines model for Execution.
+type Execution struct {
+	Agent   string     `json:"agent"`
+	Created time.Time  `json:"created"`
+	Ended   *time.Time `json:"ended,omitempty"`
+
+	// Error Why it did not complete.
+	Error string        `json:"error,omitempty,omitzero"`
+	Id    string        `json:"id"`
+	Kind  ExecutionKind `json:"kind"`
+
+	// Limits What one execution may use; 0 or absent means no limit of that kind. A task may only tighten its agent's limits.
+	Limits Limits `json:"limits"`
+
+	// Outputs Files its output patterns matched when it ended, relative to the session.
+	Outputs []string `json:"outputs,omitempty,omitzero"`
+
+	// Parent The execution a resume or retry follows.
+	Parent string `json:"parent,omitempty,omitzero"`
+	Prompt string `json:"prompt"`
+
+	// Result The agent's final answer.
+	Result  string     `json:"result,omitempty,omitzero"`
+	Session string     `json:"session"`
+	Started *time.Time `json:"started,omitempty"`
+
+	// Status interrupted means the daemon stopped (or died) while it ran; its events and partial outputs are kept.
+	Status ExecutionStatus `json:"status"`
+	Tokens Tokens          `json:"tokens"`
+	Turns  int             `json:"turns"`
+	Usd    float64         `json:"usd"`
+}
+
+// ExecutionKind defines model for Execution.Kind.
+type ExecutionKind string
+
+// ExecutionStatus interrupted means the daemon stopped (or died) while it ran; its events and partial outputs are kept.
+type ExecutionStatus string
 
 // ExitStatus defines model for ExitStatus.
 type ExitStatus struct {
@@ -344,6 +575,29 @@ type JobRequest struct {
 	User string `json:"user,omitempty,omitzero"`
 }
 
+// Limits What one execution may use; 0 or absent means no limit of that kind. A task may only tighten its agent's limits.
+type Limits struct {
+	// Turns Model answers.
+	Turns int `json:"turns,omitempty,omitzero"`
+
+	// Usd Dollars of metered model spend.
+	Usd float64 `json:"usd,omitempty,omitzero"`
+
+	// WallTime Go duration, e.g. "10m".
+	WallTime string `json:"wall_time,omitempty,omitzero"`
+}
+
+// OutputFile defines model for OutputFile.
+type OutputFile struct {
+	// Matched The execution's output patterns matched it when it ended.
+	Matched  bool      `json:"matched"`
+	Modified time.Time `json:"modified"`
+
+	// Path Relative to the session, e.g. "outputs/report.md".
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+}
+
 // Package defines model for Package.
 type Package struct {
 	Name    string `json:"name"`
@@ -360,6 +614,21 @@ type Quota struct {
 type RestoreRequest struct {
 	Session  string `json:"session"`
 	Snapshot string `json:"snapshot"`
+}
+
+// ResumeRequest defines model for ResumeRequest.
+type ResumeRequest struct {
+	Inputs map[string][]byte `json:"inputs,omitempty,omitzero"`
+
+	// Limits What one execution may use; 0 or absent means no limit of that kind. A task may only tighten its agent's limits.
+	Limits Limits `json:"limits,omitempty,omitzero"`
+	Prompt string `json:"prompt"`
+	Wait   bool   `json:"wait,omitempty,omitzero"`
+}
+
+// RetryRequest defines model for RetryRequest.
+type RetryRequest struct {
+	Wait bool `json:"wait,omitempty,omitzero"`
 }
 
 // Sandbox defines model for Sandbox.
@@ -436,6 +705,14 @@ type StopJobRequest struct {
 	Grace string `json:"grace,omitempty,omitzero"`
 }
 
+// Tokens defines model for Tokens.
+type Tokens struct {
+	CacheCreation int64 `json:"cache_creation"`
+	CacheRead     int64 `json:"cache_read"`
+	Input         int64 `json:"input"`
+	Output        int64 `json:"output"`
+}
+
 // Usage What the sandbox uses now, as the host measures it; absent when it is stopped or its machine tier cannot say. Limits of 0 mean none.
 type Usage struct {
 	// CpuTime CPU time used since it started, as a Go duration ("1.52s").
@@ -454,6 +731,9 @@ type Usage struct {
 // CheckpointName defines model for CheckpointName.
 type CheckpointName = string
 
+// ExecutionID defines model for ExecutionID.
+type ExecutionID = string
+
 // FilePath defines model for FilePath.
 type FilePath = string
 
@@ -468,6 +748,33 @@ type SandboxID = string
 
 // Failure defines model for Failure.
 type Failure = ErrorResponse
+
+// ListExecutionsParams defines parameters for ListExecutions.
+type ListExecutionsParams struct {
+	Agent   string `form:"agent,omitempty" json:"agent,omitempty,omitzero"`
+	Session string `form:"session,omitempty" json:"session,omitempty,omitzero"`
+
+	// Status Any of these statuses (repeat the parameter).
+	Status []string `form:"status,omitempty" json:"status,omitempty,omitzero"`
+
+	// Before An execution id: the next page starts after it.
+	Before string `form:"before,omitempty" json:"before,omitempty,omitzero"`
+
+	// Limit Default 100, at most 10000.
+	Limit int `form:"limit,omitempty" json:"limit,omitempty,omitzero"`
+}
+
+// ExecutionEventsParams defines parameters for ExecutionEvents.
+type ExecutionEventsParams struct {
+	// After Events with a greater seq; default 0 (all).
+	After int64 `form:"after,omitempty" json:"after,omitempty,omitzero"`
+
+	// Limit JSON only: default 1000, at most 10000.
+	Limit int `form:"limit,omitempty" json:"limit,omitempty,omitzero"`
+
+	// LastEventID SSE only: the seq of the last event received.
+	LastEventID string `json:"Last-Event-ID,omitempty,omitzero"`
+}
 
 // DownloadSandboxFileParams defines parameters for DownloadSandboxFile.
 type DownloadSandboxFileParams struct {
@@ -505,6 +812,17 @@ type JobOutputParams struct {
 // JobOutputParamsStream defines parameters for JobOutput.
 type JobOutputParamsStream string
 
+// ListAgentSessionsParams defines parameters for ListAgentSessions.
+type ListAgentSessionsParams struct {
+	Agent string `form:"agent,omitempty" json:"agent,omitempty,omitzero"`
+
+	// Before A session id: the next page starts after it.
+	Before string `form:"before,omitempty" json:"before,omitempty,omitzero"`
+
+	// Limit Default 100, at most 10000.
+	Limit int `form:"limit,omitempty" json:"limit,omitempty,omitzero"`
+}
+
 // DeleteSnapshotParams defines parameters for DeleteSnapshot.
 type DeleteSnapshotParams struct {
 	Session string `form:"session,omitempty" json:"session,omitempty,omitzero"`
@@ -515,6 +833,15 @@ type DeleteSnapshotParams struct {
 type ListSnapshotsParams struct {
 	Session string `form:"session,omitempty" json:"session,omitempty,omitzero"`
 }
+
+// AddCreditsJSONRequestBody defines body for AddCredits for application/json ContentType.
+type AddCreditsJSONRequestBody = AddCreditsRequest
+
+// DelegateTaskJSONRequestBody defines body for DelegateTask for application/json ContentType.
+type DelegateTaskJSONRequestBody = DelegateRequest
+
+// RetryExecutionJSONRequestBody defines body for RetryExecution for application/json ContentType.
+type RetryExecutionJSONRequestBody = RetryRequest
 
 // CreateSandboxJSONRequestBody defines body for CreateSandbox for application/json ContentType.
 type CreateSandboxJSONRequestBody = CreateSandboxRequest
@@ -533,6 +860,9 @@ type StopJobJSONRequestBody = StopJobRequest
 
 // SaveSandboxJSONRequestBody defines body for SaveSandbox for application/json ContentType.
 type SaveSandboxJSONRequestBody = SaveSandboxRequest
+
+// ResumeSessionJSONRequestBody defines body for ResumeSession for application/json ContentType.
+type ResumeSessionJSONRequestBody = ResumeRequest
 
 // BranchSessionJSONRequestBody defines body for BranchSession for application/json ContentType.
 type BranchSessionJSONRequestBody = BranchRequest
@@ -619,6 +949,111 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 
 // The interface specification for the client above.
 type ClientInterface interface {
+
+	// ListAgents List the agent definitions the daemon loaded when it started, by name.
+	//
+	// Corresponds with GET /v1/agents (the `ListAgents` operationId).
+	ListAgents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetCredits The credit balance and the newest ledger entries.
+	//
+	// Corresponds with GET /v1/credits (the `GetCredits` operationId).
+	GetCredits(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AddCreditsWithBody Add credits to the balance.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/credits (the `AddCredits` operationId).
+	AddCreditsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AddCredits Add credits to the balance.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/credits (the `AddCredits` operationId).
+	AddCredits(ctx context.Context, body AddCreditsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListExecutions List executions, newest first.
+	//
+	// Corresponds with GET /v1/executions (the `ListExecutions` operationId).
+	ListExecutions(ctx context.Context, params *ListExecutionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DelegateTaskWithBody Delegate a task to an agent, in a new session or an existing one.
+	//
+	// The request is checked first (unknown agent 404; a limit looser
+	// than the agent's 400; the image not built 404; not enough credits
+	// 402). With wait the answer comes when the execution has ended
+	// (201); without it, as soon as the execution is recorded (202),
+	// while it runs on in the daemon: follow it with its events.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/executions (the `DelegateTask` operationId).
+	DelegateTaskWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DelegateTask Delegate a task to an agent, in a new session or an existing one.
+	//
+	// The request is checked first (unknown agent 404; a limit looser
+	// than the agent's 400; the image not built 404; not enough credits
+	// 402). With wait the answer comes when the execution has ended
+	// (201); without it, as soon as the execution is recorded (202),
+	// while it runs on in the daemon: follow it with its events.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/executions (the `DelegateTask` operationId).
+	DelegateTask(ctx context.Context, body DelegateTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetExecution Describe an execution; while it runs, turns, tokens and cost are what the gateway metered so far.
+	//
+	// Corresponds with GET /v1/executions/{id} (the `GetExecution` operationId).
+	GetExecution(ctx context.Context, id ExecutionID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelExecution Stop a running execution (TERM, then KILL after the grace period); it ends cancelled, partial outputs kept.
+	//
+	// An execution that has ended is a 409. The answer comes once it has ended (200), or after 30 seconds if it is still stopping (202).
+	//
+	// Corresponds with POST /v1/executions/{id}/cancel (the `CancelExecution` operationId).
+	CancelExecution(ctx context.Context, id ExecutionID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExecutionEvents An execution's events after a seq, as a JSON page or, with Accept text/event-stream, live.
+	//
+	// As JSON: up to limit events with seq > after, and where the next
+	// page starts. As Server-Sent Events (Accept: text/event-stream):
+	// every event with seq > after (or > Last-Event-ID, which wins), then
+	// new ones as they happen, until the execution's last (its final
+	// status); each message has `id:` the seq, `event:` the type and
+	// `data:` the event as JSON, so a client that reconnects with
+	// Last-Event-ID misses nothing and sees nothing twice. A comment
+	// line is sent every 15 seconds of silence.
+	//
+	// Corresponds with GET /v1/executions/{id}/events (the `ExecutionEvents` operationId).
+	ExecutionEvents(ctx context.Context, id ExecutionID, params *ExecutionEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListOutputs The files under the execution's session's outputs/ now, marking those its output patterns matched.
+	//
+	// Corresponds with GET /v1/executions/{id}/outputs (the `ListOutputs` operationId).
+	ListOutputs(ctx context.Context, id ExecutionID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DownloadOutput Download one file from the execution's session's outputs/.
+	//
+	// Corresponds with GET /v1/executions/{id}/outputs/{path} (the `DownloadOutput` operationId).
+	DownloadOutput(ctx context.Context, id ExecutionID, path string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RetryExecutionWithBody Run an ended execution's task again from the start, in the same session, as a new execution.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/executions/{id}/retry (the `RetryExecution` operationId).
+	RetryExecutionWithBody(ctx context.Context, id ExecutionID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RetryExecution Run an ended execution's task again from the start, in the same session, as a new execution.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/executions/{id}/retry (the `RetryExecution` operationId).
+	RetryExecution(ctx context.Context, id ExecutionID, body RetryExecutionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListImages List the built images (every cached version) and the recipes that can be built.
 	//
@@ -874,6 +1309,25 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/sandboxes/{id}/save (the `SaveSandbox` operationId).
 	SaveSandbox(ctx context.Context, id SandboxID, body SaveSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListAgentSessions List agent sessions, newest first.
+	//
+	// Corresponds with GET /v1/sessions (the `ListAgentSessions` operationId).
+	ListAgentSessions(ctx context.Context, params *ListAgentSessionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResumeSessionWithBody Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
+	ResumeSessionWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResumeSession Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
+	ResumeSession(ctx context.Context, id string, body ResumeSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// BranchSessionWithBody Start a new session from a snapshot.
 	//
 	// Takes any type of body and a specified content type.
@@ -949,6 +1403,251 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/workspace/snapshots (the `CreateSnapshot` operationId).
 	CreateSnapshot(ctx context.Context, body CreateSnapshotJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// ListAgents List the agent definitions the daemon loaded when it started, by name.
+//
+// Corresponds with GET /v1/agents (the `ListAgents` operationId).
+func (c *Client) ListAgents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAgentsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetCredits The credit balance and the newest ledger entries.
+//
+// Corresponds with GET /v1/credits (the `GetCredits` operationId).
+func (c *Client) GetCredits(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetCreditsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AddCreditsWithBody Add credits to the balance.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/credits (the `AddCredits` operationId).
+func (c *Client) AddCreditsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAddCreditsRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AddCredits Add credits to the balance.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/credits (the `AddCredits` operationId).
+func (c *Client) AddCredits(ctx context.Context, body AddCreditsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAddCreditsRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListExecutions List executions, newest first.
+//
+// Corresponds with GET /v1/executions (the `ListExecutions` operationId).
+func (c *Client) ListExecutions(ctx context.Context, params *ListExecutionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListExecutionsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DelegateTaskWithBody Delegate a task to an agent, in a new session or an existing one.
+//
+// The request is checked first (unknown agent 404; a limit looser
+// than the agent's 400; the image not built 404; not enough credits
+// 402). With wait the answer comes when the execution has ended
+// (201); without it, as soon as the execution is recorded (202),
+// while it runs on in the daemon: follow it with its events.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/executions (the `DelegateTask` operationId).
+func (c *Client) DelegateTaskWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDelegateTaskRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DelegateTask Delegate a task to an agent, in a new session or an existing one.
+//
+// The request is checked first (unknown agent 404; a limit looser
+// than the agent's 400; the image not built 404; not enough credits
+// 402). With wait the answer comes when the execution has ended
+// (201); without it, as soon as the execution is recorded (202),
+// while it runs on in the daemon: follow it with its events.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/executions (the `DelegateTask` operationId).
+func (c *Client) DelegateTask(ctx context.Context, body DelegateTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDelegateTaskRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetExecution Describe an execution; while it runs, turns, tokens and cost are what the gateway metered so far.
+//
+// Corresponds with GET /v1/executions/{id} (the `GetExecution` operationId).
+func (c *Client) GetExecution(ctx context.Context, id ExecutionID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetExecutionRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelExecution Stop a running execution (TERM, then KILL after the grace period); it ends cancelled, partial outputs kept.
+//
+// An execution that has ended is a 409. The answer comes once it has ended (200), or after 30 seconds if it is still stopping (202).
+//
+// Corresponds with POST /v1/executions/{id}/cancel (the `CancelExecution` operationId).
+func (c *Client) CancelExecution(ctx context.Context, id ExecutionID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelExecutionRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExecutionEvents An execution's events after a seq, as a JSON page or, with Accept text/event-stream, live.
+//
+// As JSON: up to limit events with seq > after, and where the next
+// page starts. As Server-Sent Events (Accept: text/event-stream):
+// every event with seq > after (or > Last-Event-ID, which wins), then
+// new ones as they happen, until the execution's last (its final
+// status); each message has `id:` the seq, `event:` the type and
+// `data:` the event as JSON, so a client that reconnects with
+// Last-Event-ID misses nothing and sees nothing twice. A comment
+// line is sent every 15 seconds of silence.
+//
+// Corresponds with GET /v1/executions/{id}/events (the `ExecutionEvents` operationId).
+func (c *Client) ExecutionEvents(ctx context.Context, id ExecutionID, params *ExecutionEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExecutionEventsRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListOutputs The files under the execution's session's outputs/ now, marking those its output patterns matched.
+//
+// Corresponds with GET /v1/executions/{id}/outputs (the `ListOutputs` operationId).
+func (c *Client) ListOutputs(ctx context.Context, id ExecutionID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListOutputsRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DownloadOutput Download one file from the execution's session's outputs/.
+//
+// Corresponds with GET /v1/executions/{id}/outputs/{path} (the `DownloadOutput` operationId).
+func (c *Client) DownloadOutput(ctx context.Context, id ExecutionID, path string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDownloadOutputRequest(c.Server, id, path)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RetryExecutionWithBody Run an ended execution's task again from the start, in the same session, as a new execution.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/executions/{id}/retry (the `RetryExecution` operationId).
+func (c *Client) RetryExecutionWithBody(ctx context.Context, id ExecutionID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRetryExecutionRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RetryExecution Run an ended execution's task again from the start, in the same session, as a new execution.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/executions/{id}/retry (the `RetryExecution` operationId).
+func (c *Client) RetryExecution(ctx context.Context, id ExecutionID, body RetryExecutionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRetryExecutionRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
 }
 
 // ListImages List the built images (every cached version) and the recipes that can be built.
@@ -1515,6 +2214,55 @@ func (c *Client) SaveSandbox(ctx context.Context, id SandboxID, body SaveSandbox
 	return c.Client.Do(req)
 }
 
+// ListAgentSessions List agent sessions, newest first.
+//
+// Corresponds with GET /v1/sessions (the `ListAgentSessions` operationId).
+func (c *Client) ListAgentSessions(ctx context.Context, params *ListAgentSessionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAgentSessionsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResumeSessionWithBody Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
+func (c *Client) ResumeSessionWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResumeSessionRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResumeSession Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
+func (c *Client) ResumeSession(ctx context.Context, id string, body ResumeSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResumeSessionRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // BranchSessionWithBody Start a new session from a snapshot.
 //
 // Takes any type of body and a specified content type.
@@ -1709,6 +2457,494 @@ func (c *Client) CreateSnapshot(ctx context.Context, body CreateSnapshotJSONRequ
 		return nil, err
 	}
 	return c.Client.Do(req)
+}
+
+// NewListAgentsRequest constructs an http.Request for the ListAgents method
+func NewListAgentsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/agents")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetCreditsRequest constructs an http.Request for the GetCredits method
+func NewGetCreditsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/credits")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAddCreditsRequest calls the generic AddCredits builder with application/json body
+func NewAddCreditsRequest(server string, body AddCreditsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAddCreditsRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewAddCreditsRequestWithBody constructs an http.Request for the AddCredits method, with any body, and a specified content type
+func NewAddCreditsRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/credits")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListExecutionsRequest constructs an http.Request for the ListExecutions method
+func NewListExecutionsRequest(server string, params *ListExecutionsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/executions")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "agent", params.Agent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "session", params.Session, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Status != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "status", params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "before", params.Before, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDelegateTaskRequest calls the generic DelegateTask builder with application/json body
+func NewDelegateTaskRequest(server string, body DelegateTaskJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewDelegateTaskRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewDelegateTaskRequestWithBody constructs an http.Request for the DelegateTask method, with any body, and a specified content type
+func NewDelegateTaskRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/executions")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetExecutionRequest constructs an http.Request for the GetExecution method
+func NewGetExecutionRequest(server string, id ExecutionID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/executions/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCancelExecutionRequest constructs an http.Request for the CancelExecution method
+func NewCancelExecutionRequest(server string, id ExecutionID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/executions/%s/cancel", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewExecutionEventsRequest constructs an http.Request for the ExecutionEvents method
+func NewExecutionEventsRequest(server string, id ExecutionID, params *ExecutionEventsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/executions/%s/events", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Last-Event-ID", headerParam0)
+
+	}
+
+	return req, nil
+}
+
+// NewListOutputsRequest constructs an http.Request for the ListOutputs method
+func NewListOutputsRequest(server string, id ExecutionID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/executions/%s/outputs", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDownloadOutputRequest constructs an http.Request for the DownloadOutput method
+func NewDownloadOutputRequest(server string, id ExecutionID, path string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "path", path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/executions/%s/outputs/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRetryExecutionRequest calls the generic RetryExecution builder with application/json body
+func NewRetryExecutionRequest(server string, id ExecutionID, body RetryExecutionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRetryExecutionRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewRetryExecutionRequestWithBody constructs an http.Request for the RetryExecution method, with any body, and a specified content type
+func NewRetryExecutionRequestWithBody(server string, id ExecutionID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/executions/%s/retry", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
 }
 
 // NewListImagesRequest constructs an http.Request for the ListImages method
@@ -2778,6 +4014,119 @@ func NewSaveSandboxRequestWithBody(server string, id SandboxID, contentType stri
 	return req, nil
 }
 
+// NewListAgentSessionsRequest constructs an http.Request for the ListAgentSessions method
+func NewListAgentSessionsRequest(server string, params *ListAgentSessionsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sessions")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "agent", params.Agent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "before", params.Before, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewResumeSessionRequest calls the generic ResumeSession builder with application/json body
+func NewResumeSessionRequest(server string, id string, body ResumeSessionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewResumeSessionRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewResumeSessionRequestWithBody constructs an http.Request for the ResumeSession method, with any body, and a specified content type
+func NewResumeSessionRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sessions/%s/resume", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewBranchSessionRequest calls the generic BranchSession builder with application/json body
 func NewBranchSessionRequest(server string, body BranchSessionJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -3151,6 +4500,127 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
+	// ListAgentsWithResponse List the agent definitions the daemon loaded when it started, by name.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/agents (the `ListAgents` operationId).
+	ListAgentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListAgentsResponse, error)
+
+	// GetCreditsWithResponse The credit balance and the newest ledger entries.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/credits (the `GetCredits` operationId).
+	GetCreditsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetCreditsResponse, error)
+
+	// AddCreditsWithBodyWithResponse Add credits to the balance.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/credits (the `AddCredits` operationId).
+	AddCreditsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AddCreditsResponse, error)
+
+	// AddCreditsWithResponse Add credits to the balance.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/credits (the `AddCredits` operationId).
+	AddCreditsWithResponse(ctx context.Context, body AddCreditsJSONRequestBody, reqEditors ...RequestEditorFn) (*AddCreditsResponse, error)
+
+	// ListExecutionsWithResponse List executions, newest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/executions (the `ListExecutions` operationId).
+	ListExecutionsWithResponse(ctx context.Context, params *ListExecutionsParams, reqEditors ...RequestEditorFn) (*ListExecutionsResponse, error)
+
+	// DelegateTaskWithBodyWithResponse Delegate a task to an agent, in a new session or an existing one.
+	//
+	// The request is checked first (unknown agent 404; a limit looser
+	// than the agent's 400; the image not built 404; not enough credits
+	// 402). With wait the answer comes when the execution has ended
+	// (201); without it, as soon as the execution is recorded (202),
+	// while it runs on in the daemon: follow it with its events.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/executions (the `DelegateTask` operationId).
+	DelegateTaskWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DelegateTaskResponse, error)
+
+	// DelegateTaskWithResponse Delegate a task to an agent, in a new session or an existing one.
+	//
+	// The request is checked first (unknown agent 404; a limit looser
+	// than the agent's 400; the image not built 404; not enough credits
+	// 402). With wait the answer comes when the execution has ended
+	// (201); without it, as soon as the execution is recorded (202),
+	// while it runs on in the daemon: follow it with its events.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/executions (the `DelegateTask` operationId).
+	DelegateTaskWithResponse(ctx context.Context, body DelegateTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*DelegateTaskResponse, error)
+
+	// GetExecutionWithResponse Describe an execution; while it runs, turns, tokens and cost are what the gateway metered so far.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/executions/{id} (the `GetExecution` operationId).
+	GetExecutionWithResponse(ctx context.Context, id ExecutionID, reqEditors ...RequestEditorFn) (*GetExecutionResponse, error)
+
+	// CancelExecutionWithResponse Stop a running execution (TERM, then KILL after the grace period); it ends cancelled, partial outputs kept.
+	//
+	// An execution that has ended is a 409. The answer comes once it has ended (200), or after 30 seconds if it is still stopping (202).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/executions/{id}/cancel (the `CancelExecution` operationId).
+	CancelExecutionWithResponse(ctx context.Context, id ExecutionID, reqEditors ...RequestEditorFn) (*CancelExecutionResponse, error)
+
+	// ExecutionEventsWithResponse An execution's events after a seq, as a JSON page or, with Accept text/event-stream, live.
+	//
+	// As JSON: up to limit events with seq > after, and where the next
+	// page starts. As Server-Sent Events (Accept: text/event-stream):
+	// every event with seq > after (or > Last-Event-ID, which wins), then
+	// new ones as they happen, until the execution's last (its final
+	// status); each message has `id:` the seq, `event:` the type and
+	// `data:` the event as JSON, so a client that reconnects with
+	// Last-Event-ID misses nothing and sees nothing twice. A comment
+	// line is sent every 15 seconds of silence.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/executions/{id}/events (the `ExecutionEvents` operationId).
+	ExecutionEventsWithResponse(ctx context.Context, id ExecutionID, params *ExecutionEventsParams, reqEditors ...RequestEditorFn) (*ExecutionEventsResponse, error)
+
+	// ListOutputsWithResponse The files under the execution's session's outputs/ now, marking those its output patterns matched.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/executions/{id}/outputs (the `ListOutputs` operationId).
+	ListOutputsWithResponse(ctx context.Context, id ExecutionID, reqEditors ...RequestEditorFn) (*ListOutputsResponse, error)
+
+	// DownloadOutputWithResponse Download one file from the execution's session's outputs/.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/executions/{id}/outputs/{path} (the `DownloadOutput` operationId).
+	DownloadOutputWithResponse(ctx context.Context, id ExecutionID, path string, reqEditors ...RequestEditorFn) (*DownloadOutputResponse, error)
+
+	// RetryExecutionWithBodyWithResponse Run an ended execution's task again from the start, in the same session, as a new execution.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/executions/{id}/retry (the `RetryExecution` operationId).
+	RetryExecutionWithBodyWithResponse(ctx context.Context, id ExecutionID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RetryExecutionResponse, error)
+
+	// RetryExecutionWithResponse Run an ended execution's task again from the start, in the same session, as a new execution.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/executions/{id}/retry (the `RetryExecution` operationId).
+	RetryExecutionWithResponse(ctx context.Context, id ExecutionID, body RetryExecutionJSONRequestBody, reqEditors ...RequestEditorFn) (*RetryExecutionResponse, error)
+
 	// ListImagesWithResponse List the built images (every cached version) and the recipes that can be built.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -3441,6 +4911,27 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/sandboxes/{id}/save (the `SaveSandbox` operationId).
 	SaveSandboxWithResponse(ctx context.Context, id SandboxID, body SaveSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*SaveSandboxResponse, error)
 
+	// ListAgentSessionsWithResponse List agent sessions, newest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sessions (the `ListAgentSessions` operationId).
+	ListAgentSessionsWithResponse(ctx context.Context, params *ListAgentSessionsParams, reqEditors ...RequestEditorFn) (*ListAgentSessionsResponse, error)
+
+	// ResumeSessionWithBodyWithResponse Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
+	ResumeSessionWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResumeSessionResponse, error)
+
+	// ResumeSessionWithResponse Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
+	ResumeSessionWithResponse(ctx context.Context, id string, body ResumeSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*ResumeSessionResponse, error)
+
 	// BranchSessionWithBodyWithResponse Start a new session from a snapshot.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -3524,6 +5015,548 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/workspace/snapshots (the `CreateSnapshot` operationId).
 	CreateSnapshotWithResponse(ctx context.Context, body CreateSnapshotJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSnapshotResponse, error)
+}
+
+type ListAgentsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]AgentDefinition
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAgentsResponse) GetJSON200() *[]AgentDefinition {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListAgentsResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAgentsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAgentsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAgentsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAgentsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetCreditsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Credits
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetCreditsResponse) GetJSON200() *Credits {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetCreditsResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetCreditsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetCreditsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetCreditsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetCreditsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type AddCreditsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Credits
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AddCreditsResponse) GetJSON200() *Credits {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r AddCreditsResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r AddCreditsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AddCreditsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AddCreditsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AddCreditsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListExecutionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]Execution
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListExecutionsResponse) GetJSON200() *[]Execution {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListExecutionsResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListExecutionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListExecutionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListExecutionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListExecutionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DelegateTaskResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Execution
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Execution
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r DelegateTaskResponse) GetJSON201() *Execution {
+	return r.JSON201
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r DelegateTaskResponse) GetJSON202() *Execution {
+	return r.JSON202
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DelegateTaskResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DelegateTaskResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DelegateTaskResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DelegateTaskResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DelegateTaskResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetExecutionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Execution
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetExecutionResponse) GetJSON200() *Execution {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetExecutionResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetExecutionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetExecutionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetExecutionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetExecutionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CancelExecutionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Execution
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Execution
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CancelExecutionResponse) GetJSON200() *Execution {
+	return r.JSON200
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r CancelExecutionResponse) GetJSON202() *Execution {
+	return r.JSON202
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CancelExecutionResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CancelExecutionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelExecutionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelExecutionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CancelExecutionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ExecutionEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *EventPage
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExecutionEventsResponse) GetJSON200() *EventPage {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ExecutionEventsResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ExecutionEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExecutionEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExecutionEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExecutionEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListOutputsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]OutputFile
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListOutputsResponse) GetJSON200() *[]OutputFile {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListOutputsResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListOutputsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListOutputsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListOutputsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListOutputsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DownloadOutputResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DownloadOutputResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DownloadOutputResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DownloadOutputResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DownloadOutputResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DownloadOutputResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RetryExecutionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Execution
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Execution
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r RetryExecutionResponse) GetJSON201() *Execution {
+	return r.JSON201
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r RetryExecutionResponse) GetJSON202() *Execution {
+	return r.JSON202
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r RetryExecutionResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RetryExecutionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RetryExecutionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RetryExecutionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RetryExecutionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 type ListImagesResponse struct {
@@ -4691,6 +6724,109 @@ func (r SaveSandboxResponse) ContentType() string {
 	return ""
 }
 
+type ListAgentSessionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]AgentSession
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAgentSessionsResponse) GetJSON200() *[]AgentSession {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListAgentSessionsResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAgentSessionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAgentSessionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAgentSessionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAgentSessionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ResumeSessionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Execution
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Execution
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r ResumeSessionResponse) GetJSON201() *Execution {
+	return r.JSON201
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r ResumeSessionResponse) GetJSON202() *Execution {
+	return r.JSON202
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ResumeSessionResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ResumeSessionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ResumeSessionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResumeSessionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ResumeSessionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type BranchSessionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -5073,6 +7209,211 @@ func (r CreateSnapshotResponse) ContentType() string {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
 	return ""
+}
+
+// ListAgentsWithResponse List the agent definitions the daemon loaded when it started, by name.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/agents (the `ListAgents` operationId).
+func (c *ClientWithResponses) ListAgentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListAgentsResponse, error) {
+	rsp, err := c.ListAgents(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAgentsResponse(rsp)
+}
+
+// GetCreditsWithResponse The credit balance and the newest ledger entries.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/credits (the `GetCredits` operationId).
+func (c *ClientWithResponses) GetCreditsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetCreditsResponse, error) {
+	rsp, err := c.GetCredits(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetCreditsResponse(rsp)
+}
+
+// AddCreditsWithBodyWithResponse Add credits to the balance.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/credits (the `AddCredits` operationId).
+func (c *ClientWithResponses) AddCreditsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AddCreditsResponse, error) {
+	rsp, err := c.AddCreditsWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAddCreditsResponse(rsp)
+}
+
+// AddCreditsWithResponse Add credits to the balance.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/credits (the `AddCredits` operationId).
+func (c *ClientWithResponses) AddCreditsWithResponse(ctx context.Context, body AddCreditsJSONRequestBody, reqEditors ...RequestEditorFn) (*AddCreditsResponse, error) {
+	rsp, err := c.AddCredits(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAddCreditsResponse(rsp)
+}
+
+// ListExecutionsWithResponse List executions, newest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/executions (the `ListExecutions` operationId).
+func (c *ClientWithResponses) ListExecutionsWithResponse(ctx context.Context, params *ListExecutionsParams, reqEditors ...RequestEditorFn) (*ListExecutionsResponse, error) {
+	rsp, err := c.ListExecutions(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListExecutionsResponse(rsp)
+}
+
+// DelegateTaskWithBodyWithResponse Delegate a task to an agent, in a new session or an existing one.
+//
+// The request is checked first (unknown agent 404; a limit looser
+// than the agent's 400; the image not built 404; not enough credits
+// 402). With wait the answer comes when the execution has ended
+// (201); without it, as soon as the execution is recorded (202),
+// while it runs on in the daemon: follow it with its events.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/executions (the `DelegateTask` operationId).
+func (c *ClientWithResponses) DelegateTaskWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DelegateTaskResponse, error) {
+	rsp, err := c.DelegateTaskWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDelegateTaskResponse(rsp)
+}
+
+// DelegateTaskWithResponse Delegate a task to an agent, in a new session or an existing one.
+//
+// The request is checked first (unknown agent 404; a limit looser
+// than the agent's 400; the image not built 404; not enough credits
+// 402). With wait the answer comes when the execution has ended
+// (201); without it, as soon as the execution is recorded (202),
+// while it runs on in the daemon: follow it with its events.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/executions (the `DelegateTask` operationId).
+func (c *ClientWithResponses) DelegateTaskWithResponse(ctx context.Context, body DelegateTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*DelegateTaskResponse, error) {
+	rsp, err := c.DelegateTask(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDelegateTaskResponse(rsp)
+}
+
+// GetExecutionWithResponse Describe an execution; while it runs, turns, tokens and cost are what the gateway metered so far.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/executions/{id} (the `GetExecution` operationId).
+func (c *ClientWithResponses) GetExecutionWithResponse(ctx context.Context, id ExecutionID, reqEditors ...RequestEditorFn) (*GetExecutionResponse, error) {
+	rsp, err := c.GetExecution(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetExecutionResponse(rsp)
+}
+
+// CancelExecutionWithResponse Stop a running execution (TERM, then KILL after the grace period); it ends cancelled, partial outputs kept.
+//
+// An execution that has ended is a 409. The answer comes once it has ended (200), or after 30 seconds if it is still stopping (202).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/executions/{id}/cancel (the `CancelExecution` operationId).
+func (c *ClientWithResponses) CancelExecutionWithResponse(ctx context.Context, id ExecutionID, reqEditors ...RequestEditorFn) (*CancelExecutionResponse, error) {
+	rsp, err := c.CancelExecution(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelExecutionResponse(rsp)
+}
+
+// ExecutionEventsWithResponse An execution's events after a seq, as a JSON page or, with Accept text/event-stream, live.
+//
+// As JSON: up to limit events with seq > after, and where the next
+// page starts. As Server-Sent Events (Accept: text/event-stream):
+// every event with seq > after (or > Last-Event-ID, which wins), then
+// new ones as they happen, until the execution's last (its final
+// status); each message has `id:` the seq, `event:` the type and
+// `data:` the event as JSON, so a client that reconnects with
+// Last-Event-ID misses nothing and sees nothing twice. A comment
+// line is sent every 15 seconds of silence.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/executions/{id}/events (the `ExecutionEvents` operationId).
+func (c *ClientWithResponses) ExecutionEventsWithResponse(ctx context.Context, id ExecutionID, params *ExecutionEventsParams, reqEditors ...RequestEditorFn) (*ExecutionEventsResponse, error) {
+	rsp, err := c.ExecutionEvents(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExecutionEventsResponse(rsp)
+}
+
+// ListOutputsWithResponse The files under the execution's session's outputs/ now, marking those its output patterns matched.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/executions/{id}/outputs (the `ListOutputs` operationId).
+func (c *ClientWithResponses) ListOutputsWithResponse(ctx context.Context, id ExecutionID, reqEditors ...RequestEditorFn) (*ListOutputsResponse, error) {
+	rsp, err := c.ListOutputs(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListOutputsResponse(rsp)
+}
+
+// DownloadOutputWithResponse Download one file from the execution's session's outputs/.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/executions/{id}/outputs/{path} (the `DownloadOutput` operationId).
+func (c *ClientWithResponses) DownloadOutputWithResponse(ctx context.Context, id ExecutionID, path string, reqEditors ...RequestEditorFn) (*DownloadOutputResponse, error) {
+	rsp, err := c.DownloadOutput(ctx, id, path, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDownloadOutputResponse(rsp)
+}
+
+// RetryExecutionWithBodyWithResponse Run an ended execution's task again from the start, in the same session, as a new execution.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/executions/{id}/retry (the `RetryExecution` operationId).
+func (c *ClientWithResponses) RetryExecutionWithBodyWithResponse(ctx context.Context, id ExecutionID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RetryExecutionResponse, error) {
+	rsp, err := c.RetryExecutionWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRetryExecutionResponse(rsp)
+}
+
+// RetryExecutionWithResponse Run an ended execution's task again from the start, in the same session, as a new execution.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/executions/{id}/retry (the `RetryExecution` operationId).
+func (c *ClientWithResponses) RetryExecutionWithResponse(ctx context.Context, id ExecutionID, body RetryExecutionJSONRequestBody, reqEditors ...RequestEditorFn) (*RetryExecutionResponse, error) {
+	rsp, err := c.RetryExecution(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRetryExecutionResponse(rsp)
 }
 
 // ListImagesWithResponse List the built images (every cached version) and the recipes that can be built.
@@ -5551,6 +7892,45 @@ func (c *ClientWithResponses) SaveSandboxWithResponse(ctx context.Context, id Sa
 	return ParseSaveSandboxResponse(rsp)
 }
 
+// ListAgentSessionsWithResponse List agent sessions, newest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sessions (the `ListAgentSessions` operationId).
+func (c *ClientWithResponses) ListAgentSessionsWithResponse(ctx context.Context, params *ListAgentSessionsParams, reqEditors ...RequestEditorFn) (*ListAgentSessionsResponse, error) {
+	rsp, err := c.ListAgentSessions(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAgentSessionsResponse(rsp)
+}
+
+// ResumeSessionWithBodyWithResponse Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
+func (c *ClientWithResponses) ResumeSessionWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResumeSessionResponse, error) {
+	rsp, err := c.ResumeSessionWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResumeSessionResponse(rsp)
+}
+
+// ResumeSessionWithResponse Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
+func (c *ClientWithResponses) ResumeSessionWithResponse(ctx context.Context, id string, body ResumeSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*ResumeSessionResponse, error) {
+	rsp, err := c.ResumeSession(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResumeSessionResponse(rsp)
+}
+
 // BranchSessionWithBodyWithResponse Start a new session from a snapshot.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -5705,6 +8085,386 @@ func (c *ClientWithResponses) CreateSnapshotWithResponse(ctx context.Context, bo
 		return nil, err
 	}
 	return ParseCreateSnapshotResponse(rsp)
+}
+
+// ParseListAgentsResponse parses an HTTP response from a ListAgentsWithResponse call
+func ParseListAgentsResponse(rsp *http.Response) (*ListAgentsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAgentsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []AgentDefinition
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetCreditsResponse parses an HTTP response from a GetCreditsWithResponse call
+func ParseGetCreditsResponse(rsp *http.Response) (*GetCreditsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetCreditsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Credits
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseAddCreditsResponse parses an HTTP response from a AddCreditsWithResponse call
+func ParseAddCreditsResponse(rsp *http.Response) (*AddCreditsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AddCreditsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Credits
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListExecutionsResponse parses an HTTP response from a ListExecutionsWithResponse call
+func ParseListExecutionsResponse(rsp *http.Response) (*ListExecutionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListExecutionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []Execution
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDelegateTaskResponse parses an HTTP response from a DelegateTaskWithResponse call
+func ParseDelegateTaskResponse(rsp *http.Response) (*DelegateTaskResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DelegateTaskResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Execution
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Execution
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetExecutionResponse parses an HTTP response from a GetExecutionWithResponse call
+func ParseGetExecutionResponse(rsp *http.Response) (*GetExecutionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetExecutionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Execution
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCancelExecutionResponse parses an HTTP response from a CancelExecutionWithResponse call
+func ParseCancelExecutionResponse(rsp *http.Response) (*CancelExecutionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelExecutionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Execution
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Execution
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseExecutionEventsResponse parses an HTTP response from a ExecutionEventsWithResponse call
+func ParseExecutionEventsResponse(rsp *http.Response) (*ExecutionEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExecutionEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest EventPage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	case rsp.StatusCode == 200:
+		// Content-type (text/event-stream) unsupported
+
+	}
+
+	return response, nil
+}
+
+// ParseListOutputsResponse parses an HTTP response from a ListOutputsWithResponse call
+func ParseListOutputsResponse(rsp *http.Response) (*ListOutputsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListOutputsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []OutputFile
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDownloadOutputResponse parses an HTTP response from a DownloadOutputWithResponse call
+func ParseDownloadOutputResponse(rsp *http.Response) (*DownloadOutputResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DownloadOutputResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRetryExecutionResponse parses an HTTP response from a RetryExecutionWithResponse call
+func ParseRetryExecutionResponse(rsp *http.Response) (*RetryExecutionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RetryExecutionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Execution
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Execution
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
 }
 
 // ParseListImagesResponse parses an HTTP response from a ListImagesWithResponse call
@@ -6497,6 +9257,79 @@ func ParseSaveSandboxResponse(rsp *http.Response) (*SaveSandboxResponse, error) 
 	return response, nil
 }
 
+// ParseListAgentSessionsResponse parses an HTTP response from a ListAgentSessionsWithResponse call
+func ParseListAgentSessionsResponse(rsp *http.Response) (*ListAgentSessionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAgentSessionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []AgentSession
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseResumeSessionResponse parses an HTTP response from a ResumeSessionWithResponse call
+func ParseResumeSessionResponse(rsp *http.Response) (*ResumeSessionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResumeSessionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Execution
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Execution
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseBranchSessionResponse parses an HTTP response from a BranchSessionWithResponse call
 func ParseBranchSessionResponse(rsp *http.Response) (*BranchSessionResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6763,6 +9596,39 @@ func ParseCreateSnapshotResponse(rsp *http.Response) (*CreateSnapshotResponse, e
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
+	// ListAgents List the agent definitions the daemon loaded when it started, by name.
+	// (GET /v1/agents)
+	ListAgents(w http.ResponseWriter, r *http.Request)
+	// GetCredits The credit balance and the newest ledger entries.
+	// (GET /v1/credits)
+	GetCredits(w http.ResponseWriter, r *http.Request)
+	// AddCredits Add credits to the balance.
+	// (POST /v1/credits)
+	AddCredits(w http.ResponseWriter, r *http.Request)
+	// ListExecutions List executions, newest first.
+	// (GET /v1/executions)
+	ListExecutions(w http.ResponseWriter, r *http.Request, params ListExecutionsParams)
+	// DelegateTask Delegate a task to an agent, in a new session or an existing one.
+	// (POST /v1/executions)
+	DelegateTask(w http.ResponseWriter, r *http.Request)
+	// GetExecution Describe an execution; while it runs, turns, tokens and cost are what the gateway metered so far.
+	// (GET /v1/executions/{id})
+	GetExecution(w http.ResponseWriter, r *http.Request, id ExecutionID)
+	// CancelExecution Stop a running execution (TERM, then KILL after the grace period); it ends cancelled, partial outputs kept.
+	// (POST /v1/executions/{id}/cancel)
+	CancelExecution(w http.ResponseWriter, r *http.Request, id ExecutionID)
+	// ExecutionEvents An execution's events after a seq, as a JSON page or, with Accept text/event-stream, live.
+	// (GET /v1/executions/{id}/events)
+	ExecutionEvents(w http.ResponseWriter, r *http.Request, id ExecutionID, params ExecutionEventsParams)
+	// ListOutputs The files under the execution's session's outputs/ now, marking those its output patterns matched.
+	// (GET /v1/executions/{id}/outputs)
+	ListOutputs(w http.ResponseWriter, r *http.Request, id ExecutionID)
+	// DownloadOutput Download one file from the execution's session's outputs/.
+	// (GET /v1/executions/{id}/outputs/{path})
+	DownloadOutput(w http.ResponseWriter, r *http.Request, id ExecutionID, path string)
+	// RetryExecution Run an ended execution's task again from the start, in the same session, as a new execution.
+	// (POST /v1/executions/{id}/retry)
+	RetryExecution(w http.ResponseWriter, r *http.Request, id ExecutionID)
 	// ListImages List the built images (every cached version) and the recipes that can be built.
 	// (GET /v1/images)
 	ListImages(w http.ResponseWriter, r *http.Request)
@@ -6838,6 +9704,12 @@ type ServerInterface interface {
 	// SaveSandbox Save the sandbox's root as it is now as a new image, streaming progress.
 	// (POST /v1/sandboxes/{id}/save)
 	SaveSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// ListAgentSessions List agent sessions, newest first.
+	// (GET /v1/sessions)
+	ListAgentSessions(w http.ResponseWriter, r *http.Request, params ListAgentSessionsParams)
+	// ResumeSession Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
+	// (POST /v1/sessions/{id}/resume)
+	ResumeSession(w http.ResponseWriter, r *http.Request, id string)
 	// BranchSession Start a new session from a snapshot.
 	// (POST /v1/workspace/branch)
 	BranchSession(w http.ResponseWriter, r *http.Request)
@@ -6872,6 +9744,362 @@ type ServerInterfaceWrapper struct {
 }
 
 type MiddlewareFunc func(http.Handler) http.Handler
+
+// ListAgents operation middleware
+func (siw *ServerInterfaceWrapper) ListAgents(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListAgents(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetCredits operation middleware
+func (siw *ServerInterfaceWrapper) GetCredits(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetCredits(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// AddCredits operation middleware
+func (siw *ServerInterfaceWrapper) AddCredits(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.AddCredits(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListExecutions operation middleware
+func (siw *ServerInterfaceWrapper) ListExecutions(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListExecutionsParams
+
+	// ------------- Optional query parameter "agent" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "agent", r.URL.Query(), &params.Agent, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "agent"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "agent", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "session" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "session", r.URL.Query(), &params.Session, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "session"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "session", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "status" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "status", r.URL.Query(), &params.Status, runtime.BindQueryParameterOptions{Type: "array", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "status"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "status", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "before" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "before", r.URL.Query(), &params.Before, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "before"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "before", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListExecutions(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DelegateTask operation middleware
+func (siw *ServerInterfaceWrapper) DelegateTask(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DelegateTask(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetExecution operation middleware
+func (siw *ServerInterfaceWrapper) GetExecution(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ExecutionID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetExecution(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CancelExecution operation middleware
+func (siw *ServerInterfaceWrapper) CancelExecution(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ExecutionID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CancelExecution(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ExecutionEvents operation middleware
+func (siw *ServerInterfaceWrapper) ExecutionEvents(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ExecutionID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ExecutionEventsParams
+
+	// ------------- Optional query parameter "after" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "after", r.URL.Query(), &params.After, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "after"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "after", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Last-Event-ID" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Last-Event-ID")]; found {
+		var LastEventID string
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Last-Event-ID", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Last-Event-ID", valueList[0], &LastEventID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Last-Event-ID", Err: err})
+			return
+		}
+
+		params.LastEventID = LastEventID
+
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ExecutionEvents(w, r, id, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListOutputs operation middleware
+func (siw *ServerInterfaceWrapper) ListOutputs(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ExecutionID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListOutputs(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DownloadOutput operation middleware
+func (siw *ServerInterfaceWrapper) DownloadOutput(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ExecutionID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "path" -------------
+	var path string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "path", r.PathValue("path"), &path, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DownloadOutput(w, r, id, path)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RetryExecution operation middleware
+func (siw *ServerInterfaceWrapper) RetryExecution(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ExecutionID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RetryExecution(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
 
 // ListImages operation middleware
 func (siw *ServerInterfaceWrapper) ListImages(w http.ResponseWriter, r *http.Request) {
@@ -7625,6 +10853,91 @@ func (siw *ServerInterfaceWrapper) SaveSandbox(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// ListAgentSessions operation middleware
+func (siw *ServerInterfaceWrapper) ListAgentSessions(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListAgentSessionsParams
+
+	// ------------- Optional query parameter "agent" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "agent", r.URL.Query(), &params.Agent, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "agent"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "agent", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "before" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "before", r.URL.Query(), &params.Before, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "before"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "before", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListAgentSessions(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ResumeSession operation middleware
+func (siw *ServerInterfaceWrapper) ResumeSession(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ResumeSession(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // BranchSession operation middleware
 func (siw *ServerInterfaceWrapper) BranchSession(w http.ResponseWriter, r *http.Request) {
 
@@ -7953,6 +11266,19 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/images/{name}", wrapper.RemoveImage)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/images/{name}", wrapper.InspectImage)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/images/{name}/build", wrapper.BuildImage)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/agents", wrapper.ListAgents)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/executions", wrapper.ListExecutions)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/executions", wrapper.DelegateTask)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/executions/{id}", wrapper.GetExecution)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/executions/{id}/events", wrapper.ExecutionEvents)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/executions/{id}/cancel", wrapper.CancelExecution)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/executions/{id}/retry", wrapper.RetryExecution)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/executions/{id}/outputs", wrapper.ListOutputs)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/executions/{id}/outputs/{path}", wrapper.DownloadOutput)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sessions", wrapper.ListAgentSessions)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sessions/{id}/resume", wrapper.ResumeSession)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/credits", wrapper.GetCredits)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/credits", wrapper.AddCredits)
 
 	return m
 }

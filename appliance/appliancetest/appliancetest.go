@@ -1,13 +1,17 @@
 // Package appliancetest has what tests of the appliance and of the CLI
-// share: a guest agent built for the test binary and a small image. Only
-// tests import it.
+// share: a guest agent built for the test binary, a small image, and the
+// claude-code image agents run in. Only tests import it.
 package appliancetest
 
 import (
 	"context"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"hearth/image"
 	"hearth/vmm/vmmtest"
@@ -42,4 +46,64 @@ func AddTinyImage(t testing.TB, dir string) image.Image {
 		t.Fatalf("save the tiny image: %v", err)
 	}
 	return img
+}
+
+var (
+	claudeOnce  sync.Once
+	claudeCache string
+	claudeErr   error
+)
+
+// ClaudeCodeImages returns an image cache holding the claude-code image,
+// built once per test binary (most of ten minutes the first time on a
+// machine, nothing after): the shared cache HEARTH_TEST_IMAGES names
+// (scripts/test.sh sets it), else one under the system's temp directory.
+// Make it a daemon's image cache with LinkImages.
+func ClaudeCodeImages(t testing.TB) string {
+	t.Helper()
+	for _, tool := range []string{"debootstrap", "mkfs.ext4"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("the claude-code image needs %s to build (scripts/test.sh installs it)", tool)
+		}
+	}
+	claudeOnce.Do(func() {
+		claudeCache = os.Getenv("HEARTH_TEST_IMAGES")
+		if claudeCache == "" {
+			claudeCache = filepath.Join(os.TempDir(), "hearth-agents-test-images")
+		}
+		cat, err := image.BuiltinCatalog()
+		if err != nil {
+			claudeErr = err
+			return
+		}
+		b, err := image.NewBuilder(claudeCache, cat, io.Discard)
+		if err != nil {
+			claudeErr = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		defer cancel()
+		_, claudeErr = b.Build(ctx, "claude-code")
+	})
+	if claudeErr != nil {
+		t.Fatalf("build the claude-code image: %v", claudeErr)
+	}
+	return claudeCache
+}
+
+// LinkImages makes cache the image cache of the daemon whose state
+// directory is stateDir, replacing the one it has: images are big, and
+// a cache is safe to share (builders take turns).
+func LinkImages(t testing.TB, stateDir, cache string) {
+	t.Helper()
+	dir := filepath.Join(stateDir, "images")
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(cache, dir); err != nil {
+		t.Fatal(err)
+	}
 }

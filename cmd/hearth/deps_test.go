@@ -14,6 +14,9 @@ import (
 // appliance imports it: cmd reaches the daemon through the hand-written
 // client. Test helpers (appliance/appliancetest, vmm/vmmtest,
 // agents/modeltest) are for tests only: no other package imports them.
+// The scripted stand-in for the model provider (agents/scriptedmodel) is
+// not a test helper, since the demo command serves it, but nothing that
+// runs agents may talk to it: only that command and modeltest import it.
 func TestImportRules(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}:{{join .Deps " "}}`, "hearth/...").Output()
 	if err != nil {
@@ -21,6 +24,8 @@ func TestImportRules(t *testing.T) {
 	}
 	generated := "hearth/appliance/api"
 	helpers := map[string]bool{"hearth/appliance/appliancetest": true, "hearth/vmm/vmmtest": true, "hearth/agents/modeltest": true}
+	scripted := "hearth/agents/scriptedmodel"
+	scriptedUsers := map[string]bool{"hearth/cmd/hearth-scripted-model": true, "hearth/agents/modeltest": true}
 	direct, err := exec.Command("go", "list", "-f", `{{.ImportPath}}:{{join .Imports " "}}`, "hearth/...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
@@ -30,6 +35,9 @@ func TestImportRules(t *testing.T) {
 		for _, imp := range strings.Fields(imports) {
 			if imp == generated && pkg != "hearth/appliance" {
 				t.Errorf("%s imports %s: only the appliance uses the generated API code; use its Client", pkg, imp)
+			}
+			if imp == scripted && !scriptedUsers[pkg] {
+				t.Errorf("%s imports %s: the scripted model is for the demo command and tests, never for what runs agents", pkg, imp)
 			}
 		}
 	}

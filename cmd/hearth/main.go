@@ -17,7 +17,7 @@ const (
 	exitOK       = 0
 	exitError    = 1 // the operation failed
 	exitUsage    = 2 // bad command line
-	exitNotFound = 3 // no such session, snapshot, sandbox or image
+	exitNotFound = 3 // no such session, snapshot, sandbox, image, agent or execution
 	exitDown     = 4 // the daemon is not running
 )
 
@@ -49,6 +49,26 @@ Usage:
                                                  start a background job; job ls ID [--json],
                                                  job logs ID JOB [--stderr], job stop ID JOB [--grace 5s]
 
+  hearth agents run AGENT "PROMPT" [--input FILE]... [--budget USD] [--max-turns N]
+                   [--timeout D] [--session ID] [--output GLOB]... [--detach] [--json]
+                                                 delegate a task; streams it, ends with the result,
+                                                 outputs, turns, tokens and cost
+  hearth agents list [--agent A] [--session S] [--status S,...] [--json]
+                                                 one line per execution, newest first
+  hearth agents show EXECUTION [--json]          an execution's details
+  hearth agents execution EXECUTION [--follow] [--json]
+                                                 its event log with timestamps (logs is the same)
+  hearth agents outputs EXECUTION [--download DIR] [--json]
+                                                 the session's outputs/, or a copy of them
+  hearth agents retry EXECUTION [--detach]       run an ended execution's task again
+  hearth agents resume SESSION "PROMPT" [--input FILE]... [--budget USD] [--detach]
+                                                 continue a session; the agent keeps its conversation
+  hearth agents cancel EXECUTION                 stop it (partial outputs are kept)
+  hearth agents definitions [--json]             the agents the daemon knows
+  hearth agents sessions [--agent A] [--json]    agent sessions, newest first
+  hearth credits add USD [--note TEXT]           add to the credit balance
+  hearth credits show [--json]                   the balance and the newest ledger entries
+
   hearth images build NAME                       build an image from its recipe, showing progress
   hearth images ls [--json]                      list built images and recipes
   hearth images inspect NAME [--json]            show an image's manifest
@@ -58,7 +78,10 @@ Every command but up takes --config FILE to find the daemon (default
 /etc/hearth/hearth.toml if it exists, else built-in defaults). Exit codes:
 0 ok, 1 failed, 2 bad command line, 3 not found, 4 daemon not running;
 sandboxes exec exits with the command's own status (128+N if killed by
-signal N).
+signal N); agents run, retry and resume exit 0 when the execution
+completed and 1 when it ended otherwise (failed, budget_exceeded,
+timed_out, cancelled, interrupted), 130 if Ctrl-C stopped the following
+(the execution goes on in the daemon).
 `
 
 func main() {
@@ -80,6 +103,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdSandboxes(args[1:], stdin, stdout, stderr)
 	case "images", "image":
 		err = cmdImages(args[1:], stdout, stderr)
+	case "agents", "agent":
+		err = cmdAgents(args[1:], stdout, stderr)
+	case "credits":
+		err = cmdCredits(args[1:], stdout)
 	default:
 		fmt.Fprintf(stderr, "hearth: unknown command %q\n\n%s", args[0], usage)
 		return exitUsage

@@ -1,0 +1,421 @@
+package appliance
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"hearth/agents"
+	"hearth/agents/gateway"
+	"hearth/agents/store"
+	evstream "hearth/agents/stream"
+	"hearth/fs"
+	"hearth/vmm"
+)
+
+// builtinPrices is the price table used when the config names none.
+//
+//go:embed prices.toml
+var builtinPrices []byte
+
+// agentService runs agent tasks for the API: the store of sessions,
+// executions, events and credits, the metering gateway on a unix socket
+// in the state directory, and the runner. Every execution runs in a
+// goroutine counted by the daemon's WaitGroup, with the service's
+// context: Close cancels it, so running executions end cancelled.
+type agentService struct {
+	cfg    Config
+	store  *store.Store
+	defs   map[string]*agents.Definition
+	ws     agentWorkspace
+	images *imageService
+	log    *log.Logger
+	// runner is nil when agents cannot run; unavailable says why.
+	runner      *agents.Runner
+	unavailable error
+
+	gwSrv  *http.Server
+	gwLn   net.Listener
+	gwSock string
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	stopped chan struct{}   // closed once Close has stopped every execution: streams end
+	wg      *sync.WaitGroup // the daemon's
+
+	// startMu makes the checks before a start and its acceptance one
+	// step: two starts in one session cannot both pass the busy check.
+	startMu sync.Mutex
+	closed  bool // guarded by startMu
+
+	mu   sync.Mutex
+	runs map[string]*liveRun // by execution id, from acceptance to end
+}
+
+// liveRun is an execution this daemon is running: what the gateway has
+// metered so far (the store has the totals only once it ends), and a
+// channel closed when it has ended.
+type liveRun struct {
+	turns  int
+	usd    float64
+	tokens store.Tokens
+	done   chan struct{}
+}
+
+// newAgentService opens the store (<state_dir>/hearth.db), ends what a
+// previous daemon left running, loads the agent definitions and, when it
+// has a machine driver and an API key, starts the gateway and the runner.
+// A store that cannot be opened, a key file or price table that cannot be
+// read is fatal (the config is wrong); no driver or no key leaves agents
+// unavailable, and their routes say why. A definition that does not load
+// is logged and left out.
+func newAgentService(cfg Config, driver vmm.Driver, driverErr error, ws *fs.Store, images *imageService, wg *sync.WaitGroup, logger *log.Logger) (*agentService, error) {
+	st, err := store.Open(filepath.Join(cfg.StateDir, "hearth.db"))
+	if err != nil {
+		return nil, err
+	}
+	a := &agentService{cfg: cfg, store: st, ws: newAgentWorkspace(cfg, ws), images: images, log: logger, wg: wg,
+		runs: map[string]*liveRun{}, gwSock: filepath.Join(cfg.StateDir, "gateway.sock"), stopped: make(chan struct{})}
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	a.defs, err = agents.LoadDefinitions(cfg.AgentsDir())
+	if err != nil {
+		a.log.Printf("agents: some definitions were not loaded: %v", err)
+	}
+	a.recover(driver)
+	key, err := cfg.model().apiKey()
+	var prices *gateway.Prices
+	if err == nil {
+		prices, err = cfg.model().prices()
+	}
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	switch {
+	case driver == nil:
+		a.unavailable = fmt.Errorf("no machines to run them in: %v", driverErr)
+	case key == "":
+		a.unavailable = fmt.Errorf("no model API key: set %s in the daemon's environment or model.api_key_file in the config", cfg.model().APIKeyEnv)
+	default:
+		a.unavailable = a.startRunner(driver, key, prices)
+	}
+	if a.unavailable != nil {
+		a.log.Printf("agents are unavailable: %v", a.unavailable)
+	} else {
+		a.log.Printf("agents: %d defined in %s (%s), model provider %s, credits %s", len(a.defs), cfg.AgentsDir(),
+			strings.Join(a.names(), ", "), cfg.model().Upstream, onOff(cfg.Credits.Enabled))
+	}
+	return a, nil
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// apiKey reads the provider's key: from the file if one is named (an
+// unreadable or empty one is an error), else from the variable; "" if
+// neither has one.
+func (m ModelConfig) apiKey() (string, error) {
+	if m.APIKeyFile != "" {
+		b, err := os.ReadFile(m.APIKeyFile)
+		if err != nil {
+			return "", fmt.Errorf("model.api_key_file: %w", err)
+		}
+		key := strings.TrimSpace(string(b))
+		if key == "" {
+			return "", fmt.Errorf("model.api_key_file: %s is empty", m.APIKeyFile)
+		}
+		return key, nil
+	}
+	if m.APIKeyEnv == "" {
+		return "", nil
+	}
+	return strings.TrimSpace(os.Getenv(m.APIKeyEnv)), nil
+}
+
+// prices reads the configured price table, or the built-in one.
+func (m ModelConfig) prices() (*gateway.Prices, error) {
+	if m.Prices == "" {
+		return gateway.ParsePrices("built-in price table", builtinPrices)
+	}
+	p, err := gateway.LoadPrices(m.Prices)
+	if err != nil {
+		return nil, fmt.Errorf("model.prices: %w", err)
+	}
+	return p, nil
+}
+
+// startRunner serves the gateway on its socket and makes the runner.
+func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gateway.Prices) error {
+	gw, err := gateway.New(gateway.Config{Upstream: a.cfg.model().Upstream, APIKey: key, Prices: prices, OnEvent: a.gatewayEvent})
+	if err != nil {
+		return err
+	}
+	os.Remove(a.gwSock) // left by a daemon that died
+	ln, err := net.Listen("unix", a.gwSock)
+	if err != nil {
+		return fmt.Errorf("serve the model gateway: %w", err)
+	}
+	os.Chmod(a.gwSock, 0o600)
+	a.gwLn, a.gwSrv = ln, &http.Server{Handler: gw, ReadHeaderTimeout: 30 * time.Second}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		if err := a.gwSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Printf("model gateway: %v", err)
+		}
+	}()
+	a.runner = agents.NewRunner(agents.RunnerConfig{
+		Driver: driver, Workspace: a.ws, Store: a.store, Gateway: gw,
+		GatewayDial: func(ctx context.Context) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", a.gwSock)
+		},
+		Images:  a.image,
+		Agents:  a.defs,
+		Grace:   time.Duration(a.cfg.Agents.Grace),
+		Credits: a.cfg.Credits.Enabled,
+	})
+	return nil
+}
+
+// image resolves an agent's runtime image: its root and its user.
+func (a *agentService) image(name string) (agents.Image, error) {
+	img, err := a.images.resolve(name)
+	if err != nil {
+		return agents.Image{}, err
+	}
+	acct, err := imageUser(img)
+	if err != nil {
+		return agents.Image{}, err
+	}
+	return agents.Image{RootFS: img.Rootfs(), UID: acct.uid, GID: acct.gid}, nil
+}
+
+// gatewayEvent keeps the running tally, then hands the event to the
+// runner (which stores it and stops an execution at a refused call).
+func (a *agentService) gatewayEvent(ev evstream.Event) {
+	if ev.Type == evstream.ModelCall {
+		var p gateway.ModelCallPayload
+		if json.Unmarshal(ev.Payload, &p) == nil {
+			a.mu.Lock()
+			if lr := a.runs[ev.Execution]; lr != nil {
+				if p.MessageID != "" && !p.Duplicate {
+					lr.turns++
+				}
+				lr.usd += p.USD
+				lr.tokens.Input += p.InputTokens
+				lr.tokens.Output += p.OutputTokens
+				lr.tokens.CacheRead += p.CacheReadTokens
+				lr.tokens.CacheCreation += p.CacheCreationTokens
+			}
+			a.mu.Unlock()
+		}
+	}
+	a.runner.Event(ev)
+}
+
+// recover ends what a daemon that stopped or died left: executions still
+// pending or running become interrupted (with a status event, and the
+// outputs their agent's patterns match now), their machines are
+// destroyed and their views unmounted.
+func (a *agentService) recover(driver vmm.Driver) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	list, err := a.store.InterruptRunning(ctx)
+	if err != nil {
+		a.log.Printf("agents: mark interrupted executions: %v", err)
+	}
+	for _, e := range list {
+		if def := a.defs[e.Agent]; def != nil {
+			e = a.keepOutputs(ctx, e, def.Outputs)
+		}
+		ev := evstream.New(e.Session, e.ID, evstream.Status, map[string]any{"status": e.Status, "error": e.Error, "outputs": e.Outputs})
+		if _, err := a.store.Append(ctx, ev); err != nil {
+			a.log.Printf("execution %s: %v", e.ID, err)
+		}
+		a.log.Printf("execution %s (agent %s, session %s): interrupted: %s", e.ID, e.Agent, e.Session, e.Error)
+	}
+	if driver != nil {
+		ids, _ := driver.List(ctx)
+		for _, id := range ids {
+			if !strings.HasPrefix(id, executionPrefix) {
+				continue
+			}
+			m, err := driver.Recover(ctx, id)
+			if err != nil {
+				a.log.Printf("execution %s: the machine it left: %v", id, err)
+				continue
+			}
+			if err := m.Destroy(ctx); err != nil {
+				a.log.Printf("execution %s: destroy the machine it left running: %v", id, err)
+			} else {
+				a.log.Printf("execution %s: destroyed the machine it left running", id)
+			}
+		}
+	}
+	a.ws.cleanStaleViews()
+}
+
+// executionPrefix starts every execution id, and so the id of its
+// machine; sandbox ids may not use it.
+const executionPrefix = "exec-"
+
+// keepOutputs records the files an interrupted execution's patterns
+// match now: its partial outputs.
+func (a *agentService) keepOutputs(ctx context.Context, e store.Execution, patterns []string) store.Execution {
+	var outputs []string
+	for _, p := range patterns {
+		m, _ := a.ws.Glob(e.Session, p)
+		outputs = append(outputs, m...)
+	}
+	if len(outputs) == 0 {
+		return e
+	}
+	sort.Strings(outputs)
+	got, err := a.store.UpdateExecution(ctx, e.ID, func(x *store.Execution) error { x.Outputs = outputs; return nil })
+	if err != nil {
+		return e
+	}
+	return got
+}
+
+func (a *agentService) names() []string {
+	names := make([]string, 0, len(a.defs))
+	for n := range a.defs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// outcome is how a run ended.
+type outcome struct {
+	res agents.Result
+	err error
+}
+
+// launch starts run in a counted goroutine and returns once the runner
+// has accepted the execution (it is recorded, its credits reserved, and
+// it can be cancelled), with a channel that delivers the outcome. A run
+// refused before that returns its error (the checks before a start catch
+// most causes with a precise message; this catches the races they cannot
+// see). The caller holds startMu.
+func (a *agentService) launch(run func(ctx context.Context) (agents.Result, error)) (store.Execution, <-chan outcome, error) {
+	if a.closed {
+		return store.Execution{}, nil, errorf(codeUnavailable, "the daemon is stopping")
+	}
+	accepted := make(chan store.Execution, 1)
+	done := make(chan outcome, 1)
+	var id string // set by the hook, which run calls in its own goroutine
+	ctx := agents.WithAccepted(a.ctx, func(e store.Execution) {
+		id = e.ID
+		a.mu.Lock()
+		a.runs[e.ID] = &liveRun{done: make(chan struct{})}
+		a.mu.Unlock()
+		accepted <- e
+	})
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		res, err := run(ctx)
+		a.ended(id, res, err)
+		done <- outcome{res, err}
+	}()
+	select {
+	case e := <-accepted:
+		return e, done, nil
+	case o := <-done:
+		select {
+		case e := <-accepted: // accepted, then ended at once
+			done <- o
+			return e, done, nil
+		default:
+		}
+		return o.res.Execution, nil, o.err
+	}
+}
+
+// ended logs how an accepted execution ended and forgets it.
+func (a *agentService) ended(id string, res agents.Result, err error) {
+	if id == "" {
+		return // refused: the caller reports it
+	}
+	e := res.Execution
+	var ran time.Duration
+	if !e.Started.IsZero() {
+		ran = e.Ended.Sub(e.Started).Round(time.Millisecond)
+	}
+	if err != nil {
+		a.log.Printf("execution %s: %v", id, err)
+	} else {
+		a.log.Printf("execution %s (agent %s, session %s): %s after %v, %d turns, $%.4f", id, e.Agent, e.Session, e.Status, ran, e.Turns, e.USD)
+	}
+	a.mu.Lock()
+	if lr := a.runs[id]; lr != nil {
+		delete(a.runs, id)
+		close(lr.done)
+	}
+	a.mu.Unlock()
+}
+
+// live returns what the gateway metered so far for a running execution.
+func (a *agentService) live(id string) (liveRun, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	lr := a.runs[id]
+	if lr == nil {
+		return liveRun{}, false
+	}
+	return *lr, true
+}
+
+// Close refuses new executions, cancels the running ones and waits for
+// them: each ends cancelled (its agent TERMed, then KILLed after the
+// grace period), its partial outputs kept, its last events streamed.
+// Then the event streams end and the gateway stops. The daemon closes
+// the store (closeStore) once its WaitGroup is done.
+func (a *agentService) Close() {
+	a.startMu.Lock()
+	a.closed = true
+	a.startMu.Unlock()
+	a.cancel()
+	a.waitRuns()
+	close(a.stopped)
+	if a.gwSrv != nil {
+		a.gwSrv.Close()
+		os.Remove(a.gwSock)
+	}
+}
+
+// waitRuns waits until no execution is running.
+func (a *agentService) waitRuns() {
+	for {
+		a.mu.Lock()
+		var done chan struct{}
+		for _, lr := range a.runs {
+			done = lr.done
+			break
+		}
+		a.mu.Unlock()
+		if done == nil {
+			return
+		}
+		<-done
+	}
+}
+
+func (a *agentService) closeStore() error { return a.store.Close() }

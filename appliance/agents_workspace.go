@@ -1,0 +1,113 @@
+package appliance
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"hearth/agents"
+	"hearth/fs"
+)
+
+// agentWorkspace is the runner's agents.Workspace over the daemon's
+// workspace store: sessions and inputs through the store's Go API, one
+// FUSE view per execution under <state_dir>/views/_executions (sandbox
+// ids cannot start with '_', so the two never meet), outputs globbed on
+// the daemon's host view, file events from the store's event bus.
+type agentWorkspace struct {
+	store *fs.Store
+	views string // where the executions' views are mounted
+	host  string // the host view of the whole tree (workspace.mount)
+}
+
+var _ agents.Workspace = agentWorkspace{}
+
+func newAgentWorkspace(cfg Config, store *fs.Store) agentWorkspace {
+	return agentWorkspace{store: store, views: filepath.Join(cfg.StateDir, "views", "_executions"), host: cfg.Workspace.Mount}
+}
+
+// EnsureSession makes the session owned by uid:gid, or gives an existing
+// one's directories to them (a session made through the workspace API
+// belongs to root until an agent works in it).
+func (w agentWorkspace) EnsureSession(session string, uid, gid uint32) error {
+	err := w.store.CreateSession(session, fs.Owner{UID: uid, GID: gid})
+	if err == nil || !errors.Is(err, fs.ErrExists) {
+		return err
+	}
+	for _, sub := range []string{"", fs.InputsDir, fs.OutputsDir, fs.HomeDir} {
+		p := filepath.Join(w.host, session, sub)
+		if err := os.Lchown(p, int(uid), int(gid)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("give session %s to uid %d: %w", session, uid, err)
+		}
+	}
+	return nil
+}
+
+func (w agentWorkspace) WriteFile(session, path string, r io.Reader, uid, gid uint32) error {
+	_, err := w.store.WriteFile(session, path, r, 0, fs.Owner{UID: uid, GID: gid})
+	return err
+}
+
+// MountView mounts the view machine boots with; unmounting removes its
+// directory too.
+func (w agentWorkspace) MountView(session, machine string) (string, func() error, error) {
+	dir := filepath.Join(w.views, machine)
+	v, err := w.store.Mount(dir, fs.ViewOptions{Session: session})
+	if err != nil {
+		return "", nil, err
+	}
+	return v.Dir(), func() error {
+		err := v.Unmount()
+		os.Remove(dir)
+		return err
+	}, nil
+}
+
+// Glob matches pattern (like outputs/*.md) in the session on the host
+// view; it returns regular files only, relative to the session.
+func (w agentWorkspace) Glob(session, pattern string) ([]string, error) {
+	dir := filepath.Join(w.host, session)
+	matches, err := filepath.Glob(filepath.Join(dir, pattern))
+	var out []string
+	for _, m := range matches {
+		if fi, err := os.Lstat(m); err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		rel, err := filepath.Rel(dir, m)
+		if err == nil && filepath.IsLocal(rel) {
+			out = append(out, filepath.ToSlash(rel))
+		}
+	}
+	return out, err
+}
+
+// FileEvents passes on the session's created, written, renamed and
+// removed events until stop. The bus never blocks: when the runner falls
+// a buffer behind, events are dropped, not the agent slowed.
+func (w agentWorkspace) FileEvents(session string) (<-chan agents.FileEvent, func()) {
+	sub := w.store.Events().Subscribe(1024)
+	out := make(chan agents.FileEvent, 1024)
+	go func() {
+		defer close(out)
+		for e := range sub.C {
+			if e.Session != session || e.Op == fs.OpClosed || e.Op == fs.OpError {
+				continue
+			}
+			out <- agents.FileEvent{Op: string(e.Op), Path: e.Path}
+		}
+	}()
+	return out, sub.Close
+}
+
+// cleanStaleViews unmounts and removes the execution views a daemon that
+// died left behind.
+func (w agentWorkspace) cleanStaleViews() {
+	ents, _ := os.ReadDir(w.views)
+	for _, e := range ents {
+		dir := filepath.Join(w.views, e.Name())
+		fs.CleanStaleMount(dir)
+		os.Remove(dir)
+	}
+}

@@ -1,0 +1,414 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dustin/go-humanize"
+
+	"hearth/appliance"
+)
+
+// agentVerbs are the agents subcommands, for usage errors.
+const agentVerbs = "run, list, show, execution (logs), outputs, retry, resume, cancel, definitions or sessions"
+
+func cmdAgents(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError{"agents: say what to do: " + agentVerbs}
+	}
+	verb, args := args[0], args[1:]
+	switch verb {
+	case "run":
+		return agentRun(args, stdout, stderr)
+	case "retry":
+		return agentRetry(args, stdout, stderr)
+	case "resume":
+		return agentResume(args, stdout, stderr)
+	case "list", "ls":
+		return agentList(args, stdout)
+	case "show":
+		return agentShow(args, stdout)
+	case "execution", "logs":
+		return agentExecution(args, stdout, stderr)
+	case "outputs":
+		return agentOutputs(args, stdout, stderr)
+	case "cancel":
+		return agentCancel(args, stdout)
+	case "definitions", "defs":
+		return agentDefinitions(args, stdout)
+	case "sessions":
+		return agentSessions(args, stdout)
+	}
+	return usageError{fmt.Sprintf("agents: unknown command %q: use %s", verb, agentVerbs)}
+}
+
+// agentArgs parses the flags of an agents command, --config and what fl
+// has, and wants lo to hi positional arguments; form is its usage.
+func agentArgs(fl *flag.FlagSet, args []string, lo, hi int, form string) (*appliance.Client, []string, error) {
+	config := fl.String("config", "", "config file")
+	pos, err := parseFlags(fl, args)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(pos) < lo || len(pos) > hi {
+		return nil, nil, usageError{"usage: hearth agents " + form}
+	}
+	c, err := client(*config)
+	return c, pos, err
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func agentList(args []string, stdout io.Writer) error {
+	fl := flag.NewFlagSet("agents list", flag.ContinueOnError)
+	asJSON := fl.Bool("json", false, "print JSON")
+	var f appliance.ExecutionFilter
+	var status string
+	fl.StringVar(&f.Agent, "agent", "", "only this agent's executions")
+	fl.StringVar(&f.Session, "session", "", "only this session's executions")
+	fl.StringVar(&status, "status", "", "only these statuses (comma-separated: running,pending)")
+	fl.IntVar(&f.Limit, "limit", 50, "at most this many, newest first")
+	c, _, err := agentArgs(fl, args, 0, 0, "list [--agent A] [--session S] [--status S,...] [--limit N] [--json]")
+	if err != nil {
+		return err
+	}
+	if status != "" {
+		f.Status = strings.Split(status, ",")
+	}
+	list, err := c.Executions(context.Background(), f)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(stdout, list)
+	}
+	if len(list) == 0 {
+		fmt.Fprintln(stdout, "no executions: start one with 'hearth agents run AGENT \"PROMPT\"'")
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	for _, e := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Id, e.Agent, e.Session, e.Status, turnsOf(e), spendOf(e), ranFor(e, time.Now()))
+	}
+	return tw.Flush()
+}
+
+// turnsOf is "turn 12/50", or "turn 12" without a turn limit.
+func turnsOf(e appliance.Execution) string {
+	if e.Limits.Turns > 0 {
+		return fmt.Sprintf("turn %d/%d", e.Turns, e.Limits.Turns)
+	}
+	return fmt.Sprintf("turn %d", e.Turns)
+}
+
+// spendOf is "$1.24 of $10.00", or "$1.24" without a budget.
+func spendOf(e appliance.Execution) string {
+	if e.Limits.Usd > 0 {
+		return usd(e.Usd) + " of " + usd(e.Limits.Usd)
+	}
+	return usd(e.Usd)
+}
+
+// ranFor is how long the execution has run (so far), or "pending".
+func ranFor(e appliance.Execution, now time.Time) string {
+	if e.Started == nil {
+		return "not started"
+	}
+	end := now
+	if e.Ended != nil {
+		end = *e.Ended
+	}
+	return duration(end.Sub(*e.Started))
+}
+
+// usd is money for people: "$1,234.50"; under a dollar, up to four
+// decimals ("$0.0045", "$0.25"), since agents' calls cost fractions of a
+// cent.
+func usd(v float64) string {
+	if v >= 1 || v <= -1 || v == 0 {
+		return "$" + humanize.FormatFloat("#,###.##", v)
+	}
+	s := strconv.FormatFloat(v, 'f', 4, 64)
+	for strings.HasSuffix(s, "0") && len(s)-strings.IndexByte(s, '.') > 3 {
+		s = s[:len(s)-1]
+	}
+	return "$" + s
+}
+
+// duration is a time span for people: "0.8s", "42s", "3m 42s", "1h 05m".
+func duration(d time.Duration) string {
+	switch {
+	case d < 10*time.Second:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm %02ds", int(d.Minutes()), int(d.Seconds())%60)
+	}
+	return fmt.Sprintf("%dh %02dm", int(d.Hours()), int(d.Minutes())%60)
+}
+
+func agentShow(args []string, stdout io.Writer) error {
+	fl := flag.NewFlagSet("agents show", flag.ContinueOnError)
+	asJSON := fl.Bool("json", false, "print JSON")
+	c, pos, err := agentArgs(fl, args, 1, 1, "show EXECUTION [--json]")
+	if err != nil {
+		return err
+	}
+	e, err := c.Execution(context.Background(), pos[0])
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(stdout, e)
+	}
+	printExecution(stdout, e)
+	return nil
+}
+
+func printExecution(w io.Writer, e appliance.Execution) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+		}
+	}
+	kind := string(e.Kind)
+	if e.Parent != "" {
+		kind += " of " + e.Parent
+	}
+	row("execution", e.Id+" ("+kind+")")
+	row("agent", e.Agent)
+	row("session", e.Session)
+	row("status", string(e.Status))
+	row("prompt", oneLine(e.Prompt, 200))
+	row("created", e.Created.Local().Format("2006-01-02 15:04:05")+" ("+humanize.Time(e.Created)+")")
+	row("ran", ranFor(e, time.Now()))
+	row("limits", limitsOf(e.Limits))
+	row("used", spentOf(e))
+	row("result", oneLine(e.Result, 500))
+	row("error", e.Error)
+	row("outputs", strings.Join(e.Outputs, ", "))
+	tw.Flush()
+}
+
+func limitsOf(l appliance.Limits) string {
+	var parts []string
+	if l.Usd > 0 {
+		parts = append(parts, usd(l.Usd))
+	}
+	if l.Turns > 0 {
+		parts = append(parts, plural(l.Turns, "turn"))
+	}
+	if l.WallTime != "" {
+		parts = append(parts, shortDuration(l.WallTime))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// shortDuration writes a Go duration without its zero tail: "30m" for
+// 30m0s, "2h" for 2h0m0s.
+func shortDuration(s string) string {
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil || d <= 0:
+		return s
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d%time.Minute == 0:
+		return strings.TrimSuffix(d.String(), "0s")
+	}
+	return d.String()
+}
+
+func spentOf(e appliance.Execution) string {
+	s := fmt.Sprintf("%s, %s in / %s out tokens", plural(e.Turns, "turn"), humanize.Comma(e.Tokens.Input), humanize.Comma(e.Tokens.Output))
+	if e.Tokens.CacheRead > 0 || e.Tokens.CacheCreation > 0 {
+		s += fmt.Sprintf(" (cache: %s read, %s written)", humanize.Comma(e.Tokens.CacheRead), humanize.Comma(e.Tokens.CacheCreation))
+	}
+	return s + ", " + usd(e.Usd)
+}
+
+// plural is "1 turn", "2 turns".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// oneLine puts text on one line of at most max runes.
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > max {
+		return string(r[:max-1]) + "…"
+	}
+	return s
+}
+
+func agentCancel(args []string, stdout io.Writer) error {
+	fl := flag.NewFlagSet("agents cancel", flag.ContinueOnError)
+	c, pos, err := agentArgs(fl, args, 1, 1, "cancel EXECUTION")
+	if err != nil {
+		return err
+	}
+	e, err := c.Cancel(context.Background(), pos[0])
+	if err != nil {
+		return err
+	}
+	if !appliance.Ended(e) {
+		fmt.Fprintf(stdout, "%s is still stopping (its agent gets KILL after the grace period); check with 'hearth agents show %s'\n", e.Id, e.Id)
+		return nil
+	}
+	fmt.Fprintf(stdout, "%s %s", e.Id, e.Status)
+	if len(e.Outputs) > 0 {
+		fmt.Fprintf(stdout, "; partial outputs kept: %s", strings.Join(e.Outputs, ", "))
+	}
+	fmt.Fprintln(stdout)
+	return nil
+}
+
+func agentOutputs(args []string, stdout, stderr io.Writer) error {
+	fl := flag.NewFlagSet("agents outputs", flag.ContinueOnError)
+	asJSON := fl.Bool("json", false, "print JSON")
+	dir := fl.String("download", "", "copy every output into this directory")
+	c, pos, err := agentArgs(fl, args, 1, 1, "outputs EXECUTION [--download DIR] [--json]")
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	files, err := c.Outputs(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if *dir != "" {
+		return downloadOutputs(ctx, c, pos[0], files, *dir, stderr)
+	}
+	if *asJSON {
+		return printJSON(stdout, files)
+	}
+	if len(files) == 0 {
+		fmt.Fprintf(stdout, "no files in the session's outputs/ yet\n")
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	for _, f := range files {
+		mark := ""
+		if f.Matched {
+			mark = "matched"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Path, humanize.IBytes(uint64(f.Size)), humanize.Time(f.Modified), mark)
+	}
+	return tw.Flush()
+}
+
+// downloadOutputs copies each file to dir, under its path below
+// outputs/; each file appears whole or not at all.
+func downloadOutputs(ctx context.Context, c *appliance.Client, id string, files []appliance.OutputFile, dir string, stderr io.Writer) error {
+	var total int64
+	for _, f := range files {
+		rel := strings.TrimPrefix(f.Path, "outputs/")
+		if !filepath.IsLocal(rel) {
+			return fmt.Errorf("the daemon listed %q, which is not a path under outputs/: not downloaded", f.Path)
+		}
+		dst := filepath.Join(dir, filepath.FromSlash(rel))
+		n, err := downloadTo(ctx, c, id, f.Path, dst)
+		if err != nil {
+			return fmt.Errorf("download %s: %w", f.Path, err)
+		}
+		total += n
+	}
+	fmt.Fprintf(stderr, "downloaded %s (%s) to %s\n", plural(len(files), "file"), humanize.IBytes(uint64(total)), dir)
+	return nil
+}
+
+func downloadTo(ctx context.Context, c *appliance.Client, id, p, dst string) (int64, error) {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return 0, err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".hearth-*")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(tmp.Name())
+	n, err := c.DownloadOutput(ctx, id, p, tmp)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), dst)
+	}
+	return n, err
+}
+
+func agentDefinitions(args []string, stdout io.Writer) error {
+	fl := flag.NewFlagSet("agents definitions", flag.ContinueOnError)
+	asJSON := fl.Bool("json", false, "print JSON")
+	c, _, err := agentArgs(fl, args, 0, 0, "definitions [--json]")
+	if err != nil {
+		return err
+	}
+	defs, err := c.Agents(context.Background())
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(stdout, defs)
+	}
+	if len(defs) == 0 {
+		fmt.Fprintln(stdout, "no agents: put one TOML file per agent in the daemon's agents.dir and restart it")
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	for _, d := range defs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", d.Name, d.Model, d.Image, limitsOf(d.Limits), oneLine(d.Description, 60))
+	}
+	return tw.Flush()
+}
+
+func agentSessions(args []string, stdout io.Writer) error {
+	fl := flag.NewFlagSet("agents sessions", flag.ContinueOnError)
+	asJSON := fl.Bool("json", false, "print JSON")
+	var f appliance.AgentSessionFilter
+	fl.StringVar(&f.Agent, "agent", "", "only this agent's sessions")
+	fl.IntVar(&f.Limit, "limit", 50, "at most this many, newest first")
+	c, _, err := agentArgs(fl, args, 0, 0, "sessions [--agent A] [--limit N] [--json]")
+	if err != nil {
+		return err
+	}
+	list, err := c.AgentSessions(context.Background(), f)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(stdout, list)
+	}
+	if len(list) == 0 {
+		fmt.Fprintln(stdout, "no sessions yet")
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	for _, s := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Id, s.Agent, humanize.Time(s.Created), s.LastExecution)
+	}
+	return tw.Flush()
+}

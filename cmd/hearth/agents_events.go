@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/dustin/go-humanize"
+
+	"hearth/appliance"
+)
+
+// agentExecution prints an execution's whole event log with timestamps;
+// --follow goes on with new events until it ends.
+func agentExecution(args []string, stdout, stderr io.Writer) error {
+	fl := flag.NewFlagSet("agents execution", flag.ContinueOnError)
+	asJSON := fl.Bool("json", false, "print each event as a line of JSON")
+	follow := fl.Bool("follow", false, "go on with new events until the execution ends")
+	fl.BoolVar(follow, "f", false, "go on with new events until the execution ends")
+	c, pos, err := agentArgs(fl, args, 1, 1, "execution EXECUTION [--follow] [--json]")
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	p := eventPrinter{w: stdout, absolute: true}
+	show := func(ev appliance.Event) error {
+		if *asJSON {
+			b, _ := json.Marshal(ev)
+			_, err := fmt.Fprintf(stdout, "%s\n", b)
+			return err
+		}
+		p.print(ev)
+		return nil
+	}
+	if *follow {
+		err := c.FollowEvents(ctx, pos[0], 0, show)
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
+	}
+	var after int64
+	for {
+		page, err := c.Events(ctx, pos[0], after, 1000)
+		if err != nil {
+			return err
+		}
+		for _, ev := range page.Events {
+			show(ev)
+		}
+		if len(page.Events) == 0 {
+			return nil
+		}
+		after = page.NextAfter
+	}
+}
+
+// eventPrinter writes events for people, one line each (a tool's output
+// gets its first line): with their time of day, or with the time since
+// start.
+type eventPrinter struct {
+	w        io.Writer
+	absolute bool
+	start    time.Time
+}
+
+func (p eventPrinter) print(ev appliance.Event) {
+	what, text := describe(ev)
+	if what == "" {
+		return
+	}
+	stamp := fmt.Sprintf("%6s", duration(ev.Time.Sub(p.start)))
+	if p.start.IsZero() || ev.Time.Before(p.start) {
+		stamp = fmt.Sprintf("%6s", "")
+	}
+	if p.absolute {
+		stamp = ev.Time.Local().Format("2006-01-02 15:04:05.000")
+	}
+	fmt.Fprintf(p.w, "%s  %-7s %s\n", stamp, what, text)
+}
+
+// describe is an event's kind and one line about it; "" for an event not
+// worth a line.
+func describe(ev appliance.Event) (string, string) {
+	var p map[string]any
+	json.Unmarshal(ev.Payload, &p)
+	str := func(k string) string { s, _ := p[k].(string); return s }
+	num := func(k string) float64 { f, _ := p[k].(float64); return f }
+	switch ev.Type {
+	case "status":
+		return "status", describeStatus(p)
+	case "text":
+		return "text", oneLine(str("text"), 200)
+	case "tool_call":
+		return "tool", str("name") + ": " + toolInput(p["input"])
+	case "tool_result":
+		return "result", toolOutput(str("output"), p["is_error"] == true)
+	case "file":
+		return "file", str("op") + " " + str("path")
+	case "model_call":
+		return "model", describeCall(p, str, num)
+	case "budget":
+		return "budget", describeBudget(str("limit"), str("level"), num("used"), num("max"))
+	case "error":
+		return "error", oneLine(str("message"), 300)
+	case "network":
+		return "network", fmt.Sprintf("%s %s: %v %s", str("method"), str("host"), p["allowed"], str("reason"))
+	case "output":
+		return str("stream"), oneLine(str("line"), 200)
+	}
+	return ev.Type, oneLine(string(ev.Payload), 200)
+}
+
+func describeStatus(p map[string]any) string {
+	status, _ := p["status"].(string)
+	switch status {
+	case "running":
+		return fmt.Sprintf("running agent %v with %v", p["agent"], p["model"])
+	case "agent_started":
+		return fmt.Sprintf("the agent started (%v, claude code %v)", p["model"], p["claude_code_version"])
+	case "agent_finished":
+		n, _ := p["num_turns"].(float64)
+		return fmt.Sprintf("the agent finished: %v after %s", p["outcome"], plural(int(n), "turn"))
+	}
+	if e, _ := p["error"].(string); e != "" && e != status {
+		return status + ": " + oneLine(e, 300)
+	}
+	return status
+}
+
+func describeCall(p map[string]any, str func(string) string, num func(string) float64) string {
+	s := fmt.Sprintf("%s: %s in / %s out tokens, %s, %s", str("model"), humanize.Comma(int64(num("input_tokens"))),
+		humanize.Comma(int64(num("output_tokens"))), usd(num("usd")), latency(time.Duration(num("latency_ms"))*time.Millisecond))
+	if st := num("status"); st != 200 {
+		s += fmt.Sprintf(" (HTTP %d: %s)", int(st), oneLine(str("error"), 120))
+	}
+	return s
+}
+
+// latency is a model call's time: "850ms", "12.3s".
+func latency(d time.Duration) string {
+	if d < time.Second {
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	}
+	return duration(d)
+}
+
+func describeBudget(limit, level string, used, max float64) string {
+	amount := func(v float64) string {
+		if limit == "usd" || limit == "credits" {
+			return usd(v)
+		}
+		return fmt.Sprint(v)
+	}
+	if level == "exceeded" {
+		return fmt.Sprintf("%s limit reached (%s of %s): model calls refused, the agent is stopped", limit, amount(used), amount(max))
+	}
+	return fmt.Sprintf("%s at %s of %s: the agent is told to wrap up", limit, amount(used), amount(max))
+}
+
+// toolInput shows what a tool was asked: a command, a path, or its JSON.
+func toolInput(in any) string {
+	if m, ok := in.(map[string]any); ok {
+		for _, k := range []string{"command", "file_path", "path", "pattern", "url", "query"} {
+			if s, ok := m[k].(string); ok {
+				return firstLine(s, 160)
+			}
+		}
+	}
+	b, _ := json.Marshal(in)
+	return oneLine(string(b), 160)
+}
+
+// toolOutput is a tool's output's first line, and how much more there is.
+func toolOutput(out string, isError bool) string {
+	s := firstLine(out, 140)
+	if isError {
+		s = "error: " + s
+	}
+	return s
+}
+
+// firstLine is text's first line, and how many more there are.
+func firstLine(text string, max int) string {
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	s := oneLine(lines[0], max)
+	if len(lines) > 1 {
+		s += fmt.Sprintf(" (+%d lines)", len(lines)-1)
+	}
+	return s
+}

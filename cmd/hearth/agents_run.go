@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/dustin/go-humanize"
+
+	"hearth/appliance"
+)
+
+// agents run, retry and resume start an execution and, unless
+// --detach, stream it as it runs and end with its summary. Their exit
+// status is 0 when it completed and 1 otherwise (failed, over budget,
+// out of time, cancelled, interrupted); 130 when Ctrl-C stopped the
+// following (the execution goes on in the daemon).
+
+// inputFlag collects repeated --input FILE.
+type inputFlag []string
+
+func (f *inputFlag) String() string { return strings.Join(*f, ",") }
+
+func (f *inputFlag) Set(v string) error { *f = append(*f, v); return nil }
+
+// runFlags are what run and resume share.
+type runFlags struct {
+	inputs  inputFlag
+	budget  float64
+	turns   int
+	timeout time.Duration
+	detach  bool
+	asJSON  bool
+	outputs inputFlag
+	session string
+}
+
+func (rf *runFlags) add(fl *flag.FlagSet, session bool) {
+	fl.Var(&rf.inputs, "input", "a file for the agent's inputs/ (repeatable)")
+	fl.Float64Var(&rf.budget, "budget", 0, "most dollars of model spend (only lower than the agent's)")
+	fl.IntVar(&rf.turns, "max-turns", 0, "most model answers (only lower than the agent's)")
+	fl.DurationVar(&rf.timeout, "timeout", 0, "most wall time, like 10m (only shorter than the agent's)")
+	fl.BoolVar(&rf.detach, "detach", false, "print the execution id and leave it running")
+	fl.BoolVar(&rf.asJSON, "json", false, "print the execution as JSON instead of the stream")
+	if session {
+		fl.Var(&rf.outputs, "output", "a glob under outputs/ replacing the agent's (repeatable)")
+		fl.StringVar(&rf.session, "session", "", "work in this existing session (the agent keeps its conversation)")
+	}
+}
+
+func (rf *runFlags) limits() appliance.Limits {
+	l := appliance.Limits{Usd: rf.budget, Turns: rf.turns}
+	if rf.timeout > 0 {
+		l.WallTime = rf.timeout.String()
+	}
+	return l
+}
+
+// readInputs reads the --input files, by base name.
+func (rf *runFlags) readInputs() (map[string][]byte, error) {
+	if len(rf.inputs) == 0 {
+		return nil, nil
+	}
+	out := map[string][]byte{}
+	for _, p := range rf.inputs {
+		name := filepath.Base(p)
+		if _, dup := out[name]; dup {
+			return nil, usageError{fmt.Sprintf("--input: two files are called %s; the agent sees inputs by name", name)}
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("--input: %w", err)
+		}
+		out[name] = data
+	}
+	return out, nil
+}
+
+func agentRun(args []string, stdout, stderr io.Writer) error {
+	fl := flag.NewFlagSet("agents run", flag.ContinueOnError)
+	var rf runFlags
+	rf.add(fl, true)
+	c, pos, err := agentArgs(fl, args, 2, 2, `run AGENT "PROMPT" [--input FILE]... [--budget USD] [--max-turns N] [--timeout D] [--session ID] [--detach]`)
+	if err != nil {
+		return err
+	}
+	inputs, err := rf.readInputs()
+	if err != nil {
+		return err
+	}
+	req := appliance.DelegateRequest{Agent: pos[0], Prompt: pos[1], Inputs: inputs, Limits: rf.limits(), Outputs: rf.outputs, Session: rf.session}
+	return startAndFollow(c, rf, stdout, stderr, func(ctx context.Context) (appliance.Execution, error) { return c.Delegate(ctx, req) })
+}
+
+func agentResume(args []string, stdout, stderr io.Writer) error {
+	fl := flag.NewFlagSet("agents resume", flag.ContinueOnError)
+	var rf runFlags
+	rf.add(fl, false)
+	c, pos, err := agentArgs(fl, args, 2, 2, `resume SESSION "PROMPT" [--input FILE]... [--budget USD] [--max-turns N] [--timeout D] [--detach]`)
+	if err != nil {
+		return err
+	}
+	inputs, err := rf.readInputs()
+	if err != nil {
+		return err
+	}
+	req := appliance.ResumeRequest{Prompt: pos[1], Inputs: inputs, Limits: rf.limits()}
+	return startAndFollow(c, rf, stdout, stderr, func(ctx context.Context) (appliance.Execution, error) { return c.Resume(ctx, pos[0], req) })
+}
+
+func agentRetry(args []string, stdout, stderr io.Writer) error {
+	fl := flag.NewFlagSet("agents retry", flag.ContinueOnError)
+	var rf runFlags
+	fl.BoolVar(&rf.detach, "detach", false, "print the execution id and leave it running")
+	fl.BoolVar(&rf.asJSON, "json", false, "print the execution as JSON instead of the stream")
+	c, pos, err := agentArgs(fl, args, 1, 1, "retry EXECUTION [--detach] [--json]")
+	if err != nil {
+		return err
+	}
+	return startAndFollow(c, rf, stdout, stderr, func(ctx context.Context) (appliance.Execution, error) { return c.Retry(ctx, pos[0], false) })
+}
+
+// startAndFollow starts the execution and, unless detached, streams its
+// events to stdout until it ends, then prints its summary.
+func startAndFollow(c *appliance.Client, rf runFlags, stdout, stderr io.Writer, start func(context.Context) (appliance.Execution, error)) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	e, err := start(ctx)
+	if err != nil {
+		return err
+	}
+	if rf.detach {
+		if rf.asJSON {
+			return printJSON(stdout, e)
+		}
+		fmt.Fprintln(stdout, e.Id)
+		fmt.Fprintf(stderr, "%s runs in session %s: follow it with 'hearth agents execution %s --follow'\n", e.Id, e.Session, e.Id)
+		return nil
+	}
+	if !rf.asJSON {
+		fmt.Fprintf(stdout, "%s: agent %s in session %s\n", e.Id, e.Agent, e.Session)
+	}
+	p := eventPrinter{w: stdout, start: time.Now()}
+	err = c.FollowEvents(ctx, e.Id, 0, func(ev appliance.Event) error {
+		if !rf.asJSON {
+			p.print(ev)
+		}
+		return nil
+	})
+	if errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "\nstopped following %s; it goes on in the daemon: watch it with 'hearth agents execution %s --follow', stop it with 'hearth agents cancel %s'\n",
+			e.Id, e.Id, e.Id)
+		return statusError{130}
+	}
+	if err != nil {
+		return err
+	}
+	if e, err = c.Execution(context.Background(), e.Id); err != nil {
+		return err
+	}
+	if rf.asJSON {
+		printJSON(stdout, e)
+	} else {
+		printSummary(context.Background(), c, stdout, e)
+	}
+	if e.Status != "completed" {
+		return statusError{exitError}
+	}
+	return nil
+}
+
+// printSummary ends a followed execution: how it ended, what it used,
+// its answer and its outputs.
+func printSummary(ctx context.Context, c *appliance.Client, w io.Writer, e appliance.Execution) {
+	fmt.Fprintf(w, "\n%s after %s: %s\n", e.Status, ranFor(e, time.Now()), spentOf(e)+budgetNote(e))
+	if e.Error != "" {
+		fmt.Fprintf(w, "error: %s\n", e.Error)
+	}
+	if e.Result != "" {
+		fmt.Fprintf(w, "result: %s\n", strings.TrimSpace(e.Result))
+	}
+	if len(e.Outputs) > 0 {
+		sizes := map[string]int64{}
+		if files, err := c.Outputs(ctx, e.Id); err == nil {
+			for _, f := range files {
+				sizes[f.Path] = f.Size
+			}
+		}
+		fmt.Fprintln(w, "outputs:")
+		for _, o := range e.Outputs {
+			fmt.Fprintf(w, "  %s (%s)\n", o, humanize.IBytes(uint64(sizes[o])))
+		}
+		fmt.Fprintf(w, "download them with 'hearth agents outputs %s --download DIR'\n", e.Id)
+	}
+	fmt.Fprintf(w, "continue with 'hearth agents resume %s \"...\"'\n", e.Session)
+}
+
+func budgetNote(e appliance.Execution) string {
+	if e.Limits.Usd > 0 {
+		return " of " + usd(e.Limits.Usd)
+	}
+	return ""
+}
