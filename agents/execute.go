@@ -247,6 +247,11 @@ func (ru *run) finish(why stopReason, st guest.ExitStatus, sum adapter.Summary) 
 	if err := cfg.Store.Flush(ctx); err != nil && ru.err == nil {
 		ru.err = err
 	}
+	if cfg.Credits {
+		// Before the end is announced, so the balance a caller then reads
+		// is final; the machine is torn down after.
+		cfg.Store.Release(ctx, ru.exec.ID)
+	}
 	usd, turns := ru.budget.Spent()
 	tokens := ru.tokens()
 	exec, err := cfg.Store.UpdateExecution(ctx, ru.exec.ID, func(e *store.Execution) error {

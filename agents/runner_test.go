@@ -478,6 +478,8 @@ func TestRunCredits(t *testing.T) {
 	if ok != 1 || refused != 1 {
 		t.Errorf("%d completed and %d refused for lack of credits, want 1 and 1", ok, refused)
 	}
+	// The balance is final as soon as the execution is: a follower that
+	// sees the end and reads it gets the released reservation.
 	avail, reserved, spent, err := h.store.Balance(ctx)
 	if err != nil || reserved != 0 || spent < 0.0999 || spent > 0.1001 || avail < 1.3999 || avail > 1.4001 {
 		t.Errorf("balance after: available %v, reserved %v, spent %v, %v; want 1.40, 0, 0.10", avail, reserved, spent, err)

@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# Sets up Hearth and runs its main job as far as it goes today: start the
-# daemon (it mounts the shared workspace), build the base image (cached
-# after the first run), boot a sandbox on a session, run an agent-like task
-# in it that reads the session's inputs and writes a report to its outputs,
-# read the report from the host, pause and resume the sandbox, snapshot,
-# branch and roll back the session, then clean up and stop the daemon.
-# Real agents and their execution stream come with the agents issue.
+# Sets up Hearth and runs its main job: an agent task in a sandbox, visible
+# in its execution stream. It builds Hearth and the claude-code image
+# (a few minutes the first time, cached after), starts the daemon, adds
+# credits, and runs the data-analyzer agent: the real Claude Code CLI in a
+# jail reads a CSV from its session's inputs/ and writes
+# outputs/report.md, while every step streams to the terminal.
+#
+# The model: with ANTHROPIC_API_KEY set, the real provider. Without it
+# (these machines reach none), hearth-scripted-model stands in: a scripted
+# Messages API server, not a model, that plays a fixed demo script and
+# says so in its answers. Everything else is real.
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 need_root
 ensure_fuse
 ensure_go
-# debootstrap and e2fsprogs build the base image (a Debian root, then ext4).
+# debootstrap and e2fsprogs build the images (a Debian root, then ext4).
 ensure_packages debootstrap e2fsprogs
 exec </dev/null # nothing below reads the terminal; exec forwards stdin otherwise
 started=$SECONDS
@@ -22,10 +26,41 @@ mkdir -p "$bin" "$demo/task" "$demo/state"
 echo "==> building hearth and its guest agent (hearth-guest, static, beside it)"
 go build -o "$bin/hearth" ./cmd/hearth
 CGO_ENABLED=0 go build -o "$bin/hearth-guest" ./cmd/hearth-guest
+go build -o "$bin/hearth-scripted-model" ./cmd/hearth-scripted-model
+model_conf=
+stand_in=
+if [ -z "${ANTHROPIC_API_KEY:-}" ]; then
+  echo "==> no ANTHROPIC_API_KEY: hearth-scripted-model stands in for the model provider (a script, not a model)"
+  head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$demo/model.key"
+  "$bin/hearth-scripted-model" --listen 127.0.0.1:8089 --key-file "$demo/model.key" 2>"$demo/model.log" &
+  stand_in=$!
+  model_conf=$'[model]\nupstream = "http://127.0.0.1:8089"\napi_key_file = "'"$demo/model.key"'"'
+fi
+mkdir -p "$demo/state/agents"
 cat > "$demo/hearth.toml" <<TOML
 state_dir = "$demo/state"
 [workspace]
 mount = "$demo/agents"
+[credits]
+enabled = true
+$model_conf
+TOML
+cat > "$demo/state/agents/data-analyzer.toml" <<'TOML'
+description = "Reads CSV inputs and writes a short report."
+image = "claude-code"
+model = "claude-sonnet-4-5"
+prompt = """
+{{.Prompt}}
+
+The data is in {{range $i, $f := .Inputs}}{{if $i}}, {{end}}{{$f}}{{end}}.
+Write your findings to outputs/report.md.
+"""
+outputs = ["outputs/*.md"]
+
+[limits]
+usd = 5.0
+turns = 30
+wall_time = "15m"
 TOML
 # hearth runs the CLI with the demo's config (before the arguments: exec
 # passes what follows -- to the command); run also shows the command.
@@ -46,6 +81,7 @@ daemon=
 cleanup() {
   local rc=$?
   [ -n "$sbx" ] && hearth sandboxes destroy "$sbx" >/dev/null 2>&1
+  [ -n "$stand_in" ] && kill -TERM "$stand_in" 2>/dev/null
   if [ -n "$daemon" ]; then
     kill -TERM "$daemon" 2>/dev/null
     wait "$daemon" || { rc=1; echo "==> the daemon did not stop cleanly; its log: $demo/daemon.log" >&2; }
@@ -67,11 +103,9 @@ until grep -q "API on unix socket" "$demo/daemon.log" 2>/dev/null; do
   sleep 0.1
 done
 
-run images build base
-run images ls
+run images build claude-code
+run credits add 20 --note demo
 
-# The task: a table of sales as the input, a small program as the agent.
-sess=q2-sales-$(head -c2 /dev/urandom | od -An -tx1 | tr -d ' \n')
 cat > "$demo/task/sales.csv" <<'CSV'
 date,region,product,units,price
 2026-04-02,north,kettle,12,39.90
@@ -83,51 +117,20 @@ date,region,product,units,price
 2026-06-18,north,blender,6,89.00
 2026-06-30,south,kettle,15,37.50
 CSV
-cat > "$demo/task/analyse.py" <<'PY'
-import csv, collections
-rows = list(csv.DictReader(open("inputs/sales.csv")))
-revenue, units = collections.Counter(), collections.Counter()
-for r in rows:
-    revenue[r["region"]] += int(r["units"]) * float(r["price"])
-    units[r["product"]] += int(r["units"])
-with open("outputs/report.md", "w") as f:
-    f.write(f"# Q2 sales: {len(rows)} orders, {sum(revenue.values()):,.2f} total\n\n")
-    f.write("| region | revenue |\n|---|---|\n")
-    for region, total in revenue.most_common():
-        f.write(f"| {region} | {total:,.2f} |\n")
-    best, n = units.most_common(1)[0]
-    f.write(f"\nBest seller: {best} ({n} units)\n")
-print(f"analysed {len(rows)} orders: wrote outputs/report.md")
-PY
-
-echo "\$ hearth sandboxes create --session $sess --memory 512M --cpus 1"
-sbx=$(hearth sandboxes create --session "$sess" --memory 512M --cpus 1)
-echo "$sbx"
 cd "$demo/task"
-run sandboxes exec "$sbx" -- sh -c 'id; exit 3' || echo "(exit status $?)"
-run sandboxes cp sales.csv "$sbx:/workspace/agents/$sess/inputs/"
-echo "\$ hearth sandboxes exec $sbx --cwd /workspace/agents/$sess -- python3 - < analyse.py"
-hearth sandboxes exec "$sbx" --cwd "/workspace/agents/$sess" -- python3 - <analyse.py
-show cat "$demo/agents/$sess/outputs/report.md"
-run sandboxes ls
-run sandboxes pause "$sbx"
-run sandboxes exec "$sbx" -- true || echo "(exit status $?)"
-run sandboxes resume "$sbx"
+echo "\$ hearth agents run data-analyzer 'Analyze Q2 sales' --input sales.csv --budget 2"
+hearth agents run data-analyzer 'Analyze Q2 sales' --input sales.csv --budget 2 | tee "$demo/run.log"
+exec_id=$(grep -o -m1 '^exec-[0-9a-f]*' "$demo/run.log")
+session=$(grep -o -m1 'session-[0-9a-f]*' "$demo/run.log")
+run agents list
+show cat "$demo/agents/$session/outputs/report.md"
+run agents show "$exec_id"
+run credits show
 
-run workspace snapshot "$sess" first-draft
-run sandboxes exec "$sbx" --cwd "/workspace/agents/$sess" -- sh -c 'echo "# Q2 sales: draft 2" > outputs/report.md'
-show head -1 "$demo/agents/$sess/outputs/report.md"
-run workspace branch "$sess" first-draft "$sess-alt"
-run workspace restore "$sess" first-draft
-run sandboxes exec "$sbx" -- head -1 "/workspace/agents/$sess/outputs/report.md"
-run workspace ls
-
-run sandboxes destroy "$sbx"
-sbx=
 echo "==> stopping the daemon (SIGTERM): it unmounts $demo/agents"
 kill -TERM "$daemon"
 status=0
 wait "$daemon" || status=$?
 daemon=
 [ $status = 0 ] || { echo "==> the daemon exited with status $status; its log: $demo/daemon.log" >&2; exit 1; }
-echo "==> done in $((SECONDS - started))s; the sessions stay in $demo/state (start again with: $bin/hearth up --config $demo/hearth.toml)"
+echo "==> done in $((SECONDS - started))s; sessions and executions stay in $demo/state (start again with: $bin/hearth up --config $demo/hearth.toml)"
