@@ -168,23 +168,33 @@ func newSandboxManager(cfg Config, store *fs.Store, images *imageService, driver
 // newDriver makes the jail driver with the agent binary the config names
 // or, by default, hearth-guest beside the running executable.
 func newDriver(cfg Config) (vmm.Driver, string, error) {
-	agent := cfg.Sandbox.Agent
-	if agent == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, "", fmt.Errorf("find the guest agent: %w", err)
-		}
-		agent = filepath.Join(filepath.Dir(exe), "hearth-guest")
-	}
-	if _, err := os.Stat(agent); err != nil {
-		return nil, agent, fmt.Errorf("the guest agent %s is missing: build it with `CGO_ENABLED=0 go build -o %s ./cmd/hearth-guest` "+
-			"or name it with agent = \"...\" under [sandbox] in the config", agent, agent)
+	agent, err := guestAgentPath(cfg)
+	if err != nil {
+		return nil, agent, err
 	}
 	d, err := jail.New(filepath.Join(cfg.StateDir, "jail"), agent)
 	if err != nil {
 		return nil, agent, err
 	}
 	return d, agent, nil
+}
+
+// guestAgentPath finds the agent binary the config names or, by default,
+// hearth-guest beside the running executable.
+func guestAgentPath(cfg Config) (string, error) {
+	agent := cfg.Sandbox.Agent
+	if agent == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("find the guest agent: %w", err)
+		}
+		agent = filepath.Join(filepath.Dir(exe), "hearth-guest")
+	}
+	if _, err := os.Stat(agent); err != nil {
+		return agent, fmt.Errorf("the guest agent %s is missing: build it with `CGO_ENABLED=0 go build -o %s ./cmd/hearth-guest` "+
+			"or name it with agent = \"...\" under [sandbox] in the config", agent, agent)
+	}
+	return agent, nil
 }
 
 func (m *sandboxManager) available() error {

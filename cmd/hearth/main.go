@@ -25,6 +25,7 @@ const usage = `hearth: a workspace computer for AI agents
 
 Usage:
   hearth up [--config FILE]                      run the daemon (mounts the workspace)
+  hearth doctor [--json]                         what this host offers and the tier Hearth uses
   hearth workspace ls [--json]                   list sessions
   hearth workspace create SESSION                make a session (inputs/, outputs/, .home/)
   hearth workspace rm SESSION                    delete a session and its snapshots
@@ -107,6 +108,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdAgents(args[1:], stdout, stderr)
 	case "credits":
 		err = cmdCredits(args[1:], stdout)
+	case "doctor":
+		err = cmdDoctor(args[1:], stdout)
 	default:
 		fmt.Fprintf(stderr, "hearth: unknown command %q\n\n%s", args[0], usage)
 		return exitUsage
