@@ -12,6 +12,7 @@ import (
 	"hearth/appliance/api"
 	"hearth/fs"
 	"hearth/image"
+	"hearth/scheduler"
 	"hearth/vmm/guest"
 )
 
@@ -83,6 +84,12 @@ func apiError(err error) *APIError {
 	case errors.Is(err, fs.ErrNotFound), errors.Is(err, guest.ErrNotFound), errors.Is(err, image.ErrNotFound),
 		errors.Is(err, store.ErrNotFound), errors.Is(err, agents.ErrNotFound):
 		e.Code = codeNotFound
+	case errors.Is(err, scheduler.ErrNotFound):
+		e.Code = codeNotFound
+	case errors.Is(err, scheduler.ErrBusy):
+		e.Code = codeConflict
+	case errors.Is(err, scheduler.ErrClosed):
+		e.Code = codeUnavailable
 	case errors.Is(err, store.ErrInsufficientCredits):
 		e.Code = codeNoCredits
 	case errors.Is(err, store.ErrInvalid):

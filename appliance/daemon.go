@@ -26,6 +26,7 @@ type Daemon struct {
 	images *imageService
 	sbx    *sandboxManager
 	agents *agentService
+	sched  *scheduleService
 	srv    *http.Server
 	ln     net.Listener
 	log    *log.Logger
@@ -113,6 +114,9 @@ func (d *Daemon) open() error {
 			d.sbx.Close()
 		}
 	}
+	if err == nil {
+		err = d.startSchedules()
+	}
 	if err != nil {
 		d.closeDriver()
 		d.view.Unmount()
@@ -120,6 +124,25 @@ func (d *Daemon) open() error {
 		return err
 	}
 	return nil
+}
+
+// startSchedules starts the scheduler after the runner it delegates to;
+// on failure it closes the agents and sandboxes open already.
+func (d *Daemon) startSchedules() error {
+	var err error
+	if d.sched, err = newScheduleService(d.cfg, d.agents, d.log); err == nil {
+		err = d.sched.start()
+		if err != nil {
+			d.sched.Close()
+		}
+	}
+	if err != nil {
+		d.agents.Close()
+		d.wg.Wait()
+		d.agents.closeStore()
+		d.sbx.Close()
+	}
+	return err
 }
 
 func (d *Daemon) closeDriver() {
@@ -142,12 +165,13 @@ func (d *Daemon) serve() {
 // Store is the workspace store (for tests and in-process callers).
 func (d *Daemon) Store() *fs.Store { return d.store }
 
-// Close stops the running agent executions (they end cancelled, their
+// Close stops the scheduler, then the running agent executions (they end cancelled, their
 // partial outputs kept), stops the API, lets go of the sandboxes (they
 // keep running for the next daemon), unmounts the workspace and closes
 // the stores. Idempotent.
 func (d *Daemon) Close() error {
 	d.closeOnce.Do(func() {
+		d.sched.Close() // before the runner its runs delegate to
 		d.agents.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

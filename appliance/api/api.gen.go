@@ -672,6 +672,80 @@ type SaveSandboxRequest struct {
 	Image string `json:"image"`
 }
 
+// Schedule defines model for Schedule.
+type Schedule struct {
+	Agent   string      `json:"agent"`
+	CatchUp string      `json:"catch_up"`
+	Created time.Time   `json:"created"`
+	Id      string      `json:"id"`
+	Last    ScheduleRun `json:"last,omitempty,omitzero"`
+
+	// Limits What one execution may use; 0 or absent means no limit of that kind. A task may only tighten its agent's limits.
+	Limits Limits `json:"limits"`
+
+	// Next The next due time; absent when there is none.
+	Next    time.Time `json:"next,omitempty,omitzero"`
+	Overlap string    `json:"overlap"`
+	Prompt  string    `json:"prompt"`
+
+	// Queued A run waits for the running one to end.
+	Queued bool `json:"queued"`
+
+	// Running Runs going now.
+	Running int `json:"running"`
+
+	// Source agent (from the agent's definition, re-synced at each start) or api.
+	Source string `json:"source"`
+	Spec   string `json:"spec"`
+}
+
+// ScheduleRequest defines model for ScheduleRequest.
+type ScheduleRequest struct {
+	Agent string `json:"agent"`
+
+	// CatchUp none (default) or once: whether the daemon starts one run for due times missed while it was down.
+	CatchUp string `json:"catch_up,omitempty,omitzero"`
+
+	// Id Letters, digits, '.', '_' and '-'.
+	Id string `json:"id"`
+
+	// Limits What one execution may use; 0 or absent means no limit of that kind. A task may only tighten its agent's limits.
+	Limits Limits `json:"limits,omitempty,omitzero"`
+
+	// Overlap skip (default), queue or allow: what a run due while one is going does.
+	Overlap string `json:"overlap,omitempty,omitzero"`
+	Prompt  string `json:"prompt"`
+
+	// Spec Cron spec: "0 9 * * 1-5", "@daily", "@every 1h", optionally after "CRON_TZ=Europe/Paris ".
+	Spec string `json:"spec"`
+}
+
+// ScheduleRun defines model for ScheduleRun.
+type ScheduleRun struct {
+	CatchUp bool      `json:"catch_up,omitempty,omitzero"`
+	Ended   time.Time `json:"ended,omitempty,omitzero"`
+	Error   string    `json:"error,omitempty,omitzero"`
+
+	// Execution The execution the run delegated.
+	Execution string `json:"execution,omitempty,omitzero"`
+	Id        string `json:"id"`
+	Manual    bool   `json:"manual,omitempty,omitzero"`
+	Schedule  string `json:"schedule"`
+
+	// Scheduled The due time the run is for (for a manual run
+	Scheduled time.Time `json:"scheduled"`
+
+	// Skipped Why the run did not start.
+	Skipped string    `json:"skipped,omitempty,omitzero"`
+	Started time.Time `json:"started,omitempty,omitzero"`
+}
+
+// ScheduleRunStarted defines model for ScheduleRunStarted.
+type ScheduleRunStarted struct {
+	// Run The run's id; it shows in the history once it has ended.
+	Run string `json:"run"`
+}
+
 // SessionInfo defines model for SessionInfo.
 type SessionInfo struct {
 	Bytes   int64     `json:"Bytes"`
@@ -746,6 +820,9 @@ type JobID = string
 // SandboxID defines model for SandboxID.
 type SandboxID = string
 
+// ScheduleID defines model for ScheduleID.
+type ScheduleID = string
+
 // Failure defines model for Failure.
 type Failure = ErrorResponse
 
@@ -812,6 +889,12 @@ type JobOutputParams struct {
 // JobOutputParamsStream defines parameters for JobOutput.
 type JobOutputParamsStream string
 
+// ListScheduleRunsParams defines parameters for ListScheduleRuns.
+type ListScheduleRunsParams struct {
+	// Limit Default 100; negative means all.
+	Limit int `form:"limit,omitempty" json:"limit,omitempty,omitzero"`
+}
+
 // ListAgentSessionsParams defines parameters for ListAgentSessions.
 type ListAgentSessionsParams struct {
 	Agent string `form:"agent,omitempty" json:"agent,omitempty,omitzero"`
@@ -860,6 +943,9 @@ type StopJobJSONRequestBody = StopJobRequest
 
 // SaveSandboxJSONRequestBody defines body for SaveSandbox for application/json ContentType.
 type SaveSandboxJSONRequestBody = SaveSandboxRequest
+
+// AddScheduleJSONRequestBody defines body for AddSchedule for application/json ContentType.
+type AddScheduleJSONRequestBody = ScheduleRequest
 
 // ResumeSessionJSONRequestBody defines body for ResumeSession for application/json ContentType.
 type ResumeSessionJSONRequestBody = ResumeRequest
@@ -1308,6 +1394,52 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/save (the `SaveSandbox` operationId).
 	SaveSandbox(ctx context.Context, id SandboxID, body SaveSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListSchedules List the schedules, by id, with their next run, last run and runs going.
+	//
+	// Corresponds with GET /v1/schedules (the `ListSchedules` operationId).
+	ListSchedules(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AddScheduleWithBody Add a schedule, or replace the one with the same id.
+	//
+	// Each run delegates the prompt to the agent as POST /v1/executions
+	// does (same budgets, same credits) and waits for the execution to
+	// end. A bad spec or id is a 400 saying what to write; an unknown
+	// agent 404; a limit looser than the agent's 400.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/schedules (the `AddSchedule` operationId).
+	AddScheduleWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AddSchedule Add a schedule, or replace the one with the same id.
+	//
+	// Each run delegates the prompt to the agent as POST /v1/executions
+	// does (same budgets, same credits) and waits for the execution to
+	// end. A bad spec or id is a 400 saying what to write; an unknown
+	// agent 404; a limit looser than the agent's 400.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/schedules (the `AddSchedule` operationId).
+	AddSchedule(ctx context.Context, body AddScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteSchedule Delete a schedule; its running runs carry on, its history stays.
+	//
+	// Corresponds with DELETE /v1/schedules/{id} (the `DeleteSchedule` operationId).
+	DeleteSchedule(ctx context.Context, id ScheduleID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RunSchedule Start a run now, under the schedule's overlap policy.
+	//
+	// While a run is going, skip refuses with 409, queue queues it (409 if one already waits), allow starts it.
+	//
+	// Corresponds with POST /v1/schedules/{id}/run (the `RunSchedule` operationId).
+	RunSchedule(ctx context.Context, id ScheduleID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListScheduleRuns A schedule's run history, newest first, with the execution each run produced.
+	//
+	// Corresponds with GET /v1/schedules/{id}/runs (the `ListScheduleRuns` operationId).
+	ListScheduleRuns(ctx context.Context, id ScheduleID, params *ListScheduleRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListAgentSessions List agent sessions, newest first.
 	//
@@ -2204,6 +2336,112 @@ func (c *Client) SaveSandboxWithBody(ctx context.Context, id SandboxID, contentT
 // Corresponds with POST /v1/sandboxes/{id}/save (the `SaveSandbox` operationId).
 func (c *Client) SaveSandbox(ctx context.Context, id SandboxID, body SaveSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSaveSandboxRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListSchedules List the schedules, by id, with their next run, last run and runs going.
+//
+// Corresponds with GET /v1/schedules (the `ListSchedules` operationId).
+func (c *Client) ListSchedules(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListSchedulesRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AddScheduleWithBody Add a schedule, or replace the one with the same id.
+//
+// Each run delegates the prompt to the agent as POST /v1/executions
+// does (same budgets, same credits) and waits for the execution to
+// end. A bad spec or id is a 400 saying what to write; an unknown
+// agent 404; a limit looser than the agent's 400.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/schedules (the `AddSchedule` operationId).
+func (c *Client) AddScheduleWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAddScheduleRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AddSchedule Add a schedule, or replace the one with the same id.
+//
+// Each run delegates the prompt to the agent as POST /v1/executions
+// does (same budgets, same credits) and waits for the execution to
+// end. A bad spec or id is a 400 saying what to write; an unknown
+// agent 404; a limit looser than the agent's 400.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/schedules (the `AddSchedule` operationId).
+func (c *Client) AddSchedule(ctx context.Context, body AddScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAddScheduleRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteSchedule Delete a schedule; its running runs carry on, its history stays.
+//
+// Corresponds with DELETE /v1/schedules/{id} (the `DeleteSchedule` operationId).
+func (c *Client) DeleteSchedule(ctx context.Context, id ScheduleID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteScheduleRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RunSchedule Start a run now, under the schedule's overlap policy.
+//
+// While a run is going, skip refuses with 409, queue queues it (409 if one already waits), allow starts it.
+//
+// Corresponds with POST /v1/schedules/{id}/run (the `RunSchedule` operationId).
+func (c *Client) RunSchedule(ctx context.Context, id ScheduleID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRunScheduleRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListScheduleRuns A schedule's run history, newest first, with the execution each run produced.
+//
+// Corresponds with GET /v1/schedules/{id}/runs (the `ListScheduleRuns` operationId).
+func (c *Client) ListScheduleRuns(ctx context.Context, id ScheduleID, params *ListScheduleRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListScheduleRunsRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -4014,6 +4252,198 @@ func NewSaveSandboxRequestWithBody(server string, id SandboxID, contentType stri
 	return req, nil
 }
 
+// NewListSchedulesRequest constructs an http.Request for the ListSchedules method
+func NewListSchedulesRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/schedules")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAddScheduleRequest calls the generic AddSchedule builder with application/json body
+func NewAddScheduleRequest(server string, body AddScheduleJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAddScheduleRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewAddScheduleRequestWithBody constructs an http.Request for the AddSchedule method, with any body, and a specified content type
+func NewAddScheduleRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/schedules")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteScheduleRequest constructs an http.Request for the DeleteSchedule method
+func NewDeleteScheduleRequest(server string, id ScheduleID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/schedules/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRunScheduleRequest constructs an http.Request for the RunSchedule method
+func NewRunScheduleRequest(server string, id ScheduleID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/schedules/%s/run", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListScheduleRunsRequest constructs an http.Request for the ListScheduleRuns method
+func NewListScheduleRunsRequest(server string, id ScheduleID, params *ListScheduleRunsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/schedules/%s/runs", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListAgentSessionsRequest constructs an http.Request for the ListAgentSessions method
 func NewListAgentSessionsRequest(server string, params *ListAgentSessionsParams) (*http.Request, error) {
 	var err error
@@ -4910,6 +5340,60 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/save (the `SaveSandbox` operationId).
 	SaveSandboxWithResponse(ctx context.Context, id SandboxID, body SaveSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*SaveSandboxResponse, error)
+
+	// ListSchedulesWithResponse List the schedules, by id, with their next run, last run and runs going.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/schedules (the `ListSchedules` operationId).
+	ListSchedulesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListSchedulesResponse, error)
+
+	// AddScheduleWithBodyWithResponse Add a schedule, or replace the one with the same id.
+	//
+	// Each run delegates the prompt to the agent as POST /v1/executions
+	// does (same budgets, same credits) and waits for the execution to
+	// end. A bad spec or id is a 400 saying what to write; an unknown
+	// agent 404; a limit looser than the agent's 400.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/schedules (the `AddSchedule` operationId).
+	AddScheduleWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AddScheduleResponse, error)
+
+	// AddScheduleWithResponse Add a schedule, or replace the one with the same id.
+	//
+	// Each run delegates the prompt to the agent as POST /v1/executions
+	// does (same budgets, same credits) and waits for the execution to
+	// end. A bad spec or id is a 400 saying what to write; an unknown
+	// agent 404; a limit looser than the agent's 400.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/schedules (the `AddSchedule` operationId).
+	AddScheduleWithResponse(ctx context.Context, body AddScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*AddScheduleResponse, error)
+
+	// DeleteScheduleWithResponse Delete a schedule; its running runs carry on, its history stays.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/schedules/{id} (the `DeleteSchedule` operationId).
+	DeleteScheduleWithResponse(ctx context.Context, id ScheduleID, reqEditors ...RequestEditorFn) (*DeleteScheduleResponse, error)
+
+	// RunScheduleWithResponse Start a run now, under the schedule's overlap policy.
+	//
+	// While a run is going, skip refuses with 409, queue queues it (409 if one already waits), allow starts it.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/schedules/{id}/run (the `RunSchedule` operationId).
+	RunScheduleWithResponse(ctx context.Context, id ScheduleID, reqEditors ...RequestEditorFn) (*RunScheduleResponse, error)
+
+	// ListScheduleRunsWithResponse A schedule's run history, newest first, with the execution each run produced.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/schedules/{id}/runs (the `ListScheduleRuns` operationId).
+	ListScheduleRunsWithResponse(ctx context.Context, id ScheduleID, params *ListScheduleRunsParams, reqEditors ...RequestEditorFn) (*ListScheduleRunsResponse, error)
 
 	// ListAgentSessionsWithResponse List agent sessions, newest first.
 	//
@@ -6724,6 +7208,246 @@ func (r SaveSandboxResponse) ContentType() string {
 	return ""
 }
 
+type ListSchedulesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]Schedule
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListSchedulesResponse) GetJSON200() *[]Schedule {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListSchedulesResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListSchedulesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListSchedulesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListSchedulesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListSchedulesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type AddScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Schedule
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r AddScheduleResponse) GetJSON201() *Schedule {
+	return r.JSON201
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r AddScheduleResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r AddScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AddScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AddScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AddScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Deleted
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DeleteScheduleResponse) GetJSON200() *Deleted {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DeleteScheduleResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RunScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *ScheduleRunStarted
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r RunScheduleResponse) GetJSON202() *ScheduleRunStarted {
+	return r.JSON202
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r RunScheduleResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RunScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RunScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RunScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RunScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListScheduleRunsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]ScheduleRun
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListScheduleRunsResponse) GetJSON200() *[]ScheduleRun {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListScheduleRunsResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListScheduleRunsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListScheduleRunsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListScheduleRunsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListScheduleRunsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListAgentSessionsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -7890,6 +8614,96 @@ func (c *ClientWithResponses) SaveSandboxWithResponse(ctx context.Context, id Sa
 		return nil, err
 	}
 	return ParseSaveSandboxResponse(rsp)
+}
+
+// ListSchedulesWithResponse List the schedules, by id, with their next run, last run and runs going.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/schedules (the `ListSchedules` operationId).
+func (c *ClientWithResponses) ListSchedulesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListSchedulesResponse, error) {
+	rsp, err := c.ListSchedules(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListSchedulesResponse(rsp)
+}
+
+// AddScheduleWithBodyWithResponse Add a schedule, or replace the one with the same id.
+//
+// Each run delegates the prompt to the agent as POST /v1/executions
+// does (same budgets, same credits) and waits for the execution to
+// end. A bad spec or id is a 400 saying what to write; an unknown
+// agent 404; a limit looser than the agent's 400.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/schedules (the `AddSchedule` operationId).
+func (c *ClientWithResponses) AddScheduleWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AddScheduleResponse, error) {
+	rsp, err := c.AddScheduleWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAddScheduleResponse(rsp)
+}
+
+// AddScheduleWithResponse Add a schedule, or replace the one with the same id.
+//
+// Each run delegates the prompt to the agent as POST /v1/executions
+// does (same budgets, same credits) and waits for the execution to
+// end. A bad spec or id is a 400 saying what to write; an unknown
+// agent 404; a limit looser than the agent's 400.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/schedules (the `AddSchedule` operationId).
+func (c *ClientWithResponses) AddScheduleWithResponse(ctx context.Context, body AddScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*AddScheduleResponse, error) {
+	rsp, err := c.AddSchedule(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAddScheduleResponse(rsp)
+}
+
+// DeleteScheduleWithResponse Delete a schedule; its running runs carry on, its history stays.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/schedules/{id} (the `DeleteSchedule` operationId).
+func (c *ClientWithResponses) DeleteScheduleWithResponse(ctx context.Context, id ScheduleID, reqEditors ...RequestEditorFn) (*DeleteScheduleResponse, error) {
+	rsp, err := c.DeleteSchedule(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteScheduleResponse(rsp)
+}
+
+// RunScheduleWithResponse Start a run now, under the schedule's overlap policy.
+//
+// While a run is going, skip refuses with 409, queue queues it (409 if one already waits), allow starts it.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/schedules/{id}/run (the `RunSchedule` operationId).
+func (c *ClientWithResponses) RunScheduleWithResponse(ctx context.Context, id ScheduleID, reqEditors ...RequestEditorFn) (*RunScheduleResponse, error) {
+	rsp, err := c.RunSchedule(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRunScheduleResponse(rsp)
+}
+
+// ListScheduleRunsWithResponse A schedule's run history, newest first, with the execution each run produced.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/schedules/{id}/runs (the `ListScheduleRuns` operationId).
+func (c *ClientWithResponses) ListScheduleRunsWithResponse(ctx context.Context, id ScheduleID, params *ListScheduleRunsParams, reqEditors ...RequestEditorFn) (*ListScheduleRunsResponse, error) {
+	rsp, err := c.ListScheduleRuns(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListScheduleRunsResponse(rsp)
 }
 
 // ListAgentSessionsWithResponse List agent sessions, newest first.
@@ -9257,6 +10071,171 @@ func ParseSaveSandboxResponse(rsp *http.Response) (*SaveSandboxResponse, error) 
 	return response, nil
 }
 
+// ParseListSchedulesResponse parses an HTTP response from a ListSchedulesWithResponse call
+func ParseListSchedulesResponse(rsp *http.Response) (*ListSchedulesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListSchedulesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []Schedule
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseAddScheduleResponse parses an HTTP response from a AddScheduleWithResponse call
+func ParseAddScheduleResponse(rsp *http.Response) (*AddScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AddScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Schedule
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteScheduleResponse parses an HTTP response from a DeleteScheduleWithResponse call
+func ParseDeleteScheduleResponse(rsp *http.Response) (*DeleteScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Deleted
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRunScheduleResponse parses an HTTP response from a RunScheduleWithResponse call
+func ParseRunScheduleResponse(rsp *http.Response) (*RunScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RunScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest ScheduleRunStarted
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListScheduleRunsResponse parses an HTTP response from a ListScheduleRunsWithResponse call
+func ParseListScheduleRunsResponse(rsp *http.Response) (*ListScheduleRunsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListScheduleRunsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []ScheduleRun
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListAgentSessionsResponse parses an HTTP response from a ListAgentSessionsWithResponse call
 func ParseListAgentSessionsResponse(rsp *http.Response) (*ListAgentSessionsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -9704,6 +10683,21 @@ type ServerInterface interface {
 	// SaveSandbox Save the sandbox's root as it is now as a new image, streaming progress.
 	// (POST /v1/sandboxes/{id}/save)
 	SaveSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// ListSchedules List the schedules, by id, with their next run, last run and runs going.
+	// (GET /v1/schedules)
+	ListSchedules(w http.ResponseWriter, r *http.Request)
+	// AddSchedule Add a schedule, or replace the one with the same id.
+	// (POST /v1/schedules)
+	AddSchedule(w http.ResponseWriter, r *http.Request)
+	// DeleteSchedule Delete a schedule; its running runs carry on, its history stays.
+	// (DELETE /v1/schedules/{id})
+	DeleteSchedule(w http.ResponseWriter, r *http.Request, id ScheduleID)
+	// RunSchedule Start a run now, under the schedule's overlap policy.
+	// (POST /v1/schedules/{id}/run)
+	RunSchedule(w http.ResponseWriter, r *http.Request, id ScheduleID)
+	// ListScheduleRuns A schedule's run history, newest first, with the execution each run produced.
+	// (GET /v1/schedules/{id}/runs)
+	ListScheduleRuns(w http.ResponseWriter, r *http.Request, id ScheduleID, params ListScheduleRunsParams)
 	// ListAgentSessions List agent sessions, newest first.
 	// (GET /v1/sessions)
 	ListAgentSessions(w http.ResponseWriter, r *http.Request, params ListAgentSessionsParams)
@@ -10853,6 +11847,128 @@ func (siw *ServerInterfaceWrapper) SaveSandbox(w http.ResponseWriter, r *http.Re
 	handler.ServeHTTP(w, r)
 }
 
+// ListSchedules operation middleware
+func (siw *ServerInterfaceWrapper) ListSchedules(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListSchedules(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// AddSchedule operation middleware
+func (siw *ServerInterfaceWrapper) AddSchedule(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.AddSchedule(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteSchedule operation middleware
+func (siw *ServerInterfaceWrapper) DeleteSchedule(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ScheduleID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteSchedule(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RunSchedule operation middleware
+func (siw *ServerInterfaceWrapper) RunSchedule(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ScheduleID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RunSchedule(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListScheduleRuns operation middleware
+func (siw *ServerInterfaceWrapper) ListScheduleRuns(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ScheduleID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListScheduleRunsParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListScheduleRuns(w, r, id, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListAgentSessions operation middleware
 func (siw *ServerInterfaceWrapper) ListAgentSessions(w http.ResponseWriter, r *http.Request) {
 
@@ -11279,6 +12395,11 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sessions/{id}/resume", wrapper.ResumeSession)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/credits", wrapper.GetCredits)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/credits", wrapper.AddCredits)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules", wrapper.ListSchedules)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules", wrapper.AddSchedule)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/schedules/{id}", wrapper.DeleteSchedule)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules/{id}/run", wrapper.RunSchedule)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules/{id}/runs", wrapper.ListScheduleRuns)
 
 	return m
 }

@@ -17,7 +17,7 @@ const (
 	exitOK       = 0
 	exitError    = 1 // the operation failed
 	exitUsage    = 2 // bad command line
-	exitNotFound = 3 // no such session, snapshot, sandbox, image, agent or execution
+	exitNotFound = 3 // no such session, snapshot, sandbox, image, agent, execution or schedule
 	exitDown     = 4 // the daemon is not running
 )
 
@@ -69,6 +69,14 @@ Usage:
   hearth agents sessions [--agent A] [--json]    agent sessions, newest first
   hearth credits add USD [--note TEXT]           add to the credit balance
   hearth credits show [--json]                   the balance and the newest ledger entries
+  hearth schedules add ID "SPEC" AGENT "PROMPT" [--budget USD] [--max-turns N] [--timeout D]
+                   [--overlap skip|queue|allow] [--catch-up none|once]
+                                                 run a task on a cron schedule ("0 9 * * 1-5",
+                                                 "@daily", "@every 1h", "CRON_TZ=Europe/Paris ...")
+  hearth schedules ls [--json]                   schedules with their next and last runs
+  hearth schedules rm ID                         delete a schedule (its history stays)
+  hearth schedules run ID                        start a run now
+  hearth schedules runs ID [--json]              a schedule's runs and their executions
 
   hearth images build NAME                       build an image from its recipe, showing progress
   hearth images ls [--json]                      list built images and recipes
@@ -108,6 +116,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdAgents(args[1:], stdout, stderr)
 	case "credits":
 		err = cmdCredits(args[1:], stdout)
+	case "schedules", "schedule":
+		err = cmdSchedules(args[1:], stdout)
 	case "doctor":
 		err = cmdDoctor(args[1:], stdout)
 	default:

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"hearth/agents/modeltest"
+	"hearth/appliance"
+)
+
+// TestScheduleCommands adds, lists, runs and removes a schedule with the
+// CLI: output for people, --json for programs, exit codes for mistakes.
+func TestScheduleCommands(t *testing.T) {
+	c, _ := agentDaemon(t, modeltest.Config{Turns: []modeltest.Turn{say("done")}}, false)
+
+	out, errOut, code := hearth(t, "schedules", "ls", c)
+	if code != 0 || !strings.Contains(out, "no schedules") {
+		t.Fatalf("schedules ls (none) = %d, %q, %q", code, out, errOut)
+	}
+	out, errOut, code = hearth(t, "schedules", "add", "nightly", "@every 1h", "analyst", "Summarise the day", "--budget", "1", "--overlap", "queue", c)
+	if code != 0 || !strings.Contains(out, "added schedule nightly: agent analyst, @every 1h; next run 59 minutes from now") {
+		t.Fatalf("schedules add = %d, %q, %q", code, out, errOut)
+	}
+	out, errOut, code = hearth(t, "schedules", "ls", c)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "ID SPEC AGENT NEXT LAST" ||
+		!strings.Contains(lines[1], "nightly") || !strings.Contains(lines[1], "@every 1h") || !strings.Contains(lines[1], "59 minutes from now") ||
+		!strings.HasSuffix(lines[1], "-") {
+		t.Fatalf("schedules ls = %d, %q, %q", code, out, errOut)
+	}
+	out, _, code = hearth(t, "schedules", "ls", "--json", c)
+	var list []appliance.Schedule
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || list[0].Overlap != "queue" || list[0].Limits.Usd != 1 {
+		t.Fatalf("schedules ls --json = %d, %q", code, out)
+	}
+	out, errOut, code = hearth(t, "schedules", "run", "nightly", c)
+	if code != 0 || !strings.Contains(out, "started run") {
+		t.Fatalf("schedules run = %d, %q, %q", code, out, errOut)
+	}
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"bad spec", []string{"add", "x", "every day", "analyst", "go"}, exitError, "@daily"},
+		{"unknown agent", []string{"add", "x", "@daily", "nobody", "go"}, exitNotFound, "no agent"},
+		{"looser budget", []string{"add", "x", "@daily", "analyst", "go", "--budget", "50"}, exitError, "only tighten"},
+		{"missing args", []string{"add", "x", "@daily"}, exitUsage, "usage: hearth schedules add"},
+		{"unknown verb", []string{"frobnicate"}, exitUsage, "add, ls, rm"},
+		{"rm unknown", []string{"rm", "nope"}, exitNotFound, "nope"},
+		{"runs unknown", []string{"runs", "nope"}, exitNotFound, "nope"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, errOut, code := hearth(t, append(append([]string{"schedules"}, tc.args...), c)...)
+			if code != tc.code || !strings.Contains(errOut, tc.msg) {
+				t.Errorf("schedules %q = %d, %q; want %d with %q", tc.args, code, errOut, tc.code, tc.msg)
+			}
+		})
+	}
+
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		out, errOut, code = hearth(t, "schedules", "runs", "nightly", c)
+		if code != 0 || strings.Contains(out, "exec-") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("schedules runs: no run after 2 minutes: %q", out)
+		}
+	}
+	if code != 0 || !strings.Contains(out, "RUN") || !strings.Contains(out, "ok after") || !strings.Contains(out, "(manual)") {
+		t.Fatalf("schedules runs = %d, %q, %q", code, out, errOut)
+	}
+	out, errOut, code = hearth(t, "schedules", "rm", "nightly", c)
+	if code != 0 || !strings.Contains(out, "removed schedule nightly") {
+		t.Fatalf("schedules rm = %d, %q, %q", code, out, errOut)
+	}
+	out, errOut, code = hearth(t, "schedules", "runs", "nightly", c)
+	if code != 0 || !strings.Contains(out, "RUN") || !strings.Contains(out, "(manual)") {
+		t.Errorf("schedules runs after rm = %d, %q, %q; want the history kept", code, out, errOut)
+	}
+}
