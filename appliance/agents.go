@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"hearth/agents"
+	"hearth/agents/egress"
 	"hearth/agents/gateway"
 	"hearth/agents/store"
 	evstream "hearth/agents/stream"
@@ -46,8 +47,10 @@ type agentService struct {
 	unavailable error
 
 	gwSrv  *http.Server
-	gwLn   net.Listener
 	gwSock string
+	egress *egress.Proxy
+	egSrv  *http.Server
+	egSock string
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -86,7 +89,8 @@ func newAgentService(cfg Config, driver vmm.Driver, driverErr error, ws *fs.Stor
 		return nil, err
 	}
 	a := &agentService{cfg: cfg, store: st, ws: newAgentWorkspace(cfg, ws), images: images, log: logger, wg: wg,
-		runs: map[string]*liveRun{}, gwSock: filepath.Join(cfg.StateDir, "gateway.sock"), stopped: make(chan struct{})}
+		runs: map[string]*liveRun{}, gwSock: filepath.Join(cfg.StateDir, "gateway.sock"),
+		egSock: filepath.Join(cfg.StateDir, "egress.sock"), stopped: make(chan struct{})}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.defs, err = agents.LoadDefinitions(cfg.AgentsDir())
 	if err != nil {
@@ -159,37 +163,54 @@ func (m ModelConfig) prices() (*gateway.Prices, error) {
 	return p, nil
 }
 
-// startRunner serves the gateway on its socket and makes the runner.
+// startRunner serves the gateway and the egress proxy on their sockets
+// and makes the runner.
 func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gateway.Prices) error {
 	gw, err := gateway.New(gateway.Config{Upstream: a.cfg.model().Upstream, APIKey: key, Prices: prices, OnEvent: a.gatewayEvent})
 	if err != nil {
 		return err
 	}
-	os.Remove(a.gwSock) // left by a daemon that died
-	ln, err := net.Listen("unix", a.gwSock)
-	if err != nil {
-		return fmt.Errorf("serve the model gateway: %w", err)
+	if a.gwSrv, err = a.serveUnix("model gateway", a.gwSock, gw); err != nil {
+		return err
 	}
-	os.Chmod(a.gwSock, 0o600)
-	a.gwLn, a.gwSrv = ln, &http.Server{Handler: gw, ReadHeaderTimeout: 30 * time.Second}
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		if err := a.gwSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Printf("model gateway: %v", err)
-		}
-	}()
+	// Each agent reaches only the domains its definition's network list
+	// names; with an empty list it has no network at all.
+	a.egress = egress.New(egress.Config{OnEvent: func(ev evstream.Event) { a.runner.Event(ev) }})
+	if a.egSrv, err = a.serveUnix("egress proxy", a.egSock, a.egress); err != nil {
+		return err
+	}
+	dial := func(sock string) func(ctx context.Context) (net.Conn, error) {
+		return func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) }
+	}
 	a.runner = agents.NewRunner(agents.RunnerConfig{
-		Driver: driver, Workspace: a.ws, Store: a.store, Gateway: gw,
-		GatewayDial: func(ctx context.Context) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", a.gwSock)
-		},
+		Driver: driver, Workspace: a.ws, Store: a.store,
+		Gateway: gw, GatewayDial: dial(a.gwSock),
+		Egress: a.egress, EgressDial: dial(a.egSock),
 		Images:  a.image,
 		Agents:  a.defs,
 		Grace:   time.Duration(a.cfg.Agents.Grace),
 		Credits: a.cfg.Credits.Enabled,
 	})
 	return nil
+}
+
+// serveUnix serves h on a unix socket only root can reach, until Close.
+func (a *agentService) serveUnix(what, sock string, h http.Handler) (*http.Server, error) {
+	os.Remove(sock) // left by a daemon that died
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return nil, fmt.Errorf("serve the %s: %w", what, err)
+	}
+	os.Chmod(sock, 0o600)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Printf("%s: %v", what, err)
+		}
+	}()
+	return srv, nil
 }
 
 // image resolves an agent's runtime image: its root and its user.
@@ -398,6 +419,11 @@ func (a *agentService) Close() {
 	if a.gwSrv != nil {
 		a.gwSrv.Close()
 		os.Remove(a.gwSock)
+	}
+	if a.egSrv != nil {
+		a.egress.Close()
+		a.egSrv.Close()
+		os.Remove(a.egSock)
 	}
 }
 

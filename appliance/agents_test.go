@@ -590,3 +590,24 @@ func TestAgentsCloseCancels(t *testing.T) {
 		t.Errorf("after the restart: %+v, %v; want cancelled", got, err)
 	}
 }
+
+// TestAgentsNetwork: the daemon's egress proxy is in the agent's path: a
+// domain outside the definition's network list is refused with a 403
+// that names the list, and the refusal is in the execution's stream.
+func TestAgentsNetwork(t *testing.T) {
+	env := startAgentDaemon(t, modeltest.Config{Turns: []modeltest.Turn{
+		bashTurn("curl -sS http://denied.test/ 2>&1; echo; env | grep -c '^HTTPS_PROXY=http://exec:'", modeltest.Usage{InputTokens: 100}),
+		textTurn("done"),
+	}}, func(cfg *Config) {
+		os.WriteFile(filepath.Join(cfg.AgentsDir(), "analyst.toml"), []byte("network = [\"allowed.test\"]\n"+analystTOML), 0o644)
+	})
+	e, err := env.c.Delegate(context.Background(), DelegateRequest{Agent: "analyst", Prompt: "fetch", Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := allEvents(t, env.c, e.Id)
+	if countEvents(evs, "network", `"host":"denied.test"`) != 1 || countEvents(evs, "network", `"allowed":false`) != 1 ||
+		countEvents(evs, "tool_result", "network list") != 1 {
+		t.Errorf("a request to an unlisted domain: want a refusal in the stream and in the tool's output\n%s", eventDump(evs))
+	}
+}
