@@ -66,6 +66,23 @@ func agentArgs(fl *flag.FlagSet, args []string, lo, hi int, form string) (*appli
 	return c, pos, err
 }
 
+// printList prints list as JSON, or says empty when it has nothing, or
+// prints one aligned row per item.
+func printList[T any](w io.Writer, asJSON bool, list []T, empty string, row func(T) []string) error {
+	if asJSON {
+		return printJSON(w, list)
+	}
+	if len(list) == 0 {
+		_, err := fmt.Fprintln(w, empty)
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, item := range list {
+		fmt.Fprintln(tw, strings.Join(row(item), "\t"))
+	}
+	return tw.Flush()
+}
+
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -92,18 +109,10 @@ func agentList(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return printJSON(stdout, list)
-	}
-	if len(list) == 0 {
-		fmt.Fprintln(stdout, "no executions: start one with 'hearth agents run AGENT \"PROMPT\"'")
-		return nil
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	for _, e := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Id, e.Agent, e.Session, e.Status, turnsOf(e), spendOf(e), ranFor(e, time.Now()))
-	}
-	return tw.Flush()
+	return printList(stdout, *asJSON, list, "no executions: start one with 'hearth agents run AGENT \"PROMPT\"'",
+		func(e appliance.Execution) []string {
+			return []string{e.Id, e.Agent, e.Session, string(e.Status), turnsOf(e), spendOf(e), ranFor(e, time.Now())}
+		})
 }
 
 // turnsOf is "turn 12/50", or "turn 12" without a turn limit.
@@ -300,22 +309,13 @@ func agentOutputs(args []string, stdout, stderr io.Writer) error {
 	if *dir != "" {
 		return downloadOutputs(ctx, c, pos[0], files, *dir, stderr)
 	}
-	if *asJSON {
-		return printJSON(stdout, files)
-	}
-	if len(files) == 0 {
-		fmt.Fprintf(stdout, "no files in the session's outputs/ yet\n")
-		return nil
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	for _, f := range files {
+	return printList(stdout, *asJSON, files, "no files in the session's outputs/ yet", func(f appliance.OutputFile) []string {
 		mark := ""
 		if f.Matched {
 			mark = "matched"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Path, humanize.IBytes(uint64(f.Size)), humanize.Time(f.Modified), mark)
-	}
-	return tw.Flush()
+		return []string{f.Path, humanize.IBytes(uint64(f.Size)), humanize.Time(f.Modified), mark}
+	})
 }
 
 // downloadOutputs copies each file to dir, under its path below
@@ -371,18 +371,10 @@ func agentDefinitions(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return printJSON(stdout, defs)
-	}
-	if len(defs) == 0 {
-		fmt.Fprintln(stdout, "no agents: put one TOML file per agent in the daemon's agents.dir and restart it")
-		return nil
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	for _, d := range defs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", d.Name, d.Model, d.Image, limitsOf(d.Limits), oneLine(d.Description, 60))
-	}
-	return tw.Flush()
+	return printList(stdout, *asJSON, defs, "no agents: put one TOML file per agent in the daemon's agents.dir and restart it",
+		func(d appliance.AgentDefinition) []string {
+			return []string{d.Name, d.Model, d.Image, limitsOf(d.Limits), oneLine(d.Description, 60)}
+		})
 }
 
 func agentSessions(args []string, stdout io.Writer) error {
@@ -399,16 +391,7 @@ func agentSessions(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return printJSON(stdout, list)
-	}
-	if len(list) == 0 {
-		fmt.Fprintln(stdout, "no sessions yet")
-		return nil
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	for _, s := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Id, s.Agent, humanize.Time(s.Created), s.LastExecution)
-	}
-	return tw.Flush()
+	return printList(stdout, *asJSON, list, "no sessions yet", func(s appliance.AgentSession) []string {
+		return []string{s.Id, s.Agent, humanize.Time(s.Created), s.LastExecution}
+	})
 }

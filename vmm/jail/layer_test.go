@@ -20,7 +20,7 @@ import (
 func requireLayer(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("layer tests need root (loop devices, mounts, trusted.* xattrs)")
+		t.Skip("layer tests need root (loop devices and mounts)")
 	}
 	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
 		t.Skip("layer tests need mkfs.ext4 (Debian package e2fsprogs)")
