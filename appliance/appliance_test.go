@@ -36,6 +36,10 @@ func TestLoadConfig(t *testing.T) {
 		{"bad variable name", "[model]\napi_key_env = \"MY-KEY\"\n", "model.api_key_env"},
 		{"relative prices", "[model]\nprices = \"prices.toml\"\n", "model.prices"},
 		{"credits typo", "[credits]\nenable = true\n", "unknown key credits.enable"},
+		{"api", "[api]\ntcp = \"127.0.0.1:7780\"\ntoken_file = \"/etc/hearth/token\"\n", ""},
+		{"api no port", "[api]\ntcp = \"127.0.0.1\"\n", "api.tcp = \"127.0.0.1\": write it as host:port"},
+		{"api host name", "[api]\ntcp = \"example.org:80\"\n", "must be an IP address or localhost"},
+		{"api relative token", "[api]\ntoken_file = \"token\"\n", "api.token_file"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

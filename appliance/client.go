@@ -48,18 +48,38 @@ type (
 
 // NewClient returns a client for the daemon serving socket.
 func NewClient(socket string) *Client {
+	return newClient(socket, "", func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	})
+}
+
+// NewTCPClient returns a client for a daemon serving its API on addr
+// (host:port, the config's api.tcp), sending token with every request.
+func NewTCPClient(addr, token string) *Client {
+	return newClient(addr, token, func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	})
+}
+
+func newClient(where, token string, dial func(context.Context) (net.Conn, error)) *Client {
 	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
-		},
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
 		// Streams send their header as soon as they start; a daemon that
 		// says nothing for this long is stuck.
 		ResponseHeaderTimeout: 2 * time.Minute,
 	}
 	hc := &http.Client{Transport: tr}
-	ac, _ := api.NewClient("http://hearth", api.WithHTTPClient(hc)) // fails only for a bad option
-	return &Client{socket: socket, hc: hc, api: ac, Timeout: 60 * time.Second}
+	opts := []api.ClientOption{api.WithHTTPClient(hc)}
+	if token != "" {
+		opts = append(opts, api.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
+			req.Header.Set("Authorization", "Bearer "+token)
+			return nil
+		}))
+	}
+	ac, _ := api.NewClient("http://hearth", opts...) // fails only for a bad option
+	return &Client{socket: where, hc: hc, api: ac, Timeout: 60 * time.Second}
 }
 
 // ErrDaemonDown means nothing answers on the socket.

@@ -3,6 +3,7 @@ package appliance
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"path/filepath"
 	"regexp"
@@ -23,6 +24,21 @@ type Config struct {
 	Agents    AgentsConfig    `toml:"agents"`
 	Model     ModelConfig     `toml:"model"`
 	Credits   CreditsConfig   `toml:"credits"`
+	API       APIConfig       `toml:"api"`
+}
+
+// APIConfig says where the API is served besides the unix socket
+// <state_dir>/hearth.sock, which needs no token (its mode, 0600, keeps it
+// to root).
+type APIConfig struct {
+	// TCP is a host:port to serve the API, the dashboard and MCP on as
+	// well, e.g. "127.0.0.1:7780"; empty: none. Every request there needs
+	// the token. The API speaks plain HTTP: to reach it from other
+	// machines, put a TLS proxy in front.
+	TCP string `toml:"tcp"`
+	// TokenFile holds the token; empty means <state_dir>/api.token. It is
+	// made, with a random token, the first time the daemon serves TCP.
+	TokenFile string `toml:"token_file"`
 }
 
 // AgentsConfig says where the agent definitions are.
@@ -157,7 +173,7 @@ func DefaultSandboxConfig() SandboxConfig {
 
 const knownKeys = "state_dir, workspace.mount, sandbox.agent, sandbox.default_image, sandbox.idle_timeout, " +
 	"sandbox.exec_timeout, sandbox.cpus, sandbox.memory, sandbox.pids, sandbox.disk, sandbox.max_upload, " +
-	"agents.dir, agents.grace, model.upstream, model.api_key_env, model.api_key_file, model.prices, credits.enabled"
+	"agents.dir, agents.grace, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, credits.enabled"
 
 // LoadConfig decodes the TOML file at path over the defaults. Unknown keys
 // are errors, so a typo does not silently fall back to a default.
@@ -204,7 +220,34 @@ func (c Config) Validate() error {
 	if c.Agents.Grace < 0 {
 		return errors.New("agents.grace: must be positive")
 	}
+	if err := c.API.validate(); err != nil {
+		return err
+	}
 	return c.model().validate()
+}
+
+func (a APIConfig) validate() error {
+	if a.TCP != "" {
+		host, port, err := net.SplitHostPort(a.TCP)
+		if err != nil || port == "" {
+			return fmt.Errorf("api.tcp = %q: write it as host:port, such as 127.0.0.1:7780", a.TCP)
+		}
+		if host != "" && net.ParseIP(host) == nil && host != "localhost" {
+			return fmt.Errorf("api.tcp = %q: the host must be an IP address or localhost", a.TCP)
+		}
+	}
+	if a.TokenFile != "" && !filepath.IsAbs(a.TokenFile) {
+		return fmt.Errorf("api.token_file = %q: must be an absolute path", a.TokenFile)
+	}
+	return nil
+}
+
+// TokenPath is the file holding the API token.
+func (c Config) TokenPath() string {
+	if c.API.TokenFile != "" {
+		return c.API.TokenFile
+	}
+	return filepath.Join(c.StateDir, "api.token")
 }
 
 // model is the [model] table, with the defaults for a Config written as

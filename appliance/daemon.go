@@ -29,6 +29,11 @@ type Daemon struct {
 	sched  *scheduleService
 	srv    *http.Server
 	ln     net.Listener
+	// tcp serves the same API on api.tcp, behind the token; nil when
+	// there is none.
+	tcpSrv *http.Server
+	tcpLn  net.Listener
+	token  string
 	log    *log.Logger
 
 	// driver makes the machines of sandboxes and agent executions alike;
@@ -64,8 +69,15 @@ func Start(cfg Config, logger *log.Logger) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, ln: ln, log: logger}
-	if err := d.open(); err != nil {
+	err = d.listenTCP()
+	if err == nil {
+		err = d.open()
+	}
+	if err != nil {
 		ln.Close()
+		if d.tcpLn != nil {
+			d.tcpLn.Close()
+		}
 		os.Remove(cfg.SocketPath())
 		return nil, err
 	}
@@ -86,6 +98,24 @@ func listen(sock string) (net.Listener, error) {
 	}
 	os.Chmod(sock, 0o600)
 	return ln, nil
+}
+
+// listenTCP takes api.tcp, if set, and reads (or makes) the token that
+// guards it.
+func (d *Daemon) listenTCP() error {
+	if d.cfg.API.TCP == "" {
+		return nil
+	}
+	token, err := loadToken(d.cfg.TokenPath())
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", d.cfg.API.TCP)
+	if err != nil {
+		return fmt.Errorf("api.tcp: %w", err)
+	}
+	d.token, d.tcpLn = token, ln
+	return nil
 }
 
 // open brings up the workspace store, the host view, the images, the
@@ -152,15 +182,39 @@ func (d *Daemon) closeDriver() {
 }
 
 func (d *Daemon) serve() {
-	d.srv = &http.Server{Handler: d.routes(), ReadHeaderTimeout: 10 * time.Second}
+	h := d.routes()
+	d.srv = d.serveOn(d.ln, h)
+	if d.tcpLn != nil {
+		d.tcpSrv = d.serveOn(d.tcpLn, requireToken(d.token, h))
+		d.log.Printf("api: also on http://%s (token in %s)", d.tcpLn.Addr(), d.cfg.TokenPath())
+	}
+}
+
+func (d *Daemon) serveOn(ln net.Listener, h http.Handler) *http.Server {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		if err := d.srv.Serve(d.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.log.Printf("api: %v", err)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Printf("api on %s: %v", ln.Addr(), err)
 		}
 	}()
+	return srv
 }
+
+// Socket is the unix socket the API is served on.
+func (d *Daemon) Socket() string { return d.cfg.SocketPath() }
+
+// TCPAddr is the address the API is served on over TCP, "" if none.
+func (d *Daemon) TCPAddr() string {
+	if d.tcpLn == nil {
+		return ""
+	}
+	return d.tcpLn.Addr().String()
+}
+
+// Token is the token TCP requests must carry, "" without api.tcp.
+func (d *Daemon) Token() string { return d.token }
 
 // Store is the workspace store (for tests and in-process callers).
 func (d *Daemon) Store() *fs.Store { return d.store }
@@ -175,8 +229,10 @@ func (d *Daemon) Close() error {
 		d.agents.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if d.srv.Shutdown(ctx) != nil {
-			d.srv.Close() // streams still running after the grace period
+		for _, srv := range []*http.Server{d.srv, d.tcpSrv} {
+			if srv != nil && srv.Shutdown(ctx) != nil {
+				srv.Close() // streams still running after the grace period
+			}
 		}
 		d.wg.Wait()
 		os.Remove(d.cfg.SocketPath())

@@ -47,8 +47,10 @@ Usage:
   hearth sandboxes checkpoint-rm ID NAME         delete a checkpoint
   hearth sandboxes save ID IMAGE                 save a sandbox's root as a new image
   hearth sandboxes job start ID [--user U] [--cwd D] [--env K=V]... -- CMD ARGS...
-                                                 start a background job; job ls ID [--json],
-                                                 job logs ID JOB [--stderr], job stop ID JOB [--grace 5s]
+                                                 start a background job
+  hearth sandboxes job ls ID [--json]            a sandbox's jobs
+  hearth sandboxes job logs ID JOB [--stderr]    a job's output so far
+  hearth sandboxes job stop ID JOB [--grace 5s]  stop a job (TERM, then KILL after the grace)
 
   hearth agents run AGENT "PROMPT" [--input FILE]... [--budget USD] [--max-turns N]
                    [--timeout D] [--session ID] [--output GLOB]... [--detach] [--json]
@@ -82,9 +84,13 @@ Usage:
   hearth images ls [--json]                      list built images and recipes
   hearth images inspect NAME [--json]            show an image's manifest
   hearth images rm NAME                          delete a built image
+  hearth completion bash|zsh|fish                print a shell completion script
+                                                 (bash: hearth completion bash > /etc/bash_completion.d/hearth)
 
 Every command but up takes --config FILE to find the daemon (default
-/etc/hearth/hearth.toml if it exists, else built-in defaults). Exit codes:
+/etc/hearth/hearth.toml if it exists, else built-in defaults); with
+HEARTH_ADDR=host:port and HEARTH_TOKEN set, commands use a daemon's TCP
+API (api.tcp) instead. Exit codes:
 0 ok, 1 failed, 2 bad command line, 3 not found, 4 daemon not running;
 sandboxes exec exits with the command's own status (128+N if killed by
 signal N); agents run, retry and resume exit 0 when the execution
@@ -120,6 +126,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdSchedules(args[1:], stdout)
 	case "doctor":
 		err = cmdDoctor(args[1:], stdout)
+	case "completion":
+		err = cmdCompletion(args[1:], stdout)
+	case "__complete":
+		complete(args[1:], stdout)
 	default:
 		fmt.Fprintf(stderr, "hearth: unknown command %q\n\n%s", args[0], usage)
 		return exitUsage

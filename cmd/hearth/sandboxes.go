@@ -62,9 +62,17 @@ func cmdSandboxes(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 	return usageError{fmt.Sprintf("sandboxes: unknown command %q: use %s", verb, sandboxVerbs)}
 }
 
-// client reads the config named by --config and returns a client for its
-// daemon.
+// client returns a client for the daemon: the one at $HEARTH_ADDR
+// (host:port, with the token in $HEARTH_TOKEN) when that is set, else the
+// unix socket of the config named by --config.
 func client(config string) (*appliance.Client, error) {
+	if addr := os.Getenv("HEARTH_ADDR"); addr != "" {
+		token := os.Getenv("HEARTH_TOKEN")
+		if token == "" {
+			return nil, usageError{"HEARTH_ADDR is set but HEARTH_TOKEN is not: set it to the daemon's token (its api.token_file, by default <state_dir>/api.token)"}
+		}
+		return appliance.NewTCPClient(addr, token), nil
+	}
 	cfg, err := loadConfig(config)
 	if err != nil {
 		return nil, err

@@ -41,7 +41,10 @@ func workspaceCmd(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c := appliance.NewClient(cfg.SocketPath())
+	c, err := client(*config)
+	if err != nil {
+		return err
+	}
 	ctx := context.Background()
 	verb, pos := pos[0], pos[1:]
 	need := func(n int, form string) error {

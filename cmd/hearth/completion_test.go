@@ -1,0 +1,99 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// completions runs `hearth __complete words...` and returns its lines.
+func completions(t *testing.T, words ...string) []string {
+	t.Helper()
+	out, _, code := hearthIn(t, "", append([]string{"__complete"}, words...)...)
+	if code != 0 {
+		t.Fatalf("__complete %q exited %d", words, code)
+	}
+	return strings.Fields(out)
+}
+
+func TestCompletion(t *testing.T) {
+	cases := []struct {
+		words []string
+		want  string
+	}{
+		{[]string{""}, "agents completion credits doctor help images sandboxes schedules up workspace"},
+		{[]string{"ag"}, "agents"},
+		{[]string{"agents", "r"}, "resume retry run"},
+		{[]string{"agents", "run", "analyst", "--b"}, "--budget"},
+		{[]string{"agents", "run", "analyst", "--budget", ""}, ""}, // a value: the shell's own completion
+		{[]string{"sandboxes", "job", ""}, "logs ls start stop"},
+		{[]string{"sandboxes", "job", "stop", "x", "j", "--"}, "--config --grace"},
+		{[]string{"schedules", "add", "x", "@daily", "a", "p", "--over"}, "--overlap"},
+		{[]string{"completion", ""}, "bash fish zsh"},
+		{[]string{"nonsense", ""}, ""},
+	}
+	for _, tc := range cases {
+		if got := strings.Join(completions(t, tc.words...), " "); got != tc.want {
+			t.Errorf("complete %q = %q, want %q", tc.words, got, tc.want)
+		}
+	}
+	// Every command of the usage text has its words completed.
+	for _, c := range commands() {
+		for i := range c.words {
+			prefix := strings.Split(strings.Join(c.words[:i], " "), " ")
+			if i == 0 {
+				prefix = nil
+			}
+			got := completions(t, append(prefix, "")...)
+			for _, w := range strings.Split(c.words[i], "|") {
+				if !strings.Contains(" "+strings.Join(got, " ")+" ", " "+w+" ") {
+					t.Errorf("complete %q lacks %q (got %q)", prefix, w, got)
+				}
+			}
+		}
+	}
+	if _, _, code := hearthIn(t, "", "completion", "powershell"); code != exitUsage {
+		t.Errorf("completion powershell exited %d, want %d", code, exitUsage)
+	}
+}
+
+// TestCompletionNames completes names from a running daemon.
+func TestCompletionNames(t *testing.T) {
+	config, _ := sandboxDaemon(t)
+	if out, errb, code := hearthIn(t, "", "sandboxes", "create", config, "named-box"); code != 0 {
+		t.Fatalf("create: %s %s", out, errb)
+	}
+	if got := completions(t, config, "sandboxes", "exec", "na"); strings.Join(got, " ") != "named-box" {
+		t.Errorf("sandbox ids = %q, want named-box", got)
+	}
+	if got := completions(t, config, "images", "rm", ""); strings.Join(got, " ") != "tiny" {
+		t.Errorf("image names = %q, want tiny", got)
+	}
+}
+
+// TestCompletionBash loads the bash script in a real bash and completes
+// as bash would, through the real binary.
+func TestCompletionBash(t *testing.T) {
+	bashPath, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("bash not on PATH")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("building the hearth binary needs the go command on PATH")
+	}
+	bin := filepath.Join(t.TempDir(), "hearth")
+	if out, err := exec.Command(goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	script, _, _ := hearthIn(t, "", "completion", "bash")
+	path := filepath.Join(t.TempDir(), "hearth.bash")
+	os.WriteFile(path, []byte(script), 0o644)
+	cmd := exec.Command(bashPath, "--norc", "-c", `source "$1"; COMP_WORDS=("$2" agents re); COMP_CWORD=2; _hearth; echo "${COMPREPLY[*]}"`, "bash", path, bin)
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "resume retry" {
+		t.Fatalf("bash completion of 'hearth agents re' = %q, %v; want resume retry", out, err)
+	}
+}
