@@ -64,6 +64,9 @@ type agentService struct {
 
 	mu   sync.Mutex
 	runs map[string]*liveRun // by execution id, from acceptance to end
+
+	hurry     chan struct{} // closed by Hurry
+	hurryOnce sync.Once
 }
 
 // liveRun is an execution this daemon is running: what the gateway has
@@ -90,7 +93,7 @@ func newAgentService(cfg Config, driver vmm.Driver, driverErr error, ws *fs.Stor
 	}
 	a := &agentService{cfg: cfg, store: st, ws: newAgentWorkspace(cfg, ws), images: images, log: logger, wg: wg,
 		runs: map[string]*liveRun{}, gwSock: filepath.Join(cfg.StateDir, "gateway.sock"),
-		egSock: filepath.Join(cfg.StateDir, "egress.sock"), stopped: make(chan struct{})}
+		egSock: filepath.Join(cfg.StateDir, "egress.sock"), stopped: make(chan struct{}), hurry: make(chan struct{})}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.defs, err = agents.LoadDefinitions(cfg.AgentsDir())
 	if err != nil {
@@ -413,6 +416,18 @@ func (a *agentService) Close() {
 	a.startMu.Lock()
 	a.closed = true
 	a.startMu.Unlock()
+	if n := a.running(); n > 0 && a.cfg.Agents.OnShutdown == OnShutdownFinish {
+		limit := time.Duration(a.cfg.Agents.shutdownTimeout())
+		a.log.Printf("agents: waiting up to %v for %d running execution(s) to finish; new ones are refused (stop now: signal again)", limit, n)
+		select {
+		case <-a.runsDone():
+		case <-time.After(limit):
+		case <-a.hurry:
+		}
+	}
+	if n := a.running(); n > 0 {
+		a.log.Printf("agents: stopping %d running execution(s): they end cancelled, their events and partial outputs kept", n)
+	}
 	a.cancel()
 	a.waitRuns()
 	close(a.stopped)
@@ -425,6 +440,24 @@ func (a *agentService) Close() {
 		a.egSrv.Close()
 		os.Remove(a.egSock)
 	}
+}
+
+// Hurry ends the wait of a Close under on_shutdown = "finish": the
+// executions still running are stopped at once.
+func (a *agentService) Hurry() { a.hurryOnce.Do(func() { close(a.hurry) }) }
+
+// running counts the executions this daemon runs.
+func (a *agentService) running() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.runs)
+}
+
+// runsDone is closed once no execution is running.
+func (a *agentService) runsDone() <-chan struct{} {
+	c := make(chan struct{})
+	go func() { a.waitRuns(); close(c) }()
+	return c
 }
 
 // waitRuns waits until no execution is running.

@@ -591,6 +591,73 @@ func TestAgentsCloseCancels(t *testing.T) {
 	}
 }
 
+// TestAgentsShutdownFinish: under on_shutdown = "finish" a stopping
+// daemon refuses new executions but lets a running one complete; Hurry
+// stops the one still running at once, and it ends cancelled.
+func TestAgentsShutdownFinish(t *testing.T) {
+	env := startAgentDaemon(t, modeltest.Config{PerConversation: true, Turns: []modeltest.Turn{
+		bashTurn("sleep 2; echo done > outputs/done.md", modeltest.Usage{InputTokens: 100}), textTurn("finished")}},
+		func(c *Config) { c.Agents.OnShutdown = OnShutdownFinish })
+	ctx := context.Background()
+	e, err := env.c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForEvent(t, env.c, e.Id, "tool_call")
+	closed := make(chan error, 1)
+	go func() { closed <- env.d.Close() }()
+	// New work is refused while the running one goes on.
+	var refused error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, refused = env.c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "more"}); refused != nil {
+			break
+		}
+	}
+	var ae *APIError
+	if !errors.As(refused, &ae) || ae.Status != http.StatusServiceUnavailable {
+		t.Errorf("Delegate while stopping = %v, want 503 the daemon is stopping", refused)
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	_, c := startSandboxDaemon(t, env.cfg)
+	got, err := c.Execution(ctx, e.Id)
+	if err != nil || got.Status != "completed" || got.Result != "finished" || !slices.Contains(got.Outputs, "outputs/done.md") {
+		t.Fatalf("after a finish shutdown: %+v, %v; want it completed with its output", got, err)
+	}
+
+	// A second daemon with a task that would run for a minute: Hurry
+	// cuts the wait short.
+	env2 := startAgentDaemon(t, modeltest.Config{Turns: []modeltest.Turn{bashTurn("sleep 60", modeltest.Usage{InputTokens: 100})}},
+		func(c *Config) { c.Agents.OnShutdown = OnShutdownFinish })
+	e2, err := env2.c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "sleep"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForEvent(t, env2.c, e2.Id, "tool_call")
+	closed2 := make(chan error, 1)
+	go func() { closed2 <- env2.d.Close() }()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case err := <-closed2:
+		t.Fatalf("Close returned (%v) while the execution ran, under finish", err)
+	default:
+	}
+	env2.d.Hurry()
+	select {
+	case err := <-closed2:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return after Hurry")
+	}
+	_, c2 := startSandboxDaemon(t, env2.cfg)
+	if got, err := c2.Execution(ctx, e2.Id); err != nil || got.Status != "cancelled" {
+		t.Errorf("after Hurry: %+v, %v; want cancelled", got, err)
+	}
+}
+
 // TestAgentsNetwork: the daemon's egress proxy is in the agent's path: a
 // domain outside the definition's network list is refused with a 403
 // that names the list, and the refusal is in the execution's stream.

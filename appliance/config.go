@@ -52,6 +52,28 @@ type AgentsConfig struct {
 	// time, or the daemon stopping) has between TERM and KILL; 0 means
 	// 10s.
 	Grace Duration `toml:"grace"`
+	// OnShutdown is what stopping the daemon does to running executions:
+	// "stop" (the default) stops them at once, like a cancel; "finish"
+	// refuses new ones and waits for the running ones to end, up to
+	// ShutdownTimeout, then stops the rest. Either way each one's events
+	// and partial outputs are kept and the daemon's log says what it did.
+	OnShutdown string `toml:"on_shutdown"`
+	// ShutdownTimeout bounds the wait of on_shutdown = "finish"; 0 means
+	// 30m.
+	ShutdownTimeout Duration `toml:"shutdown_timeout"`
+}
+
+// What stopping the daemon does to running executions.
+const (
+	OnShutdownStop   = "stop"
+	OnShutdownFinish = "finish"
+)
+
+func (a AgentsConfig) shutdownTimeout() Duration {
+	if a.ShutdownTimeout == 0 {
+		return Duration(30 * time.Minute)
+	}
+	return a.ShutdownTimeout
 }
 
 // ModelConfig is the model provider the gateway forwards to.
@@ -173,7 +195,7 @@ func DefaultSandboxConfig() SandboxConfig {
 
 const knownKeys = "state_dir, workspace.mount, sandbox.agent, sandbox.default_image, sandbox.idle_timeout, " +
 	"sandbox.exec_timeout, sandbox.cpus, sandbox.memory, sandbox.pids, sandbox.disk, sandbox.max_upload, " +
-	"agents.dir, agents.grace, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, credits.enabled"
+	"agents.dir, agents.grace, agents.on_shutdown, agents.shutdown_timeout, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, credits.enabled"
 
 // LoadConfig decodes the TOML file at path over the defaults. Unknown keys
 // are errors, so a typo does not silently fall back to a default.
@@ -217,8 +239,13 @@ func (c Config) Validate() error {
 	if c.Agents.Dir != "" && !filepath.IsAbs(c.Agents.Dir) {
 		return fmt.Errorf("agents.dir = %q: must be an absolute path", c.Agents.Dir)
 	}
-	if c.Agents.Grace < 0 {
-		return errors.New("agents.grace: must be positive")
+	if c.Agents.Grace < 0 || c.Agents.ShutdownTimeout < 0 {
+		return errors.New("agents.grace and agents.shutdown_timeout: must be positive")
+	}
+	switch c.Agents.OnShutdown {
+	case "", OnShutdownStop, OnShutdownFinish:
+	default:
+		return fmt.Errorf("agents.on_shutdown = %q: use %q (stop running executions) or %q (let them finish first)", c.Agents.OnShutdown, OnShutdownStop, OnShutdownFinish)
 	}
 	if err := c.API.validate(); err != nil {
 		return err

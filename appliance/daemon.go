@@ -216,11 +216,16 @@ func (d *Daemon) TCPAddr() string {
 // Token is the token TCP requests must carry, "" without api.tcp.
 func (d *Daemon) Token() string { return d.token }
 
+// Hurry cuts short a Close that is waiting for executions to finish
+// (agents.on_shutdown = "finish"): they are stopped at once.
+func (d *Daemon) Hurry() { d.agents.Hurry() }
+
 // Store is the workspace store (for tests and in-process callers).
 func (d *Daemon) Store() *fs.Store { return d.store }
 
-// Close stops the scheduler, then the running agent executions (they end cancelled, their
-// partial outputs kept), stops the API, lets go of the sandboxes (they
+// Close stops the scheduler, then the running agent executions (at once,
+// or once they finish under agents.on_shutdown = "finish"; those stopped
+// end cancelled, their partial outputs kept), stops the API, lets go of the sandboxes (they
 // keep running for the next daemon), unmounts the workspace and closes
 // the stores. Idempotent.
 func (d *Daemon) Close() error {

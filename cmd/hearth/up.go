@@ -28,10 +28,28 @@ func cmdUp(args []string, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stderr, "hearth: workspace mounted at %s (state in %s)\n", cfg.Workspace.Mount, cfg.StateDir)
-	fmt.Fprintf(stderr, "hearth: API on unix socket %s; stop with Ctrl-C or SIGTERM\n", cfg.SocketPath())
-	sig := make(chan os.Signal, 1)
+	fmt.Fprintf(stderr, "hearth: API on unix socket %s", cfg.SocketPath())
+	if addr := d.TCPAddr(); addr != "" {
+		fmt.Fprintf(stderr, " and on http://%s (token in %s; dashboard at /ui/)", addr, cfg.TokenPath())
+	}
+	fmt.Fprintf(stderr, "; stop with Ctrl-C or SIGTERM\n")
+	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	s := <-sig
-	fmt.Fprintf(stderr, "hearth: %v: unmounting and saving state\n", s)
-	return d.Close()
+	then := "running agent executions are stopped (their partial outputs kept)"
+	if cfg.Agents.OnShutdown == appliance.OnShutdownFinish {
+		then = "running agent executions may finish first (signal again to stop them now)"
+	}
+	fmt.Fprintf(stderr, "hearth: %v: %s; sandboxes keep running for the next start; unmounting and saving state\n", s, then)
+	closed := make(chan error, 1)
+	go func() { closed <- d.Close() }()
+	for {
+		select {
+		case err := <-closed:
+			return err
+		case s := <-sig:
+			fmt.Fprintf(stderr, "hearth: %v again: stopping running executions now\n", s)
+			d.Hurry()
+		}
+	}
 }
