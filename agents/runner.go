@@ -68,6 +68,7 @@ type RunnerConfig struct {
 	EgressPort int // default 4001
 	// Images resolves an agent's runtime image.
 	Images func(name string) (Image, error)
+	// Agents are the definitions tasks may name; SetAgents replaces them.
 	Agents map[string]*Definition
 	// Grace is how long a stopped agent has between TERM and KILL.
 	Grace time.Duration // default 10s
@@ -85,8 +86,9 @@ type RunnerConfig struct {
 type Runner struct {
 	cfg RunnerConfig
 
-	mu   sync.Mutex
-	runs map[string]*run // by execution id, while running
+	mu     sync.Mutex
+	runs   map[string]*run // by execution id, while running
+	agents map[string]*Definition
 }
 
 // NewRunner returns a runner. The caller routes the gateway's and the
@@ -104,7 +106,16 @@ func NewRunner(cfg RunnerConfig) *Runner {
 	if cfg.Memory == 0 {
 		cfg.Memory = 2 << 30
 	}
-	return &Runner{cfg: cfg, runs: map[string]*run{}}
+	return &Runner{cfg: cfg, runs: map[string]*run{}, agents: cfg.Agents}
+}
+
+// SetAgents replaces the definitions new tasks may name (the daemon
+// reloads them). Running executions keep the definition they started
+// with.
+func (r *Runner) SetAgents(defs map[string]*Definition) {
+	r.mu.Lock()
+	r.agents = defs
+	r.mu.Unlock()
 }
 
 // TaskRequest is a task delegated to an agent.
@@ -186,7 +197,9 @@ func (r *Runner) Retry(ctx context.Context, execution string) (Result, error) {
 
 // prepare finds the agent and applies a task's limits to its own.
 func (r *Runner) prepare(agent string, override Limits) (*Definition, Limits, error) {
-	def, ok := r.cfg.Agents[agent]
+	r.mu.Lock()
+	def, ok := r.agents[agent]
+	r.mu.Unlock()
 	if !ok {
 		return nil, Limits{}, fmt.Errorf("%w: no agent %q", ErrNotFound, agent)
 	}

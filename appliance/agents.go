@@ -36,8 +36,10 @@ var builtinPrices []byte
 // goroutine counted by the daemon's WaitGroup, with the service's
 // context: Close cancels it, so running executions end cancelled.
 type agentService struct {
-	cfg    Config
-	store  *store.Store
+	cfg   Config
+	store *store.Store
+	// defs are the agent definitions, replaced whole by reload.
+	defsMu sync.RWMutex
 	defs   map[string]*agents.Definition
 	ws     agentWorkspace
 	images *imageService
@@ -95,9 +97,8 @@ func newAgentService(cfg Config, driver vmm.Driver, driverErr error, ws *fs.Stor
 		runs: map[string]*liveRun{}, gwSock: filepath.Join(cfg.StateDir, "gateway.sock"),
 		egSock: filepath.Join(cfg.StateDir, "egress.sock"), stopped: make(chan struct{}), hurry: make(chan struct{})}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
-	a.defs, err = agents.LoadDefinitions(cfg.AgentsDir())
-	if err != nil {
-		a.log.Printf("agents: some definitions were not loaded: %v", err)
+	if _, problems := a.loadDefinitions(); len(problems) > 0 {
+		a.log.Printf("agents: some definitions were not loaded: %s", strings.Join(problems, "; "))
 	}
 	a.recover(driver)
 	key, err := cfg.model().apiKey()
@@ -120,7 +121,7 @@ func newAgentService(cfg Config, driver vmm.Driver, driverErr error, ws *fs.Stor
 	if a.unavailable != nil {
 		a.log.Printf("agents are unavailable: %v", a.unavailable)
 	} else {
-		a.log.Printf("agents: %d defined in %s (%s), model provider %s, credits %s", len(a.defs), cfg.AgentsDir(),
+		a.log.Printf("agents: %d defined in %s (%s), model provider %s, credits %s", len(a.names()), cfg.AgentsDir(),
 			strings.Join(a.names(), ", "), cfg.model().Upstream, onOff(cfg.Credits.Enabled))
 	}
 	return a, nil
@@ -190,7 +191,7 @@ func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gatewa
 		Gateway: gw, GatewayDial: dial(a.gwSock),
 		Egress: a.egress, EgressDial: dial(a.egSock),
 		Images:  a.image,
-		Agents:  a.defs,
+		Agents:  a.definitions(),
 		Grace:   time.Duration(a.cfg.Agents.Grace),
 		Credits: a.cfg.Credits.Enabled,
 	})
@@ -264,7 +265,7 @@ func (a *agentService) recover(driver vmm.Driver) {
 		a.log.Printf("agents: mark interrupted executions: %v", err)
 	}
 	for _, e := range list {
-		if def := a.defs[e.Agent]; def != nil {
+		if def := a.def(e.Agent); def != nil {
 			e = a.keepOutputs(ctx, e, def.Outputs)
 		}
 		ev := evstream.New(e.Session, e.ID, evstream.Status, map[string]any{"status": e.Status, "error": e.Error, "outputs": e.Outputs})
@@ -318,6 +319,8 @@ func (a *agentService) keepOutputs(ctx context.Context, e store.Execution, patte
 }
 
 func (a *agentService) names() []string {
+	a.defsMu.RLock()
+	defer a.defsMu.RUnlock()
 	names := make([]string, 0, len(a.defs))
 	for n := range a.defs {
 		names = append(names, n)

@@ -140,11 +140,11 @@ func (a *agentService) execution(ctx context.Context, id string) (store.Executio
 }
 
 func (a *agentService) definition(name string) (*agents.Definition, error) {
-	if def := a.defs[name]; def != nil {
+	if def := a.def(name); def != nil {
 		return def, nil
 	}
-	if len(a.defs) == 0 {
-		return nil, errorf(codeNotFound, "no agent %q: none is defined; put one TOML file per agent in %s and restart the daemon", name, a.cfg.AgentsDir())
+	if len(a.names()) == 0 {
+		return nil, errorf(codeNotFound, "no agent %q: none is defined; put one TOML file per agent in %s and run 'hearth agents reload'", name, a.cfg.AgentsDir())
 	}
 	return nil, errorf(codeNotFound, "no agent %q: the agents are %s ('hearth agents definitions')", name, strings.Join(a.names(), ", "))
 }
@@ -180,7 +180,7 @@ func (a *agentService) imageInUse(ctx context.Context, name string) error {
 		return err
 	}
 	for _, e := range running {
-		if def := a.defs[e.Agent]; def != nil && def.Image == name {
+		if def := a.def(e.Agent); def != nil && def.Image == name {
 			return errorf(codeConflict, "image %s is used by execution %s of agent %s: wait for it or cancel it", name, e.ID, e.Agent)
 		}
 	}
@@ -405,7 +405,10 @@ func (s *server) ListAgents(w http.ResponseWriter, r *http.Request) {
 	a := s.d.agents
 	out := []api.AgentDefinition{}
 	for _, name := range a.names() {
-		d := a.defs[name]
+		d := a.def(name)
+		if d == nil {
+			continue // removed by a reload since names() ran
+		}
 		out = append(out, api.AgentDefinition{Name: d.Name, Description: d.Description, Image: d.Image, Model: d.Model,
 			Outputs: d.Outputs, Network: d.Network, Schedule: d.Schedule,
 			Limits: limitsView(d.Limits.USD, d.Limits.Turns, time.Duration(d.Limits.WallTime))})

@@ -32,12 +32,19 @@ type (
 	CreditEntry        = api.CreditEntry
 	ExecutionFilter    = api.ListExecutionsParams
 	AgentSessionFilter = api.ListAgentSessionsParams
+	AgentReload        = api.AgentReload
 )
 
 // Agents lists the agent definitions.
 func (c *Client) Agents(ctx context.Context) ([]AgentDefinition, error) {
 	var out []AgentDefinition
 	return out, c.call(ctx, &out, func(ctx context.Context) (*http.Response, error) { return c.api.ListAgents(ctx) })
+}
+
+// ReloadAgents has the daemon read the agent definitions again.
+func (c *Client) ReloadAgents(ctx context.Context) (AgentReload, error) {
+	var out AgentReload
+	return out, c.call(ctx, &out, func(ctx context.Context) (*http.Response, error) { return c.api.ReloadAgents(ctx) })
 }
 
 // Delegate starts a task. With req.Wait it returns the execution once it

@@ -46,7 +46,8 @@ type AgentsConfig struct {
 	// Dir holds one TOML file per agent (data-analyzer.toml); empty means
 	// <state_dir>/agents, so that one appliance's state and agents stay
 	// together (point it at /etc/hearth/agents to keep them with the
-	// config). Read when the daemon starts.
+	// config). Read when the daemon starts and again on a reload
+	// (hearth agents reload, or SIGHUP).
 	Dir string `toml:"dir"`
 	// Grace is how long a stopped agent (cancelled, over budget, out of
 	// time, or the daemon stopping) has between TERM and KILL; 0 means

@@ -73,7 +73,7 @@ func (s *scheduleService) syncDefinitions() {
 		have[st.Schedule.ID] = p
 	}
 	want := map[string]bool{}
-	for name, def := range s.agents.defs {
+	for name, def := range s.agents.definitions() {
 		if def.Schedule == "" {
 			continue
 		}

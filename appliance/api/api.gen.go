@@ -209,6 +209,15 @@ type AgentDefinition struct {
 	Schedule string   `json:"schedule,omitempty,omitzero"`
 }
 
+// AgentReload defines model for AgentReload.
+type AgentReload struct {
+	// Agents Names of the agents now defined.
+	Agents []string `json:"agents"`
+
+	// Problems One per file that did not load: the file, the key and what is wrong.
+	Problems []string `json:"problems"`
+}
+
 // AgentSession defines model for AgentSession.
 type AgentSession struct {
 	Agent         string    `json:"agent"`
@@ -1036,10 +1045,17 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
-	// ListAgents List the agent definitions the daemon loaded when it started, by name.
+	// ListAgents List the agent definitions, by name (as loaded at start or by the last reload).
 	//
 	// Corresponds with GET /v1/agents (the `ListAgents` operationId).
 	ListAgents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReloadAgents Read the agent definitions again (hearth agents reload, or SIGHUP to the daemon).
+	//
+	// A new file adds an agent, a changed one replaces it, a removed one removes it, and schedules from definitions follow. A file that does not load keeps the definition loaded from it before, and is listed in problems. Running executions keep the definition they started with.
+	//
+	// Corresponds with POST /v1/agents/reload (the `ReloadAgents` operationId).
+	ReloadAgents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetCredits The credit balance and the newest ledger entries.
 	//
@@ -1537,11 +1553,28 @@ type ClientInterface interface {
 	CreateSnapshot(ctx context.Context, body CreateSnapshotJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
-// ListAgents List the agent definitions the daemon loaded when it started, by name.
+// ListAgents List the agent definitions, by name (as loaded at start or by the last reload).
 //
 // Corresponds with GET /v1/agents (the `ListAgents` operationId).
 func (c *Client) ListAgents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListAgentsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReloadAgents Read the agent definitions again (hearth agents reload, or SIGHUP to the daemon).
+//
+// A new file adds an agent, a changed one replaces it, a removed one removes it, and schedules from definitions follow. A file that does not load keeps the definition loaded from it before, and is listed in problems. Running executions keep the definition they started with.
+//
+// Corresponds with POST /v1/agents/reload (the `ReloadAgents` operationId).
+func (c *Client) ReloadAgents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReloadAgentsRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -2717,6 +2750,33 @@ func NewListAgentsRequest(server string) (*http.Request, error) {
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewReloadAgentsRequest constructs an http.Request for the ReloadAgents method
+func NewReloadAgentsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/agents/reload")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -4930,12 +4990,21 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
-	// ListAgentsWithResponse List the agent definitions the daemon loaded when it started, by name.
+	// ListAgentsWithResponse List the agent definitions, by name (as loaded at start or by the last reload).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/agents (the `ListAgents` operationId).
 	ListAgentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListAgentsResponse, error)
+
+	// ReloadAgentsWithResponse Read the agent definitions again (hearth agents reload, or SIGHUP to the daemon).
+	//
+	// A new file adds an agent, a changed one replaces it, a removed one removes it, and schedules from definitions follow. A file that does not load keeps the definition loaded from it before, and is listed in problems. Running executions keep the definition they started with.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/agents/reload (the `ReloadAgents` operationId).
+	ReloadAgentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReloadAgentsResponse, error)
 
 	// GetCreditsWithResponse The credit balance and the newest ledger entries.
 	//
@@ -5543,6 +5612,54 @@ func (r ListAgentsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListAgentsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ReloadAgentsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AgentReload
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReloadAgentsResponse) GetJSON200() *AgentReload {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ReloadAgentsResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ReloadAgentsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReloadAgentsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReloadAgentsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReloadAgentsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -7935,7 +8052,7 @@ func (r CreateSnapshotResponse) ContentType() string {
 	return ""
 }
 
-// ListAgentsWithResponse List the agent definitions the daemon loaded when it started, by name.
+// ListAgentsWithResponse List the agent definitions, by name (as loaded at start or by the last reload).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -7946,6 +8063,21 @@ func (c *ClientWithResponses) ListAgentsWithResponse(ctx context.Context, reqEdi
 		return nil, err
 	}
 	return ParseListAgentsResponse(rsp)
+}
+
+// ReloadAgentsWithResponse Read the agent definitions again (hearth agents reload, or SIGHUP to the daemon).
+//
+// A new file adds an agent, a changed one replaces it, a removed one removes it, and schedules from definitions follow. A file that does not load keeps the definition loaded from it before, and is listed in problems. Running executions keep the definition they started with.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/agents/reload (the `ReloadAgents` operationId).
+func (c *ClientWithResponses) ReloadAgentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReloadAgentsResponse, error) {
+	rsp, err := c.ReloadAgents(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReloadAgentsResponse(rsp)
 }
 
 // GetCreditsWithResponse The credit balance and the newest ledger entries.
@@ -8917,6 +9049,39 @@ func ParseListAgentsResponse(rsp *http.Response) (*ListAgentsResponse, error) {
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest []AgentDefinition
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseReloadAgentsResponse parses an HTTP response from a ReloadAgentsWithResponse call
+func ParseReloadAgentsResponse(rsp *http.Response) (*ReloadAgentsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReloadAgentsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AgentReload
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -10575,9 +10740,12 @@ func ParseCreateSnapshotResponse(rsp *http.Response) (*CreateSnapshotResponse, e
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
-	// ListAgents List the agent definitions the daemon loaded when it started, by name.
+	// ListAgents List the agent definitions, by name (as loaded at start or by the last reload).
 	// (GET /v1/agents)
 	ListAgents(w http.ResponseWriter, r *http.Request)
+	// ReloadAgents Read the agent definitions again (hearth agents reload, or SIGHUP to the daemon).
+	// (POST /v1/agents/reload)
+	ReloadAgents(w http.ResponseWriter, r *http.Request)
 	// GetCredits The credit balance and the newest ledger entries.
 	// (GET /v1/credits)
 	GetCredits(w http.ResponseWriter, r *http.Request)
@@ -10744,6 +10912,20 @@ func (siw *ServerInterfaceWrapper) ListAgents(w http.ResponseWriter, r *http.Req
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ListAgents(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ReloadAgents operation middleware
+func (siw *ServerInterfaceWrapper) ReloadAgents(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReloadAgents(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -12383,6 +12565,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/images/{name}", wrapper.InspectImage)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/images/{name}/build", wrapper.BuildImage)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/agents", wrapper.ListAgents)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/agents/reload", wrapper.ReloadAgents)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/executions", wrapper.ListExecutions)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/executions", wrapper.DelegateTask)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/executions/{id}", wrapper.GetExecution)

@@ -19,7 +19,7 @@ import (
 )
 
 // agentVerbs are the agents subcommands, for usage errors.
-const agentVerbs = "run, list, show, execution (logs), outputs, retry, resume, cancel, definitions or sessions"
+const agentVerbs = "run, list, show, execution (logs), outputs, retry, resume, cancel, definitions, reload or sessions"
 
 func cmdAgents(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -45,6 +45,8 @@ func cmdAgents(args []string, stdout, stderr io.Writer) error {
 		return agentCancel(args, stdout)
 	case "definitions", "defs":
 		return agentDefinitions(args, stdout)
+	case "reload":
+		return agentReload(args, stdout)
 	case "sessions":
 		return agentSessions(args, stdout)
 	}
@@ -371,10 +373,36 @@ func agentDefinitions(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return printList(stdout, *asJSON, defs, "no agents: put one TOML file per agent in the daemon's agents.dir and restart it",
+	return printList(stdout, *asJSON, defs, "no agents: put one TOML file per agent in the daemon's agents.dir, then hearth agents reload",
 		func(d appliance.AgentDefinition) []string {
 			return []string{d.Name, d.Model, d.Image, limitsOf(d.Limits), oneLine(d.Description, 60)}
 		})
+}
+
+// agentReload has the daemon read its agent definitions again. It fails
+// (exit 1) when a file did not load, after saying which and why.
+func agentReload(args []string, stdout io.Writer) error {
+	fl := flag.NewFlagSet("agents reload", flag.ContinueOnError)
+	asJSON := fl.Bool("json", false, "print JSON")
+	c, _, err := agentArgs(fl, args, 0, 0, "reload [--json]")
+	if err != nil {
+		return err
+	}
+	r, err := c.ReloadAgents(context.Background())
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if err := printJSON(stdout, r); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(stdout, "%d agents: %s\n", len(r.Agents), strings.Join(r.Agents, ", "))
+	}
+	if len(r.Problems) > 0 {
+		return fmt.Errorf("some definitions did not load:\n  %s", strings.Join(r.Problems, "\n  "))
+	}
+	return nil
 }
 
 func agentSessions(args []string, stdout io.Writer) error {

@@ -171,6 +171,21 @@ func TestAgentsDetachAndCredits(t *testing.T) {
 	})
 }
 
+// TestAgentsReloadCommand: hearth agents reload lists the agents and
+// fails, naming the file, when one does not load.
+func TestAgentsReloadCommand(t *testing.T) {
+	c, cfg := agentDaemon(t, modeltest.Config{Turns: []modeltest.Turn{say("done")}}, false)
+	os.WriteFile(filepath.Join(cfg.Agents.Dir, "broken.toml"), []byte("image = \"claude-code\"\nmodle = \"x\"\n"), 0o644)
+	runSteps(t, []step{
+		{args: []string{"agents", "reload", c}, wantCode: exitError, wantOut: "1 agents: analyst\n", exactOut: true, wantErr: "broken.toml"},
+	})
+	os.WriteFile(filepath.Join(cfg.Agents.Dir, "broken.toml"), []byte("image = \"claude-code\"\nmodel = \"claude-sonnet-4-5\"\n"), 0o644)
+	runSteps(t, []step{
+		{args: []string{"agents", "reload", c}, wantOut: "2 agents: analyst, broken\n", exactOut: true},
+		{args: []string{"agents", "definitions", c}, wantOut: "broken"},
+	})
+}
+
 // TestAgentsDemoScript runs the scripted model's built-in demo (what the
 // README's offline path and hearth-scripted-model play) through the real
 // claude CLI, twice: each run gets the whole script, and the report holds

@@ -68,6 +68,7 @@ Usage:
                                                  continue a session; the agent keeps its conversation
   hearth agents cancel EXECUTION                 stop it (partial outputs are kept)
   hearth agents definitions [--json]             the agents the daemon knows
+  hearth agents reload [--json]                  read the agent definitions again (or SIGHUP the daemon)
   hearth agents sessions [--agent A] [--json]    agent sessions, newest first
   hearth credits add USD [--note TEXT]           add to the credit balance
   hearth credits show [--json]                   the balance and the newest ledger entries

@@ -32,10 +32,19 @@ func cmdUp(args []string, stderr io.Writer) error {
 	if addr := d.TCPAddr(); addr != "" {
 		fmt.Fprintf(stderr, " and on http://%s (token in %s; dashboard at /ui/)", addr, cfg.TokenPath())
 	}
-	fmt.Fprintf(stderr, "; stop with Ctrl-C or SIGTERM\n")
+	fmt.Fprintf(stderr, "; stop with Ctrl-C or SIGTERM, reload agent definitions with SIGHUP\n")
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	s := <-sig
+	var s os.Signal
+	for s == nil {
+		select {
+		case <-hup:
+			d.ReloadAgents() // it logs what it loaded and what it could not
+		case s = <-sig:
+		}
+	}
 	then := "running agent executions are stopped (their partial outputs kept)"
 	if cfg.Agents.OnShutdown == appliance.OnShutdownFinish {
 		then = "running agent executions may finish first (signal again to stop them now)"

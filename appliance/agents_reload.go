@@ -1,0 +1,82 @@
+package appliance
+
+import (
+	"net/http"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"hearth/agents"
+	"hearth/appliance/api"
+)
+
+// def returns the definition of agent name, nil if there is none.
+func (a *agentService) def(name string) *agents.Definition {
+	a.defsMu.RLock()
+	defer a.defsMu.RUnlock()
+	return a.defs[name]
+}
+
+// definitions returns the definitions as they are now; callers must not
+// change the map.
+func (a *agentService) definitions() map[string]*agents.Definition {
+	a.defsMu.RLock()
+	defer a.defsMu.RUnlock()
+	return a.defs
+}
+
+// loadDefinitions reads the agents directory again and makes what it
+// holds the agents: a new file adds an agent, a changed one replaces it,
+// a removed one removes it. A file that does not load keeps the
+// definition loaded from it before, if any, so a typo made while editing
+// takes nothing away; each such file is one of the problems returned.
+// Executions already running keep the definition they started with. It
+// returns the names of the agents now defined.
+func (a *agentService) loadDefinitions() (names, problems []string) {
+	dir := a.cfg.AgentsDir()
+	files, err := filepath.Glob(filepath.Join(dir, "*.toml"))
+	if err != nil {
+		return a.names(), []string{err.Error()}
+	}
+	sort.Strings(files)
+	old := a.definitions()
+	defs := map[string]*agents.Definition{}
+	for _, f := range files {
+		d, err := agents.LoadDefinition(f)
+		if err == nil {
+			defs[d.Name] = d
+			continue
+		}
+		name := strings.TrimSuffix(filepath.Base(f), ".toml")
+		if prev := old[name]; prev != nil {
+			defs[name] = prev
+			problems = append(problems, err.Error()+" (the agent keeps the definition loaded before)")
+		} else {
+			problems = append(problems, err.Error()+" (not loaded)")
+		}
+	}
+	a.defsMu.Lock()
+	a.defs = defs
+	a.defsMu.Unlock()
+	if a.runner != nil {
+		a.runner.SetAgents(defs)
+	}
+	return a.names(), problems
+}
+
+// ReloadAgents reads the agent definitions again and brings the
+// schedules of definitions in line (see agentService.loadDefinitions).
+func (d *Daemon) ReloadAgents() (names, problems []string) {
+	names, problems = d.agents.loadDefinitions()
+	d.sched.syncDefinitions()
+	d.log.Printf("agents: reloaded from %s: %d defined (%s)", d.cfg.AgentsDir(), len(names), strings.Join(names, ", "))
+	for _, p := range problems {
+		d.log.Printf("agents: %s", p)
+	}
+	return names, problems
+}
+
+func (s *server) ReloadAgents(w http.ResponseWriter, r *http.Request) {
+	names, problems := s.d.ReloadAgents()
+	reply(w, http.StatusOK, api.AgentReload{Agents: names, Problems: append([]string{}, problems...)})
+}
