@@ -373,6 +373,29 @@ func (c *Client) JobOutput(ctx context.Context, id, stream string) ([]byte, erro
 	return io.ReadAll(resp.Body)
 }
 
+// FollowJob copies stream ("stdout" or "stderr") of a job to w from
+// offset (counting every byte the job ever wrote) until the job has ended
+// and all it wrote is copied, or ctx ends. It returns the offset reached,
+// where a later call can go on. An offset older than the newest 1 MiB
+// the job keeps is an error.
+func (c *Client) FollowJob(ctx context.Context, id, stream string, offset int64, w io.Writer) (int64, error) {
+	q := url.Values{"stream": {stream}, "offset": {strconv.FormatInt(offset, 10)}, "follow": {"true"}}
+	req, err := http.NewRequestWithContext(ctx, "GET", c.url("/v1/jobs/"+url.PathEscape(id)+"/output", q), nil)
+	if err != nil {
+		return offset, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return offset, fmt.Errorf("guest job output %s: %w", id, err)
+	}
+	defer resp.Body.Close()
+	if err := responseError(resp); err != nil {
+		return offset, err
+	}
+	n, err := io.Copy(w, resp.Body)
+	return offset + n, err
+}
+
 // StopJob sends TERM, then KILL after grace, and returns the final status.
 func (c *Client) StopJob(ctx context.Context, id string, grace time.Duration) (JobStatus, error) {
 	var st JobStatus

@@ -2,6 +2,7 @@ package guest
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
@@ -35,11 +36,13 @@ type JobStatus struct {
 // maxJobOutput is how much of each stream a job keeps: the newest bytes.
 const maxJobOutput = 1 << 20
 
-// tail keeps the last maxJobOutput bytes written to it.
+// tail keeps the last maxJobOutput bytes written to it. Offsets count
+// every byte ever written, so a reader can go on where it stopped.
 type tail struct {
 	mu      sync.Mutex
 	buf     []byte
 	dropped int64
+	grew    chan struct{} // closed and replaced on every write
 }
 
 func (t *tail) Write(p []byte) (int, error) {
@@ -50,6 +53,10 @@ func (t *tail) Write(p []byte) (int, error) {
 		t.dropped += int64(over)
 		t.buf = append(t.buf[:0], t.buf[over:]...)
 	}
+	if t.grew != nil {
+		close(t.grew)
+		t.grew = nil
+	}
 	return len(p), nil
 }
 
@@ -57,6 +64,21 @@ func (t *tail) bytes() []byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]byte(nil), t.buf...)
+}
+
+// from returns the bytes kept from offset on, and a channel closed at
+// the next write. An offset older than what is kept is an error.
+func (t *tail) from(offset int64) ([]byte, <-chan struct{}, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if offset < t.dropped {
+		return nil, nil, fmt.Errorf("bytes %d to %d were dropped (a job keeps its newest %d bytes)", offset, t.dropped, maxJobOutput)
+	}
+	i := min(offset-t.dropped, int64(len(t.buf)))
+	if t.grew == nil {
+		t.grew = make(chan struct{})
+	}
+	return append([]byte(nil), t.buf[i:]...), t.grew, nil
 }
 
 type job struct {
@@ -164,19 +186,76 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// jobOutput returns the kept output of one stream.
+// jobOutput returns the kept output of one stream. With offset it starts
+// there (counting every byte the job ever wrote); with follow it goes on
+// sending what the job writes until the job has ended and all is sent.
 func (s *Server) jobOutput(w http.ResponseWriter, r *http.Request) {
 	j := s.job(w, r)
 	if j == nil {
 		return
 	}
-	switch r.URL.Query().Get("stream") {
+	q := r.URL.Query()
+	var t *tail
+	switch q.Get("stream") {
 	case "", "stdout":
-		w.Write(j.stdout.bytes())
+		t = &j.stdout
 	case "stderr":
-		w.Write(j.stderr.bytes())
+		t = &j.stderr
 	default:
 		fail(w, http.StatusBadRequest, "bad_request", "job output: stream is stdout or stderr")
+		return
+	}
+	if q.Get("offset") == "" && q.Get("follow") == "" {
+		w.Write(t.bytes())
+		return
+	}
+	offset, err := strconv.ParseInt(q.Get("offset"), 10, 64)
+	if q.Get("offset") == "" {
+		offset, err = 0, nil
+	}
+	if err != nil || offset < 0 {
+		fail(w, http.StatusBadRequest, "bad_request", "job output: offset %q is not a byte offset", q.Get("offset"))
+		return
+	}
+	follow := q.Get("follow") == "true"
+	rc := http.NewResponseController(w)
+	sent := false
+	for {
+		ended := j.ended() // before reading, so nothing written after is missed
+		data, grew, err := t.from(offset)
+		if err != nil {
+			if !sent {
+				fail(w, http.StatusGone, "gone", "job output: %v", err)
+			}
+			return
+		}
+		if len(data) > 0 || !sent {
+			if _, err := w.Write(data); err != nil {
+				return
+			}
+			rc.Flush()
+			sent = true
+			offset += int64(len(data))
+		}
+		if !follow || ended {
+			return
+		}
+		select {
+		case <-grew:
+		case <-j.done:
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+// ended says whether the job's process has exited.
+func (j *job) ended() bool {
+	select {
+	case <-j.done:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -2,6 +2,7 @@ package guest
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -82,5 +83,45 @@ func TestJobOutlivesSession(t *testing.T) {
 	}
 	if out, _ := second.JobOutput(context.Background(), j.ID, "stdout"); string(out) != "survived\n" {
 		t.Errorf("output = %q", out)
+	}
+}
+
+// TestFollowJob: a follower gets a job's output as it is written, ends
+// when the job does, and a second host that connects mid-way goes on
+// from the offset the first reached, with nothing lost or repeated.
+func TestFollowJob(t *testing.T) {
+	srv := NewServer(ServerOptions{})
+	first := serveOn(t, srv)
+	ctx := context.Background()
+	j, err := first.StartJob(ctx, ExecRequest{Argv: []string{"sh", "-c", "for i in 1 2 3 4 5 6; do echo line$i; sleep 0.1; done"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	fctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(250*time.Millisecond, cancel) // the first host goes away mid-way
+	off, _ := first.FollowJob(fctx, j.ID, "stdout", 0, &got)
+	if off == 0 || off != int64(got.Len()) || off >= int64(len("line1\n")*6) {
+		t.Fatalf("first follower reached offset %d with %q; want part of the output", off, got.String())
+	}
+	first.Close()
+	second := serveOn(t, srv)
+	end, err := second.FollowJob(ctx, j.ID, "stdout", off, &got)
+	if err != nil || got.String() != "line1\nline2\nline3\nline4\nline5\nline6\n" || end != int64(got.Len()) {
+		t.Fatalf("after the second follower: %q (offset %d), %v; want every line once", got.String(), end, err)
+	}
+	// Following an ended job returns at once with what is left.
+	var rest strings.Builder
+	if n, err := second.FollowJob(ctx, j.ID, "stdout", 12, &rest); err != nil || rest.String() != "line3\nline4\nline5\nline6\n" || n != end {
+		t.Errorf("follow from 12 after the end = %q, %d, %v", rest.String(), n, err)
+	}
+	if _, err := second.FollowJob(ctx, j.ID, "stdout", -1, &rest); err == nil {
+		t.Error("a negative offset was accepted")
+	}
+	// Bytes older than what a job keeps are refused, saying so.
+	big, _ := second.StartJob(ctx, ExecRequest{Argv: []string{"sh", "-c", "head -c 1200000 /dev/zero"}})
+	waitJob(t, second, big.ID)
+	if _, err := second.FollowJob(ctx, big.ID, "stdout", 0, io.Discard); err == nil || !strings.Contains(err.Error(), "dropped") {
+		t.Errorf("follow from a dropped offset = %v, want an error saying the bytes were dropped", err)
 	}
 }
