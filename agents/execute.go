@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -52,37 +53,54 @@ func (ru *run) run(ctx context.Context, req TaskRequest) (Result, error) {
 	}
 	files, stopFiles := cfg.Workspace.FileEvents(sess)
 	defer stopFiles()
-	go func() {
-		for fe := range files {
-			// The agent's private home (its CLI's state) is not news.
-			if fe.Path != ".home" && !strings.HasPrefix(fe.Path, ".home/") {
-				ru.emit(stream.New("", "", stream.File, fe))
-			}
-		}
-	}()
+	go ru.fileEvents(files)
 	m, cleanup, err := ru.machine(ctx)
 	if err != nil {
 		return ru.fail(err)
 	}
 	defer cleanup()
+	gc := m.Guest()
+	listen, proxy, token, disconnect, err := ru.connect(ctx, gc)
+	if err != nil {
+		return ru.fail(err)
+	}
+	defer disconnect()
+	return ru.agent(ctx, gc, prompt, token, listen, proxy)
+}
+
+// connect admits the execution to the gateway (and the egress proxy, if
+// its agent may reach any domain) and forwards them into the machine. It
+// returns the gateway's address inside the machine, the proxy URL ("" for
+// none), the agent's gateway token, and how to revoke both tokens.
+func (ru *run) connect(ctx context.Context, gc *guest.Client) (listen, proxy, token string, revoke func(), err error) {
+	cfg := ru.r.cfg
 	var budget gateway.Budget = ru.budget
 	if cfg.Credits {
 		budget = ledgerBudget{ru.budget, cfg.Store, ru.exec.ID}
 	}
-	token := cfg.Gateway.Register(gateway.Execution{Session: sess, ID: ru.exec.ID, Budget: budget})
-	defer cfg.Gateway.Unregister(token)
-	gc := m.Guest()
+	token = cfg.Gateway.Register(gateway.Execution{Session: ru.exec.Session, ID: ru.exec.ID, Budget: budget, Token: ru.r.token("gateway", ru.exec.ID)})
 	gc.Serve("gateway", cfg.GatewayDial)
-	listen := "127.0.0.1:" + strconv.Itoa(cfg.GatewayPort)
+	listen = "127.0.0.1:" + strconv.Itoa(cfg.GatewayPort)
 	if _, err := gc.Forward(ctx, listen, "gateway"); err != nil {
-		return ru.fail(fmt.Errorf("forward the model gateway into the machine: %w", err))
+		cfg.Gateway.Unregister(token)
+		return "", "", "", nil, fmt.Errorf("forward the model gateway into the machine: %w", err)
 	}
-	proxy, revoke, err := ru.egress(ctx, gc)
+	proxy, revokeEgress, err := ru.egress(ctx, gc)
 	if err != nil {
-		return ru.fail(err)
+		cfg.Gateway.Unregister(token)
+		return "", "", "", nil, err
 	}
-	defer revoke()
-	return ru.agent(ctx, gc, prompt, token, listen, proxy)
+	return listen, proxy, token, func() { cfg.Gateway.Unregister(token); revokeEgress() }, nil
+}
+
+// fileEvents turns the session's file events into the execution's.
+func (ru *run) fileEvents(files <-chan FileEvent) {
+	for fe := range files {
+		// The agent's private home (its CLI's state) is not news.
+		if fe.Path != ".home" && !strings.HasPrefix(fe.Path, ".home/") {
+			ru.emit(stream.New("", "", stream.File, fe))
+		}
+	}
 }
 
 // egress gives the machine the egress proxy if the agent may reach any
@@ -94,7 +112,7 @@ func (ru *run) egress(ctx context.Context, gc *guest.Client) (proxy string, revo
 	if cfg.Egress == nil || len(ru.def.Network) == 0 {
 		return "", func() {}, nil
 	}
-	token := cfg.Egress.Register(egress.Execution{Session: ru.exec.Session, ID: ru.exec.ID, Allow: ru.def.Network})
+	token := cfg.Egress.Register(egress.Execution{Session: ru.exec.Session, ID: ru.exec.ID, Allow: ru.def.Network, Token: ru.r.token("egress", ru.exec.ID)})
 	gc.Serve("egress", cfg.EgressDial)
 	listen := "127.0.0.1:" + strconv.Itoa(cfg.EgressPort)
 	if _, err := gc.Forward(ctx, listen, "egress"); err != nil {
@@ -129,7 +147,9 @@ func (ru *run) machine(ctx context.Context) (vmm.Machine, func(), error) {
 		return nil, nil, fmt.Errorf("boot the agent's machine: %w", err)
 	}
 	return m, func() {
-		m.Destroy(context.Background())
+		if !ru.detached { // a detached agent goes on in its machine
+			m.Destroy(context.Background())
+		}
 		unmount()
 	}, nil
 }
@@ -157,21 +177,73 @@ func (ru *run) agent(ctx context.Context, gc *guest.Client, prompt, token, liste
 		return ru.fail(err)
 	}
 	ru.status("running", map[string]any{"agent": ru.def.Name, "model": ru.def.Model})
-	outR, outW := io.Pipe()
-	errR, errW := io.Pipe()
-	proc, err := gc.Start(ctx, guest.ExecRequest{Argv: argv, Env: env, Dir: work}, nil, outW, errW)
+	// A job, not an exec: it outlives the host's connection, so a daemon
+	// that stops with agents.on_shutdown = "leave" can leave it running
+	// and the next one can follow its output on from where this one was.
+	job, err := gc.StartJob(ctx, guest.ExecRequest{Argv: argv, Env: env, Dir: work})
+	if err == nil && job.State != guest.JobRunning {
+		err = errors.New(job.Exit.Error)
+	}
 	if err != nil {
 		return ru.fail(fmt.Errorf("start the agent: %w", err))
 	}
+	return ru.follow(ctx, gc, agentJob{ID: job.ID, PID: job.PID})
+}
+
+// agentJob is the agent's job in its machine and how far its output has
+// been turned into events.
+type agentJob struct {
+	ID     string `json:"job"`
+	PID    int    `json:"pid"`
+	Stdout int64  `json:"stdout_offset"`
+	Stderr int64  `json:"stderr_offset"`
+}
+
+// follow turns the agent's output into events, from the offsets in job,
+// until it ends, is stopped, or the runner detaches from it.
+func (ru *run) follow(ctx context.Context, gc *guest.Client, job agentJob) (Result, error) {
+	fctx, unfollow := context.WithCancel(context.Background())
+	defer unfollow()
+	outR, outW := io.Pipe()
+	errR, errW := io.Pipe()
+	outGate, errGate := &lineGate{w: outW}, &lineGate{w: errW}
+	followed := make(chan error, 2)
+	for _, f := range []struct {
+		stream string
+		from   int64
+		gate   *lineGate
+	}{{"stdout", job.Stdout, outGate}, {"stderr", job.Stderr, errGate}} {
+		go func() {
+			_, err := gc.FollowJob(fctx, job.ID, f.stream, f.from, f.gate)
+			followed <- err
+		}()
+	}
 	exited := make(chan guest.ExitStatus, 1)
 	go func() {
-		st, err := proc.Wait()
-		if err != nil && st.Error == "" {
-			st.Error = err.Error()
+		var ferr error
+		for range 2 {
+			if err := <-followed; err != nil && ferr == nil {
+				ferr = err
+			}
 		}
+		if fctx.Err() != nil { // detached: the agent goes on
+			outW.Close()
+			errW.Close()
+			close(exited)
+			return
+		}
+		outGate.flush()
+		errGate.flush()
 		outW.Close()
 		errW.Close()
-		exited <- st
+		st, err := gc.Job(context.Background(), job.ID)
+		switch {
+		case err != nil:
+			st.Exit = guest.ExitStatus{Code: -1, Error: "the agent's machine stopped answering: " + err.Error()}
+		case ferr != nil && st.State == guest.JobRunning:
+			st.Exit = guest.ExitStatus{Code: -1, Error: "following the agent's output: " + ferr.Error()}
+		}
+		exited <- st.Exit
 	}()
 	parsed := make(chan adapter.Summary, 1)
 	go func() {
@@ -179,7 +251,11 @@ func (ru *run) agent(ctx context.Context, gc *guest.Client, prompt, token, liste
 		parsed <- sum
 	}()
 	if wall := time.Duration(ru.limits.WallTime); wall > 0 {
-		t := time.AfterFunc(wall, func() { ru.stop(stopWallTime) })
+		left := wall
+		if !ru.exec.Started.IsZero() {
+			left = wall - time.Since(ru.exec.Started)
+		}
+		t := time.AfterFunc(max(left, 0), func() { ru.stop(stopWallTime) })
 		defer t.Stop()
 	}
 	var why stopReason
@@ -187,13 +263,52 @@ func (ru *run) agent(ctx context.Context, gc *guest.Client, prompt, token, liste
 	select {
 	case st = <-exited:
 	case why = <-ru.stopc:
-		st = ru.terminate(gc, proc.PID, exited)
+		if why == stopDetach {
+			unfollow()
+			<-exited
+			// Let go of the machine: its agent serves one host at a time,
+			// and the next runner connects to it.
+			gc.Close()
+			job.Stdout += outGate.passed
+			job.Stderr += errGate.passed
+			return ru.detach(job, <-parsed)
+		}
+		st = ru.terminate(gc, job.PID, exited)
 	case <-ctx.Done():
 		why = stopCancel
-		st = ru.terminate(gc, proc.PID, exited)
+		st = ru.terminate(gc, job.PID, exited)
 	}
 	sum := <-parsed
 	return ru.finish(why, st, sum)
+}
+
+// lineGate passes on whole lines only, so that output cut off at a
+// detach is taken up again at a line's start; flush passes the rest.
+type lineGate struct {
+	w       io.Writer
+	pending []byte
+	passed  int64 // bytes passed on
+}
+
+func (g *lineGate) Write(p []byte) (int, error) {
+	g.pending = append(g.pending, p...)
+	if i := bytes.LastIndexByte(g.pending, '\n'); i >= 0 {
+		n, err := g.w.Write(g.pending[:i+1])
+		g.passed += int64(n)
+		g.pending = append(g.pending[:0], g.pending[i+1:]...)
+		if err != nil {
+			return len(p), err
+		}
+	}
+	return len(p), nil
+}
+
+func (g *lineGate) flush() {
+	if len(g.pending) > 0 {
+		n, _ := g.w.Write(g.pending)
+		g.passed += int64(n)
+		g.pending = nil
+	}
 }
 
 // terminate stops the agent gracefully: TERM, then KILL after the grace
@@ -285,7 +400,7 @@ func (ru *run) fail(cause error) (Result, error) {
 
 // tokens adds up the model calls' tokens, from the gateway's events.
 func (ru *run) tokens() store.Tokens {
-	evs, _ := ru.r.cfg.Store.Events(context.Background(), ru.exec.ID, 0, 0)
+	evs, _ := allEvents(context.Background(), ru.r.cfg.Store, ru.exec.ID)
 	var t store.Tokens
 	for _, ev := range evs {
 		if ev.Type != stream.ModelCall {

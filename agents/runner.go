@@ -80,6 +80,11 @@ type RunnerConfig struct {
 	// (and must have one), is charged what the gateway meters, and
 	// releases the rest when it ends.
 	Credits bool
+	// Secret derives each execution's gateway and egress tokens, so that
+	// the runner of a daemon started again on the same state admits the
+	// tokens of the agents it takes up (Reattach). Keep it secret and
+	// stable; nil makes random tokens, and nothing can be taken up.
+	Secret []byte
 }
 
 // Runner runs agent tasks, each execution in a machine of its own.
@@ -229,7 +234,11 @@ func (r *Runner) execute(ctx context.Context, def *Definition, limits Limits, e 
 		if err := r.cfg.Store.Reserve(ctx, exec.ID, limits.USD); err != nil {
 			return ru.fail(fmt.Errorf("reserve $%.2f of credits: %w (add some with 'hearth credits add')", limits.USD, err))
 		}
-		defer r.cfg.Store.Release(context.Background(), exec.ID)
+		defer func() {
+			if !ru.detached { // a detached run keeps its reservation
+				r.cfg.Store.Release(context.Background(), exec.ID)
+			}
+		}()
 	}
 	r.mu.Lock()
 	r.runs[exec.ID] = ru
@@ -274,6 +283,7 @@ const (
 	stopBudget stopReason = iota + 1
 	stopWallTime
 	stopCancel
+	stopDetach // leave the agent running: see Detach
 )
 
 // run is one execution in progress.
@@ -287,6 +297,7 @@ type run struct {
 	agentSession string
 	budget       *gateway.Limits
 	stopc        chan stopReason
+	detached     bool // set by detach, in the run's own goroutine
 
 	emitMu sync.Mutex
 	err    error // the first store error

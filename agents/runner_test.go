@@ -213,6 +213,7 @@ func newHarness(t *testing.T, turns []modeltest.Turn, limits Limits) *harness {
 		},
 		Agents: map[string]*Definition{"analyst": def},
 		Grace:  3 * time.Second,
+		Secret: []byte("runner-test-secret"),
 	})
 	h.runner = runner
 	return h
@@ -574,5 +575,71 @@ func TestRunNetwork(t *testing.T) {
 		if p.Host == "127.0.0.1" || p.Host == "localhost" {
 			t.Errorf("the model gateway went through the proxy: %+v", p)
 		}
+	}
+}
+
+// TestRunDetachReattach: a runner that detaches leaves the agent running
+// in its machine mid-task (the execution stays running, its credits
+// reserved); taken up again in the machine the driver recovers, with a
+// new workspace view, the agent finishes the task under the same budget,
+// and every model call and tool result is in the stream once.
+func TestRunDetachReattach(t *testing.T) {
+	h := newHarness(t, []modeltest.Turn{
+		{Blocks: []modeltest.Block{bash("sleep 2; echo slept")}, Usage: modeltest.Usage{InputTokens: 300, OutputTokens: 40}},
+		// After the runner is back: the workspace answers again.
+		{Blocks: []modeltest.Block{bash("mkdir -p outputs; echo done > outputs/late.md")}, Usage: modeltest.Usage{InputTokens: 350, OutputTokens: 30}},
+		{Blocks: []modeltest.Block{modeltest.Text("all done")}, Usage: modeltest.Usage{InputTokens: 400, OutputTokens: 20}},
+	}, Limits{USD: 10, Turns: 10})
+	ctx := context.Background()
+	accepted := make(chan store.Execution, 1)
+	type outcome struct {
+		res Result
+		err error
+	}
+	ran := make(chan outcome, 1)
+	go func() {
+		res, err := h.runner.Run(WithAccepted(ctx, func(e store.Execution) { accepted <- e }), TaskRequest{Agent: "analyst", Prompt: "work"})
+		ran <- outcome{res, err}
+	}()
+	e := <-accepted
+	deadline := time.Now().Add(60 * time.Second)
+	for countType(h.eventsOf(t, e.ID), stream.ToolCall, "sleep 2") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no tool call in 60s:\n%s", dump(h.eventsOf(t, e.ID)))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h.runner.Detach()
+	o := <-ran
+	if !errors.Is(o.err, ErrDetached) || o.res.Execution.Status != store.Running {
+		t.Fatalf("Run after Detach = %+v, %v; want ErrDetached and still running", o.res.Execution, o.err)
+	}
+	if ok, err := h.runner.Detached(ctx, e.ID); !ok || err != nil {
+		t.Fatalf("Detached = %v, %v", ok, err)
+	}
+	m, err := h.runner.cfg.Driver.Recover(ctx, e.ID)
+	if err != nil {
+		t.Fatalf("the machine did not outlive the detach: %v", err)
+	}
+	res, err := h.runner.Reattach(ctx, e.ID, m)
+	evs := h.eventsOf(t, e.ID)
+	if err != nil || res.Execution.Status != store.Completed || res.Execution.Result != "all done" ||
+		res.Execution.Turns != 3 || res.Execution.Tokens.Input != 1050 || strings.Join(res.Outputs, ",") != "outputs/late.md" {
+		t.Fatalf("Reattach = %+v, %v\nevents:\n%s", res, err, dump(evs))
+	}
+	for _, want := range []struct {
+		typ      stream.Type
+		contains string
+	}{
+		{stream.ToolCall, "sleep 2"}, {stream.ToolResult, "slept"}, {stream.Status, `"status":"detached"`},
+		{stream.File, `"op":"written","path":"outputs/late.md"`},
+		{stream.Status, `"reattached":true`}, {stream.Text, "all done"},
+	} {
+		if got := countType(evs, want.typ, want.contains); got != 1 {
+			t.Errorf("%d %s events with %s, want exactly 1\nevents:\n%s", got, want.typ, want.contains, dump(evs))
+		}
+	}
+	if _, err := h.runner.Reattach(ctx, e.ID, m); err == nil {
+		t.Error("an ended execution was taken up again")
 	}
 }

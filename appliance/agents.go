@@ -100,7 +100,6 @@ func newAgentService(cfg Config, driver vmm.Driver, driverErr error, ws *fs.Stor
 	if _, problems := a.loadDefinitions(); len(problems) > 0 {
 		a.log.Printf("agents: some definitions were not loaded: %s", strings.Join(problems, "; "))
 	}
-	a.recover(driver)
 	key, err := cfg.model().apiKey()
 	var prices *gateway.Prices
 	if err == nil {
@@ -118,6 +117,7 @@ func newAgentService(cfg Config, driver vmm.Driver, driverErr error, ws *fs.Stor
 	default:
 		a.unavailable = a.startRunner(driver, key, prices)
 	}
+	a.recover(driver)
 	if a.unavailable != nil {
 		a.log.Printf("agents are unavailable: %v", a.unavailable)
 	} else {
@@ -186,6 +186,10 @@ func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gatewa
 	dial := func(sock string) func(ctx context.Context) (net.Conn, error) {
 		return func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) }
 	}
+	secret, err := loadSecret(filepath.Join(a.cfg.StateDir, "runner.secret"))
+	if err != nil {
+		return err
+	}
 	a.runner = agents.NewRunner(agents.RunnerConfig{
 		Driver: driver, Workspace: a.ws, Store: a.store,
 		Gateway: gw, GatewayDial: dial(a.gwSock),
@@ -194,6 +198,7 @@ func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gatewa
 		Agents:  a.definitions(),
 		Grace:   time.Duration(a.cfg.Agents.Grace),
 		Credits: a.cfg.Credits.Enabled,
+		Secret:  secret,
 	})
 	return nil
 }
@@ -256,11 +261,19 @@ func (a *agentService) gatewayEvent(ev evstream.Event) {
 // recover ends what a daemon that stopped or died left: executions still
 // pending or running become interrupted (with a status event, and the
 // outputs their agent's patterns match now), their machines are
-// destroyed and their views unmounted.
+// destroyed and their views unmounted. The exception are executions a
+// daemon left running on purpose (agents.on_shutdown = "leave"): when
+// their machine is still there and agents can run, they are taken up
+// again and go on.
 func (a *agentService) recover(driver vmm.Driver) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	list, err := a.store.InterruptRunning(ctx)
+	left := a.leftRunning(ctx, driver)
+	keep := make([]string, 0, len(left))
+	for id := range left {
+		keep = append(keep, id)
+	}
+	list, err := a.store.InterruptRunning(ctx, keep...)
 	if err != nil {
 		a.log.Printf("agents: mark interrupted executions: %v", err)
 	}
@@ -277,7 +290,7 @@ func (a *agentService) recover(driver vmm.Driver) {
 	if driver != nil {
 		ids, _ := driver.List(ctx)
 		for _, id := range ids {
-			if !strings.HasPrefix(id, executionPrefix) {
+			if !strings.HasPrefix(id, executionPrefix) || left[id] != nil {
 				continue
 			}
 			m, err := driver.Recover(ctx, id)
@@ -293,6 +306,51 @@ func (a *agentService) recover(driver vmm.Driver) {
 		}
 	}
 	a.ws.cleanStaleViews()
+	for id, m := range left {
+		a.reattach(id, m)
+	}
+}
+
+// leftRunning finds the executions a daemon left running on purpose
+// whose machines are still there, with their recovered machines.
+func (a *agentService) leftRunning(ctx context.Context, driver vmm.Driver) map[string]vmm.Machine {
+	left := map[string]vmm.Machine{}
+	if a.runner == nil || driver == nil {
+		return left
+	}
+	running, err := a.store.ListExecutions(ctx, store.ExecutionFilter{Status: []store.Status{store.Running}, Limit: 10000})
+	if err != nil {
+		a.log.Printf("agents: executions left running: %v", err)
+		return left
+	}
+	for _, e := range running {
+		if ok, err := a.runner.Detached(ctx, e.ID); !ok || err != nil {
+			continue
+		}
+		m, err := driver.Recover(ctx, e.ID)
+		if err != nil {
+			a.log.Printf("execution %s: left running, but its machine is gone: %v", e.ID, err)
+			continue
+		}
+		left[e.ID] = m
+	}
+	return left
+}
+
+// reattach takes up an execution left running, in a counted goroutine,
+// as launch starts one.
+func (a *agentService) reattach(id string, m vmm.Machine) {
+	done := make(chan struct{})
+	a.mu.Lock()
+	a.runs[id] = &liveRun{done: done}
+	a.mu.Unlock()
+	a.log.Printf("execution %s: taking it up again where the last daemon left it", id)
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		res, err := a.runner.Reattach(a.ctx, id, m)
+		a.ended(id, res, err)
+	}()
 }
 
 // executionPrefix starts every execution id, and so the id of its
@@ -386,9 +444,12 @@ func (a *agentService) ended(id string, res agents.Result, err error) {
 	if !e.Started.IsZero() {
 		ran = e.Ended.Sub(e.Started).Round(time.Millisecond)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, agents.ErrDetached):
+		a.log.Printf("execution %s (agent %s, session %s): left running in its machine; the next start takes it up", id, e.Agent, e.Session)
+	case err != nil:
 		a.log.Printf("execution %s: %v", id, err)
-	} else {
+	default:
 		a.log.Printf("execution %s (agent %s, session %s): %s after %v, %d turns, $%.4f", id, e.Agent, e.Session, e.Status, ran, e.Turns, e.USD)
 	}
 	a.mu.Lock()
@@ -427,6 +488,11 @@ func (a *agentService) Close() {
 		case <-time.After(limit):
 		case <-a.hurry:
 		}
+	}
+	if n := a.running(); n > 0 && a.cfg.Agents.OnShutdown == OnShutdownLeave && a.runner != nil {
+		a.log.Printf("agents: leaving %d running execution(s) in their machines; the next start takes them up", n)
+		a.runner.Detach()
+		a.waitRuns()
 	}
 	if n := a.running(); n > 0 {
 		a.log.Printf("agents: stopping %d running execution(s): they end cancelled, their events and partial outputs kept", n)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -655,6 +656,53 @@ func TestAgentsShutdownFinish(t *testing.T) {
 	_, c2 := startSandboxDaemon(t, env2.cfg)
 	if got, err := c2.Execution(ctx, e2.Id); err != nil || got.Status != "cancelled" {
 		t.Errorf("after Hurry: %+v, %v; want cancelled", got, err)
+	}
+}
+
+// TestAgentsShutdownLeave: under on_shutdown = "leave" a stopping daemon
+// leaves a running agent in its machine; the next daemon on the same
+// state takes it up, and it completes with its output, every turn
+// metered once, and its credits settled.
+func TestAgentsShutdownLeave(t *testing.T) {
+	env := startAgentDaemon(t, modeltest.Config{PerConversation: true, Turns: []modeltest.Turn{
+		bashTurn("sleep 3; echo slept", modeltest.Usage{InputTokens: 100}),
+		bashTurn("mkdir -p outputs; echo done > outputs/left.md", modeltest.Usage{InputTokens: 200}),
+		textTurn("finished")}},
+		func(c *Config) { c.Agents.OnShutdown = OnShutdownLeave; c.Credits.Enabled = true })
+	ctx := context.Background()
+	if _, err := env.c.AddCredits(ctx, 10, "test"); err != nil {
+		t.Fatal(err)
+	}
+	e, err := env.c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "work", Limits: Limits{Usd: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForEvent(t, env.c, e.Id, "tool_call")
+	t0 := time.Now()
+	if err := env.d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(t0); took > 10*time.Second {
+		t.Errorf("Close took %v with an execution left running", took)
+	}
+	_, c := startSandboxDaemon(t, env.cfg)
+	var got Execution
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if got, err = c.Execution(ctx, e.Id); err != nil || Ended(got) || time.Now().After(deadline) {
+			break
+		}
+	}
+	evs := allEvents(t, c, e.Id)
+	if err != nil || got.Status != "completed" || got.Result != "finished" || got.Turns != 3 || got.Tokens.Input != 1300 ||
+		!slices.Contains(got.Outputs, "outputs/left.md") {
+		t.Fatalf("after the next start: %+v, %v\n%s", got, err, eventDump(evs))
+	}
+	if countEvents(evs, "status", `"detached"`) != 1 || countEvents(evs, "status", `"reattached":true`) != 1 || countEvents(evs, "model_call", "") != 3 {
+		t.Errorf("want one detach, one take-up and three model calls:\n%s", eventDump(evs))
+	}
+	cr, _ := c.Credits(ctx)
+	if cr.Reserved != 0 || math.Abs(cr.Spent-got.Usd) > 1e-9 || math.Abs(cr.Available-(10-got.Usd)) > 1e-9 {
+		t.Errorf("credits after the run: %+v, want $%.4f spent and nothing reserved", cr, got.Usd)
 	}
 }
 

@@ -40,7 +40,8 @@ func TestLoadConfig(t *testing.T) {
 		{"api no port", "[api]\ntcp = \"127.0.0.1\"\n", "api.tcp = \"127.0.0.1\": write it as host:port"},
 		{"api host name", "[api]\ntcp = \"example.org:80\"\n", "must be an IP address or localhost"},
 		{"on_shutdown", "[agents]\non_shutdown = \"finish\"\nshutdown_timeout = \"1h\"\n", ""},
-		{"bad on_shutdown", "[agents]\non_shutdown = \"leave\"\n", `agents.on_shutdown = "leave": use "stop"`},
+		{"leave", "[agents]\non_shutdown = \"leave\"\n", ""},
+		{"bad on_shutdown", "[agents]\non_shutdown = \"detach\"\n", `agents.on_shutdown = "detach": use "stop"`},
 		{"api relative token", "[api]\ntoken_file = \"token\"\n", "api.token_file"},
 	}
 	for _, tc := range tests {

@@ -47,6 +47,25 @@ func loadToken(path string) (string, error) {
 	return t, nil
 }
 
+// loadSecret reads the runner's secret from path, making a random one
+// (mode 0600) the first time. It derives the tokens agents hold, so it
+// must survive restarts.
+func loadSecret(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil && len(b) >= 32 {
+		return b, nil
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("the runner's secret: %w", err)
+	}
+	b = make([]byte, 32)
+	rand.Read(b)
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return nil, fmt.Errorf("the runner's secret: %w", err)
+	}
+	return b, nil
+}
+
 // requireToken lets through requests that carry token as a bearer token
 // or in the cookie. A browser opening a page with ?token= gets the cookie
 // and is sent to the same page without the token in its address.

@@ -56,8 +56,11 @@ type AgentsConfig struct {
 	// OnShutdown is what stopping the daemon does to running executions:
 	// "stop" (the default) stops them at once, like a cancel; "finish"
 	// refuses new ones and waits for the running ones to end, up to
-	// ShutdownTimeout, then stops the rest. Either way each one's events
-	// and partial outputs are kept and the daemon's log says what it did.
+	// ShutdownTimeout, then stops the rest; "leave" leaves them running
+	// in their machines, and the next start takes them up again (while no
+	// daemon runs, their model calls and workspace do not answer). Either
+	// way each one's events and partial outputs are kept and the daemon's
+	// log says what it did.
 	OnShutdown string `toml:"on_shutdown"`
 	// ShutdownTimeout bounds the wait of on_shutdown = "finish"; 0 means
 	// 30m.
@@ -68,6 +71,7 @@ type AgentsConfig struct {
 const (
 	OnShutdownStop   = "stop"
 	OnShutdownFinish = "finish"
+	OnShutdownLeave  = "leave"
 )
 
 func (a AgentsConfig) shutdownTimeout() Duration {
@@ -244,9 +248,10 @@ func (c Config) Validate() error {
 		return errors.New("agents.grace and agents.shutdown_timeout: must be positive")
 	}
 	switch c.Agents.OnShutdown {
-	case "", OnShutdownStop, OnShutdownFinish:
+	case "", OnShutdownStop, OnShutdownFinish, OnShutdownLeave:
 	default:
-		return fmt.Errorf("agents.on_shutdown = %q: use %q (stop running executions) or %q (let them finish first)", c.Agents.OnShutdown, OnShutdownStop, OnShutdownFinish)
+		return fmt.Errorf("agents.on_shutdown = %q: use %q (stop running executions), %q (let them finish first) or %q (leave them running for the next start)",
+			c.Agents.OnShutdown, OnShutdownStop, OnShutdownFinish, OnShutdownLeave)
 	}
 	if err := c.API.validate(); err != nil {
 		return err

@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // ViewOptions say whose view a mount is.
@@ -38,6 +40,7 @@ type View struct {
 	dir     string
 	srv     *fuse.Server
 	mounted time.Time
+	conn    int // the FUSE connection's number in /sys/fs/fuse/connections; 0 unknown
 
 	mu      sync.Mutex
 	nodes   map[uint64]*kref // kernel node id -> what it names
@@ -173,7 +176,27 @@ func (s *Store) Mount(dir string, opts ViewOptions) (*View, error) {
 		v.Unmount()
 		return nil, fmt.Errorf("mount view at %s: %w", dir, err)
 	}
+	var st syscall.Stat_t
+	if syscall.Stat(dir, &st) == nil {
+		v.conn = int(unix.Minor(st.Dev))
+	}
 	return v, nil
+}
+
+// abortAfter aborts the view's FUSE connection if the unmount has not
+// finished after d: a machine that goes on without the daemon (or a
+// namespace that leaked) still holds a copy of the mount, and the
+// connection would otherwise never end, nor the unmount. Its processes
+// then get ENOTCONN from the view, as if the daemon had died. stop
+// cancels it.
+func (v *View) abortAfter(d time.Duration) (stop func() bool) {
+	if v.conn == 0 {
+		return func() bool { return false }
+	}
+	t := time.AfterFunc(d, func() {
+		os.WriteFile(filepath.Join("/sys/fs/fuse/connections", strconv.Itoa(v.conn), "abort"), []byte("1"), 0)
+	})
+	return t.Stop
 }
 
 // Dir is where the view is mounted.
@@ -187,6 +210,7 @@ func (v *View) Unmount() error {
 		return nil
 	}
 	v.closed = true
+	defer v.abortAfter(2 * time.Second)()
 	var err error
 	for i := 0; i < 50; i++ {
 		if err = v.srv.Unmount(); err == nil || !errors.Is(err, syscall.EBUSY) {

@@ -57,6 +57,9 @@ type Execution struct {
 	// each on ports 80 and 443, or only on the port an entry names
 	// ("example.com:8443"). Case does not matter.
 	Allow []string
+	// Token, if set, is the token to admit (a re-attached execution keeps
+	// its agent's); empty: a new one.
+	Token string
 }
 
 // Proxy is the egress proxy, an http.Handler. It is safe for concurrent
@@ -111,7 +114,10 @@ func New(cfg Config) *Proxy {
 // sends as the password of the proxy URL's userinfo
 // (http://exec:TOKEN@127.0.0.1:4001).
 func (p *Proxy) Register(e Execution) (token string) {
-	token = "egress-" + rand.Text()
+	token = e.Token
+	if token == "" {
+		token = "egress-" + rand.Text()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.execs.Store(token, &execution{Execution: e, ctx: ctx, cancel: cancel})
 	return token

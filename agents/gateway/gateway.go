@@ -65,6 +65,9 @@ type Execution struct {
 	// Budget is asked before and charged after every call; nil means no
 	// limit.
 	Budget Budget
+	// Token, if set, is the token to admit: an execution re-attached after
+	// a daemon restart keeps the one its agent holds. Empty: a new one.
+	Token string
 }
 
 // Gateway is the metering proxy, an http.Handler. It is safe for
@@ -132,7 +135,10 @@ func (g *Gateway) Register(e Execution) (token string) {
 	if e.Budget == nil {
 		e.Budget = unlimited{}
 	}
-	token = "hearth-" + rand.Text()
+	token = e.Token
+	if token == "" {
+		token = "hearth-" + rand.Text()
+	}
 	ex := &execution{Execution: e, slot: make(chan struct{}, 1), warned: map[string]bool{}, seen: map[string]bool{}}
 	g.mu.Lock()
 	g.execs[token] = ex

@@ -433,8 +433,10 @@ func (s *Store) queryExecutions(ctx context.Context, db querier, q string, args 
 // credit reservations. The daemon calls it once at start-up, before it
 // starts executions: any execution in those states was left by a daemon
 // that died. Their events are kept. It returns the executions changed,
-// so the caller can append a status event to each stream.
-func (s *Store) InterruptRunning(ctx context.Context) ([]Execution, error) {
+// so the caller can append a status event to each stream. Executions
+// named in keep (their agents still run and are taken up again) are left
+// as they are.
+func (s *Store) InterruptRunning(ctx context.Context, keep ...string) ([]Execution, error) {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("interrupt running executions: %w", err)
@@ -445,6 +447,7 @@ func (s *Store) InterruptRunning(ctx context.Context) ([]Execution, error) {
 	if err != nil {
 		return nil, fmt.Errorf("interrupt running executions: %w", err)
 	}
+	list = slices.DeleteFunc(list, func(e Execution) bool { return slices.Contains(keep, e.ID) })
 	now := time.Now().UTC()
 	for i := range list {
 		e := &list[i]

@@ -46,8 +46,11 @@ func cmdUp(args []string, stderr io.Writer) error {
 		}
 	}
 	then := "running agent executions are stopped (their partial outputs kept)"
-	if cfg.Agents.OnShutdown == appliance.OnShutdownFinish {
+	switch cfg.Agents.OnShutdown {
+	case appliance.OnShutdownFinish:
 		then = "running agent executions may finish first (signal again to stop them now)"
+	case appliance.OnShutdownLeave:
+		then = "running agent executions are left running, for the next start to take up"
 	}
 	fmt.Fprintf(stderr, "hearth: %v: %s; sandboxes keep running for the next start; unmounting and saving state\n", s, then)
 	closed := make(chan error, 1)
