@@ -10,6 +10,8 @@ import (
 	"hearth/agents"
 	"hearth/agents/store"
 	"hearth/appliance/api"
+	"hearth/appliance/dashboard"
+	"hearth/appliance/mcp"
 	"hearth/fs"
 	"hearth/image"
 	"hearth/scheduler"
@@ -118,9 +120,11 @@ var _ api.ServerInterface = (*server)(nil)
 
 func (d *Daemon) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("/", dashboard.RedirectBrowsers(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fail(w, &APIError{Code: codeNotFound, Message: fmt.Sprintf("no API route %s %s", r.Method, r.URL.Path), Status: http.StatusNotFound})
-	})
+	})))
+	mux.Handle(dashboard.Prefix, dashboard.Handler())      // the web dashboard, a client of this API
+	mux.Handle("/mcp", mcp.Handler(NewClient(d.Socket()))) // MCP over streamable HTTP, through the API like any client
 	return api.HandlerWithOptions(&server{d: d}, api.StdHTTPServerOptions{
 		BaseRouter: mux,
 		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {

@@ -12,11 +12,16 @@ import (
 // interfaces (never a driver). The API code generated from the OpenAPI
 // document (appliance/api) imports nothing of Hearth and only the
 // appliance imports it: cmd reaches the daemon through the hand-written
-// client. Test helpers (appliance/appliancetest, vmm/vmmtest,
-// agents/modeltest) are for tests only: no other package imports them.
+// client; the MCP server (appliance/mcp) is the one other package that
+// names its types, and it imports nothing else of Hearth. Test helpers
+// (appliance/appliancetest, vmm/vmmtest, agents/modeltest) are for tests
+// only: no other package imports them.
 // The scripted stand-in for the model provider (agents/scriptedmodel) is
 // not a test helper, since the demo command serves it, but nothing that
 // runs agents may talk to it: only that command and modeltest import it.
+// Cloud Hypervisor's generated API (vmm/chv/api) imports nothing of
+// Hearth and serves only the chv driver and the double standing in for
+// cloud-hypervisor (vmm/chv/chvdouble), which only its command imports.
 func TestImportRules(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}:{{join .Deps " "}}`, "hearth/...").Output()
 	if err != nil {
@@ -26,15 +31,49 @@ func TestImportRules(t *testing.T) {
 	helpers := map[string]bool{"hearth/appliance/appliancetest": true, "hearth/vmm/vmmtest": true, "hearth/agents/modeltest": true, "hearth/scheduler/storetest": true}
 	scripted := "hearth/agents/scriptedmodel"
 	scriptedUsers := map[string]bool{"hearth/cmd/hearth-scripted-model": true, "hearth/agents/modeltest": true}
+	// The MCP server (appliance/mcp) names the API's types in the Daemon
+	// interface the appliance's Client implements; it cannot import the
+	// appliance, which mounts it at /mcp, and imports nothing else of
+	// Hearth.
+	mcpServer := "hearth/appliance/mcp"
+	apiTypeUsers := map[string]bool{"hearth/appliance": true, mcpServer: true}
+	mcpImports := map[string]bool{generated: true}
+	// The dashboard (appliance/dashboard) is static files and their
+	// handler: the page reaches Hearth only through the API over HTTP, so
+	// the package imports nothing of Hearth, and only the appliance, which
+	// mounts it at /ui/, imports it.
+	dashboard := "hearth/appliance/dashboard"
+	under := func(pkg, root string) bool { return pkg == root || strings.HasPrefix(pkg, root+"/") }
 	direct, err := exec.Command("go", "list", "-f", `{{.ImportPath}}:{{join .Imports " "}}`, "hearth/...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
+	// Cloud Hypervisor's API code generated from its OpenAPI document
+	// (vmm/chv/api) serves the chv driver (its client) and the double
+	// standing in for cloud-hypervisor (its server interface); the double
+	// serves only its command (and tests).
+	chvAPI, chvAPIUsers := "hearth/vmm/chv/api", map[string]bool{"hearth/vmm/chv": true, "hearth/vmm/chv/chvdouble": true}
+	chvDouble, chvDoubleUsers := "hearth/vmm/chv/chvdouble", map[string]bool{"hearth/vmm/chv/chvdouble/cmd/chv-double": true}
 	for _, line := range strings.Split(strings.TrimSpace(string(direct)), "\n") {
 		pkg, imports, _ := strings.Cut(line, ":")
 		for _, imp := range strings.Fields(imports) {
-			if imp == generated && pkg != "hearth/appliance" {
+			if imp == chvAPI && !chvAPIUsers[pkg] {
+				t.Errorf("%s imports %s: only the chv driver and its double use Cloud Hypervisor's generated API", pkg, imp)
+			}
+			if imp == chvDouble && !chvDoubleUsers[pkg] {
+				t.Errorf("%s imports %s: the Cloud Hypervisor double is for its command and tests only", pkg, imp)
+			}
+			if imp == generated && !apiTypeUsers[pkg] {
 				t.Errorf("%s imports %s: only the appliance uses the generated API code; use its Client", pkg, imp)
+			}
+			if pkg == mcpServer && strings.HasPrefix(imp, "hearth/") && !mcpImports[imp] {
+				t.Errorf("%s imports %s: the MCP server reaches Hearth only through the API, as its Daemon interface", pkg, imp)
+			}
+			if pkg == dashboard && strings.HasPrefix(imp, "hearth/") {
+				t.Errorf("%s imports %s: the dashboard reaches Hearth only through the API, from the browser", pkg, imp)
+			}
+			if imp == dashboard && pkg != "hearth/appliance" {
+				t.Errorf("%s imports %s: only the appliance serves the dashboard", pkg, imp)
 			}
 			if imp == scripted && !scriptedUsers[pkg] {
 				t.Errorf("%s imports %s: the scripted model is for the demo command and tests, never for what runs agents", pkg, imp)
@@ -45,7 +84,6 @@ func TestImportRules(t *testing.T) {
 	// agents reaches machines through vmm's interfaces and the guest
 	// protocol every machine speaks, never through a driver.
 	allowed := map[string][]string{"hearth/agents": {"hearth/vmm", "hearth/vmm/guest"}}
-	under := func(pkg, root string) bool { return pkg == root || strings.HasPrefix(pkg, root+"/") }
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		pkg, deps, _ := strings.Cut(line, ":")
 		for _, dep := range strings.Fields(deps) {
@@ -58,7 +96,7 @@ func TestImportRules(t *testing.T) {
 			if under(dep, "hearth/cmd") {
 				t.Errorf("%s imports %s: nothing imports a command", pkg, dep)
 			}
-			if pkg == generated {
+			if pkg == generated || pkg == chvAPI {
 				t.Errorf("%s imports %s: generated code knows nothing of Hearth", pkg, dep)
 			}
 			if helpers[dep] && !helpers[pkg] {

@@ -26,6 +26,8 @@ const usage = `hearth: a workspace computer for AI agents
 Usage:
   hearth up [--config FILE]                      run the daemon (mounts the workspace)
   hearth doctor [--json]                         what this host offers and the tier Hearth uses
+  hearth mcp                                     serve MCP on stdin/stdout (delegate tasks to agents,
+                                                 read their outputs); the daemon also serves it at /mcp
   hearth workspace ls [--json]                   list sessions
   hearth workspace create SESSION                make a session (inputs/, outputs/, .home/)
   hearth workspace rm SESSION                    delete a session and its snapshots
@@ -127,6 +129,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdSchedules(args[1:], stdout)
 	case "doctor":
 		err = cmdDoctor(args[1:], stdout)
+	case "mcp":
+		err = cmdMCP(args[1:], stdin, stdout, stderr)
 	case "completion":
 		err = cmdCompletion(args[1:], stdout)
 	case "__complete":

@@ -1,0 +1,107 @@
+// How each execution event looks: one row with its time, its kind and
+// what it says; a tool's result goes under its call.
+
+import { h } from '../dom.js';
+import { usd, count, clock, duration, oneLine } from '../format.js';
+
+const maxOutput = 20000; // characters of a tool's output shown
+
+// renderEvent makes the row for one event.
+export function renderEvent(ev) {
+  const p = ev.payload || {};
+  const [kind, body, level] = describe(ev.type, p);
+  return h('div', { class: `event t-${ev.type}${level ? ' ' + level : ''}`, dataset: { seq: ev.seq, type: ev.type, toolId: ev.type === 'tool_call' ? p.id : undefined } },
+    h('time', { datetime: ev.time, title: ev.time }, clock(ev.time)),
+    h('span', { class: 'kind' }, kind),
+    h('div', { class: 'body' }, body));
+}
+
+// attachResult puts a tool_result under the row of its call, if shown.
+export function attachResult(events, ev) {
+  const p = ev.payload || {};
+  const call = p.id && events.querySelector(`[data-tool-id="${CSS.escape(p.id)}"] .body`);
+  if (!call) return false;
+  call.append(result(ev, p));
+  return true;
+}
+
+function result(ev, p) {
+  const out = String(p.output ?? '');
+  const lines = out.replace(/\n$/, '').split('\n');
+  const summary = (p.is_error ? 'error: ' : '') + oneLine(lines[0], 140) + (lines.length > 1 ? ` (+${lines.length - 1} lines)` : '');
+  const shown = out.length > maxOutput ? out.slice(0, maxOutput) + `\n… ${count(out.length - maxOutput)} more characters` : out;
+  return h('details', { class: `tool-result${p.is_error ? ' bad' : ''}`, dataset: ev ? { seq: ev.seq, type: ev.type } : {}, open: lines.length <= 12 },
+    h('summary', {}, ev ? [h('time', { datetime: ev.time, title: ev.time }, clock(ev.time)), ' result: '] : null, summary),
+    h('pre', {}, shown));
+}
+
+// describe is an event's label, body and level (warn, bad or none).
+function describe(type, p) {
+  switch (type) {
+    case 'status':
+      return ['status', status(p), p.error && p.error !== p.status ? 'bad' : ''];
+    case 'text':
+      return ['text', h('div', { class: 'text' }, p.text)];
+    case 'tool_call':
+      return ['tool', [h('strong', { class: 'tool-name' }, p.name), toolInput(p.input)]];
+    case 'tool_result':
+      return ['result', result(null, p), p.is_error ? 'bad' : ''];
+    case 'file':
+      return ['file', `${p.op} ${p.path}`];
+    case 'model_call':
+      return ['model', modelCall(p), p.status && p.status !== 200 ? 'bad' : ''];
+    case 'budget':
+      return ['budget', budget(p), p.level === 'exceeded' ? 'bad' : 'warn'];
+    case 'error':
+      return ['error', p.message || JSON.stringify(p), 'bad'];
+    case 'network':
+      return ['network', `${p.method || ''} ${p.host}${p.port ? ':' + p.port : ''}: ${p.allowed ? 'allowed' : 'refused'}${p.reason ? ' (' + p.reason + ')' : ''}`, p.allowed ? '' : 'warn'];
+    case 'output':
+      return [p.stream || 'output', h('span', { class: 'line' }, p.line)];
+  }
+  return [type, h('code', {}, JSON.stringify(p))];
+}
+
+function status(p) {
+  switch (p.status) {
+    case 'running':
+      return `running agent ${p.agent ?? ''} with ${p.model ?? ''}`;
+    case 'agent_started':
+      return `the agent started (${p.model ?? ''}${p.claude_code_version ? ', claude code ' + p.claude_code_version : ''})`;
+    case 'agent_finished':
+      return `the agent finished: ${p.outcome ?? ''} after ${p.num_turns ?? 0} turn${p.num_turns === 1 ? '' : 's'}`;
+  }
+  return p.error && p.error !== p.status ? `${p.status}: ${p.error}` : p.status;
+}
+
+// toolInput shows a command or a path as code, anything else as JSON.
+function toolInput(input) {
+  if (input && typeof input === 'object') {
+    for (const k of ['command', 'file_path', 'path', 'pattern', 'url', 'query']) {
+      if (typeof input[k] === 'string') {
+        const rest = Object.keys(input).filter((x) => x !== k && x !== 'description');
+        return [h('pre', { class: 'tool-input' }, input[k]),
+          rest.length ? h('details', { class: 'tool-args' }, h('summary', {}, 'input'), h('pre', {}, JSON.stringify(input, null, 2))) : null];
+      }
+    }
+  }
+  return h('pre', { class: 'tool-input' }, JSON.stringify(input, null, 2));
+}
+
+function modelCall(p) {
+  let s = `${p.model}: ${count(p.input_tokens)} in / ${count(p.output_tokens)} out tokens`;
+  if (p.cache_read_tokens || p.cache_creation_tokens) s += ` (cache ${count(p.cache_read_tokens)} read, ${count(p.cache_creation_tokens)} written)`;
+  s += `, ${usd(p.usd)}`;
+  if (p.latency_ms !== undefined) s += `, ${p.latency_ms < 1000 ? p.latency_ms + 'ms' : duration(p.latency_ms)}`;
+  if (p.status && p.status !== 200) s += ` (HTTP ${p.status}: ${oneLine(p.error, 120)})`;
+  return s;
+}
+
+function budget(p) {
+  const money = p.limit === 'usd' || p.limit === 'credits';
+  const amount = (x) => (money ? usd(x) : String(x));
+  if (p.level === 'exceeded') {
+    return `${p.limit} limit reached (${amount(p.used)} of ${amount(p.max)}): model calls refused, the agent is stopped`;
+  }
+  return `${p.limit} at ${amount(p.used)} of ${amount(p.max)}: the agent is told to wrap up`;
+}

@@ -1,0 +1,228 @@
+// One execution: what it is and costs, Cancel and Retry, its output
+// files, and its event stream rendered as the events arrive (Server-Sent
+// Events from the API, resumed with Last-Event-ID if the connection
+// drops).
+
+import { get, post, executionPath, outputURL } from '../api.js';
+import { h, replace, badge, poll, errorBox } from '../dom.js';
+import { usd, turnsOf, spendOf, ranFor, terminal, bytes, count, when, oneLine } from '../format.js';
+import { renderEvent, attachResult } from './events.js';
+
+// eventTypes are the SSE event names the API sends (one per event type).
+const eventTypes = ['status', 'text', 'tool_call', 'tool_result', 'model_call', 'file', 'budget', 'error', 'output', 'network'];
+
+export function mount(el, id) {
+  const v = {
+    id,
+    exec: null,
+    summary: h('section', { class: 'summary', id: 'summary' }),
+    actions: h('div', { class: 'actions', id: 'actions' }),
+    outputs: h('section', { class: 'outputs', id: 'outputs' }),
+    viewer: h('section', { class: 'viewer', id: 'viewer', hidden: true }),
+    events: h('div', { class: 'events', id: 'events' }),
+    lastSeq: 0,
+  };
+  el.append(
+    h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Executions'), ' / ', id),
+    h('div', { class: 'head' }, h('h1', {}, id), v.actions),
+    v.summary,
+    h('h2', {}, 'Output files'), v.outputs, v.viewer,
+    h('h2', {}, 'Events'), v.events,
+  );
+  const refresh = debounce(() => loadExecution(v), 150);
+  const refreshOutputs = debounce(() => loadOutputs(v), 500);
+  const stopPoll = poll(async () => {
+    if (!v.exec || !terminal(v.exec.status)) await loadExecution(v);
+  }, 2000);
+  loadOutputs(v);
+  const source = follow(v, (ev) => {
+    if (['model_call', 'status', 'budget', 'tool_call'].includes(ev.type)) refresh();
+    if (ev.type === 'file' || ev.type === 'status') refreshOutputs();
+  });
+  return () => {
+    source.close();
+    stopPoll();
+    refresh.cancel();
+    refreshOutputs.cancel();
+  };
+}
+
+// follow opens the event stream and renders each event once, in seq
+// order; it closes the stream after the execution's final status, since
+// the server ends it there and EventSource would otherwise reconnect.
+function follow(v, onEvent) {
+  const es = new EventSource(`${executionPath(v.id)}/events`);
+  const handle = (msg) => {
+    let ev;
+    try {
+      ev = JSON.parse(msg.data);
+    } catch {
+      return;
+    }
+    if (ev.seq <= v.lastSeq) return;
+    v.lastSeq = ev.seq;
+    show(v, ev);
+    onEvent(ev);
+    if (ev.type === 'status' && ev.payload && terminal(ev.payload.status)) es.close();
+  };
+  for (const t of ['message', ...eventTypes]) es.addEventListener(t, handle);
+  es.addEventListener('error', () => {
+    if (es.readyState === EventSource.CLOSED) {
+      v.events.append(h('p', { class: 'error' }, 'The event stream was refused; reload the page to follow it again.'));
+    } else if (v.exec && terminal(v.exec.status)) {
+      es.close(); // it ended and the stream has said all it will: do not reconnect for ever
+    }
+  });
+  return es;
+}
+
+// show adds one event to the stream view, keeping it scrolled to the
+// end if it was there.
+function show(v, ev) {
+  const atEnd = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
+  if (ev.type === 'tool_result' && attachResult(v.events, ev)) {
+    // shown under its call
+  } else {
+    v.events.append(renderEvent(ev));
+  }
+  if (atEnd && v.events.childElementCount > 1) window.scrollTo(0, document.body.scrollHeight);
+}
+
+async function loadExecution(v) {
+  try {
+    v.exec = await get(executionPath(v.id));
+  } catch (e) {
+    replace(v.summary, errorBox(e));
+    return;
+  }
+  showSummary(v);
+  showActions(v);
+}
+
+function showSummary(v) {
+  const e = v.exec;
+  const t = e.tokens || {};
+  const rows = [
+    ['status', badge(e.status)],
+    ['agent', e.agent],
+    ['session', e.session],
+    ['kind', e.parent ? [e.kind, ' of ', h('a', { href: `#/execution/${encodeURIComponent(e.parent)}` }, e.parent)] : e.kind],
+    ['prompt', h('span', { class: 'prompt' }, e.prompt)],
+    ['created', when(e.created)],
+    ['elapsed', ranFor(e)],
+    ['turns', turnsOf(e)],
+    ['tokens', `${count(t.input)} in / ${count(t.output)} out` + (t.cache_read || t.cache_creation ? ` (cache ${count(t.cache_read)} read, ${count(t.cache_creation)} written)` : '')],
+    ['cost', spendOf(e)],
+    ['limits', limitsOf(e.limits)],
+    ['result', e.result ? h('span', { class: 'result' }, e.result) : null],
+    ['error', e.error ? h('span', { class: 'error' }, e.error) : null],
+  ];
+  replace(v.summary, h('dl', {}, rows.filter(([, val]) => val !== null && val !== '' && val !== undefined)
+    .map(([k, val]) => [h('dt', {}, k), h('dd', { class: `f-${k}` }, val)])));
+}
+
+function limitsOf(l = {}) {
+  const parts = [];
+  if (l.usd) parts.push(usd(l.usd));
+  if (l.turns) parts.push(`${l.turns} turns`);
+  if (l.wall_time) parts.push(l.wall_time);
+  return parts.join(', ') || 'none';
+}
+
+// showActions offers Cancel while it runs and Retry once it failed or
+// was stopped.
+function showActions(v) {
+  const e = v.exec;
+  const msg = h('span', { class: 'action-error' });
+  const buttons = [];
+  if (!terminal(e.status)) {
+    buttons.push(h('button', { id: 'cancel', class: 'danger', onclick: (ev) => act(ev.target, msg, 'Cancelling…', async () => {
+      await post(`${executionPath(e.id)}/cancel`);
+      await loadExecution(v);
+    }) }, 'Cancel'));
+  } else if (e.status !== 'completed') {
+    buttons.push(h('button', { id: 'retry', onclick: (ev) => act(ev.target, msg, 'Retrying…', async () => {
+      const next = await post(`${executionPath(e.id)}/retry`, {});
+      location.hash = `#/execution/${encodeURIComponent(next.id)}`;
+    }) }, 'Retry'));
+  }
+  // Keep the buttons shown if they are the same: a button replaced
+  // between mouse down and up loses the click.
+  const key = buttons.map((b) => b.id).join(',');
+  if (v.actions.dataset.key === key) return;
+  v.actions.dataset.key = key;
+  replace(v.actions, ...buttons, msg);
+}
+
+async function act(button, msg, busy, fn) {
+  const label = button.textContent;
+  button.disabled = true;
+  button.textContent = busy;
+  try {
+    await fn();
+  } catch (e) {
+    msg.textContent = e.message;
+    button.disabled = false;
+    button.textContent = label;
+  }
+}
+
+async function loadOutputs(v) {
+  let files;
+  try {
+    files = await get(`${executionPath(v.id)}/outputs`);
+  } catch (e) {
+    replace(v.outputs, errorBox(e));
+    return;
+  }
+  if (files.length === 0) {
+    replace(v.outputs, h('p', { class: 'muted' }, 'No files in outputs/ yet.'));
+    return;
+  }
+  replace(v.outputs, h('table', { class: 'list' },
+    h('thead', {}, h('tr', {}, ['file', 'size', 'modified', '', ''].map((c) => h('th', {}, c)))),
+    h('tbody', {}, files.map((f) => h('tr', { dataset: { path: f.path } },
+      h('td', {}, f.path, f.matched ? h('span', { class: 'tag', title: 'matched by the output patterns' }, 'output') : null),
+      h('td', {}, bytes(f.size)),
+      h('td', {}, when(f.modified)),
+      h('td', {}, h('button', { class: 'link open', onclick: () => openFile(v, f) }, 'open')),
+      h('td', {}, h('a', { class: 'download', href: outputURL(v.id, f.path), download: f.path.split('/').pop() }, 'download')))))));
+}
+
+const images = { png: 'image/png', jpg: 'image/jpeg', jpeg: 'image/jpeg', gif: 'image/gif', webp: 'image/webp', svg: 'image/svg+xml' };
+const maxView = 2 << 20;
+
+// openFile shows an output in the page: an image as an image, anything
+// else as text (never as HTML: an agent's file must not run in the
+// dashboard's origin).
+async function openFile(v, f) {
+  const close = h('button', { class: 'link', onclick: () => { v.viewer.hidden = true; replace(v.viewer); } }, 'close');
+  v.viewer.hidden = false;
+  replace(v.viewer, h('div', { class: 'viewer-head' }, h('strong', {}, f.path), close), h('p', { class: 'muted' }, 'Loading…'));
+  if (f.size > maxView) {
+    v.viewer.lastChild.textContent = `${bytes(f.size)} is too big to show here: download it.`;
+    return;
+  }
+  try {
+    const resp = await fetch(outputURL(v.id, f.path), { credentials: 'same-origin' });
+    if (!resp.ok) throw new Error(`${resp.status}: ${oneLine(await resp.text())}`);
+    const type = images[f.path.split('.').pop().toLowerCase()];
+    const body = type
+      ? h('img', { src: URL.createObjectURL(new Blob([await resp.arrayBuffer()], { type })), alt: f.path })
+      : h('pre', { class: 'file' }, await resp.text());
+    v.viewer.lastChild.replaceWith(body);
+  } catch (e) {
+    v.viewer.lastChild.replaceWith(errorBox(e));
+  }
+}
+
+// debounce runs fn once, ms after the last call.
+function debounce(fn, ms) {
+  let timer;
+  const d = () => {
+    clearTimeout(timer);
+    timer = setTimeout(fn, ms);
+  };
+  d.cancel = () => clearTimeout(timer);
+  return d;
+}

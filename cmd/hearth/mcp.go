@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"hearth/appliance"
+	"hearth/appliance/mcp"
+)
+
+// cmdMCP serves Hearth's MCP server over stdin and stdout until the
+// client closes stdin or a signal stops it. It reaches the daemon through
+// the API like every other command; a daemon that is not running is said
+// on stderr, and each tool call fails until it answers.
+func cmdMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fl := flag.NewFlagSet("mcp", flag.ContinueOnError)
+	config := fl.String("config", "", "config file")
+	pos, err := parseFlags(fl, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usageError{"usage: hearth mcp [--config FILE]"}
+	}
+	c, err := client(*config)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if _, err := c.Agents(ctx); errors.Is(err, appliance.ErrDaemonDown) {
+		fmt.Fprintf(stderr, "hearth mcp: %v; serving anyway, tools fail until it answers\n", err)
+	}
+	t := &mcpsdk.IOTransport{Reader: io.NopCloser(stdin), Writer: nopWriteCloser{stdout}}
+	err = mcp.New(c).Run(ctx, t)
+	if err == nil || ctx.Err() != nil || errors.Is(err, io.EOF) || errors.Is(err, mcpsdk.ErrConnectionClosed) {
+		return nil // stopped, or the client went away: both are how it ends
+	}
+	return fmt.Errorf("mcp over stdio: %w", err)
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
