@@ -146,10 +146,13 @@ func isSessionEnd(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "session shutdown")
 }
 
-// listener returns the listening socket of a listen:PATH or listen-fd:N
-// channel, nil for other channels. A listen:PATH socket is made before a
+// listener returns the listening socket of a listen:PATH, listen-fd:N or
+// vsock-listen:PORT channel, nil for other channels. A listen:PATH socket is made before a
 // jail hides the host's paths.
 func listener(channel string) (net.Listener, error) {
+	if port, ok := strings.CutPrefix(channel, "vsock-listen:"); ok {
+		return listenVsock(port)
+	}
 	if path, ok := strings.CutPrefix(channel, "listen:"); ok {
 		os.Remove(path)
 		ln, err := net.Listen("unix", path)

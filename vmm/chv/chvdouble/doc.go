@@ -1,0 +1,44 @@
+// Package chvdouble is a test double standing in for the cloud-hypervisor
+// binary, which cannot run on the machines Hearth is developed and tested
+// on (no hardware KVM for stock kernels; Cloud Hypervisor is not packaged
+// for Debian). It is not a hypervisor and boots no kernel.
+//
+// What it checks strictly, as upstream does: its REST API is the one
+// generated from vmm/chv/api/openapi.yaml (a subset of upstream's
+// document), served over HTTP/1.1 on the --api-socket unix socket; every
+// request is validated against that document (a bad body is refused with
+// 400; a property left out that has a default gets it, as upstream's
+// deserialiser does); the VM state machine is upstream's (create, boot,
+// pause, resume, snapshot, restore, shutdown, delete), with the statuses
+// upstream really sends (404 for vm.info, vm.boot and device calls when
+// no VM exists, 500 for any other call in the wrong state, 409 for a
+// duplicate device id), every error body a JSON array of strings; at
+// boot, the payload files and disks must exist, a virtio-fs device needs
+// shared memory and a listening vhost-user socket, and the vsock socket
+// path must be free (upstream binds it and never unlinks it); a removed
+// device leaves the VM only once the guest ejects it, which a paused guest
+// cannot do; restore needs a fresh VMM.
+//
+// Where upstream cannot work, the double refuses loudly instead: a
+// snapshot of a VM with a virtio-fs device attached is refused with 500
+// (upstream writes it, but the restored guest hangs or fails: upstream
+// issues #4994 and #6931; virtiofsd keeps no migratable state).
+//
+// What stands in for the guest: on vm.boot (or vm.restore) the double
+// starts the guest agent binary named by $CHV_DOUBLE_GUEST (hearth-guest)
+// as an ordinary host process, with no isolation at all: it runs with the
+// host's root filesystem, as the user hearth.uid/hearth.gid from the
+// kernel command line, listening on a unix socket beside the vsock socket.
+// The double's vsock socket speaks upstream's host-side handshake
+// (CONNECT <port>\n, answered OK <n>\n) and then joins the stream to that
+// agent when <port> is the one hearth.channel=vsock-listen:<port> names.
+// Pause stops the agent's process tree (SIGSTOP), resume continues it. A
+// snapshot writes config.json, state.json and a sparse memory-ranges the
+// size of the VM's memory; a restore starts a fresh agent process, so
+// memory (running processes) is not brought back. The guest never sees
+// the workspace, the disks or the kernel: those are only checked.
+// When the agent exits by itself the double exits, as upstream does when
+// its guest powers off.
+//
+// Only tests of vmm/chv and the chv-double command import it.
+package chvdouble
