@@ -13,6 +13,10 @@ ensure_packages btrfs-progs
 ensure_packages debootstrap e2fsprogs
 # busybox-static: the jail tests build a small image root from it.
 ensure_packages busybox-static
+# chromium: the dashboard's tests drive a real headless browser.
+# qemu-system-x86 (with qemu-system-common's virtiofsd): the VM tiers boot
+# real VMs under TCG, and the Cloud Hypervisor driver's tests run virtiofsd.
+ensure_packages chromium qemu-system-x86 qemu-system-common
 
 echo "==> go vet"
 go vet ./...
@@ -24,6 +28,9 @@ if [ -n "$unformatted" ]; then
 fi
 # Packages that run machines on real images share one image cache.
 export HEARTH_TEST_IMAGES="${HEARTH_TEST_IMAGES:-/var/tmp/hearth-test-images}"
+# Screenshots and other files tests leave for people to look at.
+export HEARTH_ARTIFACTS="${HEARTH_ARTIFACTS:-$PWD/.artifacts}"
+mkdir -p "$HEARTH_ARTIFACTS"
 echo "==> go test -race"
 go test -race -count=1 -timeout 30m ./...
 echo "==> benchmarks (one round each; ratios are x-native, see README)"
