@@ -60,6 +60,12 @@ func (t *tail) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+func (t *tail) droppedBytes() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.dropped
+}
+
 func (t *tail) bytes() []byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -95,7 +101,7 @@ func (j *job) status() JobStatus {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	st := j.st
-	st.Dropped = j.stdout.dropped + j.stderr.dropped
+	st.Dropped = j.stdout.droppedBytes() + j.stderr.droppedBytes()
 	return st
 }
 
