@@ -3,6 +3,9 @@
 // it is PID 1), reaps orphans, and serves the host over one byte stream
 // with the protocol of package vmm/guest.
 //
+// In a VM it is /init of the initramfs and reads its settings from the
+// kernel command line instead of flags (vm_linux.go).
+//
 // Usage: hearth-guest --channel fd:N|unix:PATH|dev:PATH|listen:PATH|listen-fd:N
 // [--jail-fd N] [--hostname NAME] [--root DIR]... [--uid N --gid N]
 package main
@@ -58,6 +61,16 @@ func run(args []string) error {
 	}
 	if *attachTo != "" {
 		return attachWorkspace(*targetPID, *attachTo, 3)
+	}
+	// PID 1 with no channel given is /init of a VM's initramfs: the
+	// kernel command line says the rest.
+	vm := os.Getpid() == 1 && !flagSet(fl, "channel")
+	if vm {
+		c, err := vmInit()
+		if err != nil {
+			return err
+		}
+		*channel, *hostname, *uid, *gid = c.channel, c.hostname, uint(c.uid), uint(c.gid)
 	}
 	if *exeFD >= 0 {
 		syscall.Close(*exeFD)
@@ -126,6 +139,11 @@ func run(args []string) error {
 			conn.Close()
 		}
 	}
+	if port, ok := strings.CutPrefix(*channel, "dev:"); ok && vm {
+		srv := guest.NewServer(opts)
+		go srv.ReapOrphans(stop)
+		return servePort(port, srv)
+	}
 	conn, err := openChannel(*channel)
 	if err != nil {
 		return err
@@ -140,6 +158,12 @@ func run(args []string) error {
 		return nil // the host hung up: a normal end
 	}
 	return err
+}
+
+func flagSet(fl *flag.FlagSet, name string) bool {
+	set := false
+	fl.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func isSessionEnd(err error) bool {
