@@ -115,6 +115,15 @@ type SandboxConfig struct {
 	// Agent is the hearth-guest binary each machine runs as PID 1; empty
 	// means hearth-guest next to the running hearth binary.
 	Agent string `toml:"agent"`
+	// Tier is the isolation tier: "auto" (the default) picks the
+	// strongest the host can run (chv, then qemu with KVM, then jail);
+	// "chv", "qemu" or "jail" forces one, and the daemon does not start
+	// if the host cannot run it.
+	Tier string `toml:"tier"`
+	// AllowTCG lets a forced qemu tier run VMs under QEMU's software
+	// emulation where KVM cannot boot a stock kernel: real VMs, many
+	// times slower. Auto never picks it.
+	AllowTCG bool `toml:"allow_tcg"`
 	// DefaultImage is the image a sandbox gets when it names none.
 	DefaultImage string `toml:"default_image"`
 	// IdleTimeout pauses a sandbox after this long without activity; 0
@@ -198,7 +207,7 @@ func DefaultSandboxConfig() SandboxConfig {
 	}
 }
 
-const knownKeys = "state_dir, workspace.mount, sandbox.agent, sandbox.default_image, sandbox.idle_timeout, " +
+const knownKeys = "state_dir, workspace.mount, sandbox.agent, sandbox.tier, sandbox.allow_tcg, sandbox.default_image, sandbox.idle_timeout, " +
 	"sandbox.exec_timeout, sandbox.cpus, sandbox.memory, sandbox.pids, sandbox.disk, sandbox.max_upload, " +
 	"agents.dir, agents.grace, agents.on_shutdown, agents.shutdown_timeout, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, credits.enabled"
 
@@ -321,6 +330,11 @@ func (c Config) AgentsDir() string {
 func (s SandboxConfig) validate() error {
 	if s.Agent != "" && !filepath.IsAbs(s.Agent) {
 		return fmt.Errorf("sandbox.agent = %q: must be an absolute path", s.Agent)
+	}
+	switch s.Tier {
+	case "", TierAuto, TierCHV, TierQEMU, TierJail:
+	default:
+		return fmt.Errorf("sandbox.tier = %q: use auto, chv, qemu or jail", s.Tier)
 	}
 	checks := []struct {
 		key string

@@ -40,6 +40,7 @@ type Daemon struct {
 	// nil (and driverErr says why) when there can be none.
 	driver    vmm.Driver
 	driverErr error
+	tier      tierChoice // which tier the driver is, and why
 
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -130,12 +131,17 @@ func (d *Daemon) open() error {
 		return err
 	}
 	d.store = store
-	var agent string
-	d.driver, agent, d.driverErr = newDriver(d.cfg)
-	if d.driver != nil {
-		d.log.Printf("machines: %s driver, guest agent %s", d.driver.Name(), agent)
-	}
 	if d.images, err = newImageService(d.cfg.StateDir, d.log); err == nil {
+		var agent string
+		d.driver, agent, d.tier, d.driverErr = newDriver(d.cfg, d.images, d.log)
+		switch {
+		case errors.Is(d.driverErr, errTierUnavailable):
+			err = d.driverErr // the config asks for what this host cannot run
+		case d.driver != nil:
+			d.log.Printf("machines: %s tier (%s), guest agent %s", d.driver.Name(), d.tier.Why, agent)
+		}
+	}
+	if err == nil {
 		d.sbx, err = newSandboxManager(d.cfg, store, d.images, d.driver, d.driverErr, d.log)
 	}
 	if err == nil {
@@ -201,6 +207,10 @@ func (d *Daemon) serveOn(ln net.Listener, h http.Handler) *http.Server {
 	}()
 	return srv
 }
+
+// Tier is the isolation tier the daemon's machines use, and why it was
+// picked.
+func (d *Daemon) Tier() (tier, why string) { return d.tier.Tier, d.tier.Why }
 
 // Socket is the unix socket the API is served on.
 func (d *Daemon) Socket() string { return d.cfg.SocketPath() }

@@ -1,15 +1,18 @@
 package appliance
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"hearth/image"
+	"hearth/vmm/qemu"
 )
 
 // Check is one thing the doctor looked at on the host.
@@ -37,12 +40,13 @@ func Doctor(cfg Config) Diagnosis {
 	}
 	kvm := usableKVM()
 	// Opening /dev/kvm is not proof: a nested paravirtual KVM opens too
-	// but boots no stock kernel. The VM drivers will find out by booting.
-	add("kvm", kvm == nil, "%s", orOK(kvm, "/dev/kvm opens read-write (whether it boots a stock kernel shows only when a VM boots)"))
-	chv, chvErr := exec.LookPath("cloud-hypervisor")
-	add("cloud-hypervisor", chvErr == nil, "%s", orOK(chvErr, chv))
-	qemu, qemuErr := exec.LookPath("qemu-system-x86_64")
-	add("qemu", qemuErr == nil, "%s", orOK(qemuErr, qemu))
+	// but boots no stock kernel. The daemon finds out with a trial boot.
+	add("kvm", kvm == nil, "%s", orOK(kvm, "/dev/kvm opens read-write (whether it boots a stock kernel shows in a trial boot when the daemon starts)"))
+	chvPath, chvErr := exec.LookPath("cloud-hypervisor")
+	add("cloud-hypervisor", chvErr == nil, "%s", orOK(chvErr, chvPath))
+	qp := qemu.ProbeHost(context.Background(), qemu.Config{})
+	add("qemu", qp.QEMU != "", "%s", orDefault(qp.QEMU+" "+qp.Version, qemuProblem(qp)))
+	add("virtiofsd", qp.Virtiofsd != "", "%s", orDefault(qp.Virtiofsd, "not found: apt-get install qemu-system-common (VMs get their workspace through it)"))
 	_, fuseErr := os.Stat("/dev/fuse")
 	add("fuse", fuseErr == nil && os.Geteuid() == 0, "%s", fuseDetail(fuseErr))
 	add("cgroups", true, "%s", cgroupsDetail())
@@ -52,13 +56,38 @@ func Doctor(cfg Config) Diagnosis {
 	agent, agentErr := guestAgentPath(cfg)
 	add("guest agent", agentErr == nil, "%s", orOK(agentErr, agent))
 	add("images", true, "%s", imagesDetail(cfg))
-	// Only the jail driver exists so far; the VM tiers come with their
-	// issue. Say what would be picked and why.
-	d.Tier, d.Why = "jail", "the jail is the only tier built so far"
-	if kvm == nil && (chvErr == nil || qemuErr == nil) {
-		d.Why += " (this host could run VMs once the chv and qemu drivers land)"
+	want := cfg.Sandbox.Tier
+	last, haveLast := lastTierChoice(cfg.StateDir)
+	switch {
+	case want != "" && want != TierAuto:
+		d.Tier, d.Why = want, fmt.Sprintf("sandbox.tier = %q forces it", want)
+		if want == TierQEMU && kvm != nil && !cfg.Sandbox.AllowTCG {
+			d.Why += fmt.Sprintf("; but %v, and allow_tcg is off: the daemon will not start", kvm)
+		}
+	case haveLast:
+		d.Tier, d.Why = last.Tier, fmt.Sprintf("picked when the daemon last started (%s): %s", last.When.Format(time.RFC3339), last.Why)
+	case chvErr != nil && (qp.QEMU == "" || kvm != nil):
+		d.Tier, d.Why = TierJail, "no VM tier can run here: no cloud-hypervisor, and no QEMU with KVM"
+	default:
+		d.Tier, d.Why = TierAuto, "the daemon decides when it starts: a trial boot tells whether KVM boots a stock kernel (then chv or qemu), else jail"
 	}
 	return d
+}
+
+func qemuProblem(p qemu.Probe) string {
+	for _, pr := range p.Problems {
+		if strings.Contains(pr, "qemu") {
+			return pr
+		}
+	}
+	return "qemu-system-x86_64 not found: apt-get install qemu-system-x86"
+}
+
+func orDefault(s, def string) string {
+	if strings.TrimSpace(s) == "" {
+		return def
+	}
+	return strings.TrimSpace(s)
 }
 
 func usableKVM() error {

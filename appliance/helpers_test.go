@@ -32,6 +32,7 @@ func agentConfig(t testing.TB) Config {
 	cfg := DefaultConfig()
 	cfg.StateDir, cfg.Workspace.Mount = filepath.Join(dir, "state"), filepath.Join(dir, "agents")
 	cfg.Sandbox.Agent = appliancetest.Agent(t)
+	cfg.Sandbox.Tier = TierJail // the VM tiers have tests of their own
 	cfg.Sandbox.MaxUpload = 1 << 20
 	os.MkdirAll(cfg.StateDir, 0o700)
 	return cfg

@@ -18,7 +18,6 @@ import (
 	"hearth/fs"
 	"hearth/image"
 	"hearth/vmm"
-	"hearth/vmm/jail"
 )
 
 // Sandbox statuses, as the API shows them.
@@ -163,20 +162,6 @@ func newSandboxManager(cfg Config, store *fs.Store, images *imageService, driver
 	m.wg.Add(1)
 	go m.idleLoop()
 	return m, nil
-}
-
-// newDriver makes the jail driver with the agent binary the config names
-// or, by default, hearth-guest beside the running executable.
-func newDriver(cfg Config) (vmm.Driver, string, error) {
-	agent, err := guestAgentPath(cfg)
-	if err != nil {
-		return nil, agent, err
-	}
-	d, err := jail.New(filepath.Join(cfg.StateDir, "jail"), agent)
-	if err != nil {
-		return nil, agent, err
-	}
-	return d, agent, nil
 }
 
 // guestAgentPath finds the agent binary the config names or, by default,

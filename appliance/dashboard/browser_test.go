@@ -156,6 +156,7 @@ func daemonConfig(t *testing.T) appliance.Config {
 	cfg := appliance.DefaultConfig()
 	cfg.StateDir, cfg.Workspace.Mount = filepath.Join(dir, "state"), filepath.Join(dir, "agents")
 	cfg.API.TCP = "127.0.0.1:0"
+	cfg.Sandbox.Tier = appliance.TierJail
 	return cfg
 }
 

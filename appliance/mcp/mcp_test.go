@@ -66,7 +66,7 @@ func startDaemon(t *testing.T, script modeltest.Config) *env {
 	os.WriteFile(key, []byte(model.Key()), 0o600)
 	os.WriteFile(filepath.Join(defs, "analyst.toml"), []byte(analystTOML), 0o644)
 	config := filepath.Join(dir, "hearth.toml")
-	body := fmt.Sprintf("state_dir = %q\n[workspace]\nmount = %q\n[sandbox]\nagent = %q\n[agents]\ndir = %q\ngrace = \"3s\"\n"+
+	body := fmt.Sprintf("state_dir = %q\n[workspace]\nmount = %q\n[sandbox]\nagent = %q\ntier = \"jail\"\n[agents]\ndir = %q\ngrace = \"3s\"\n"+
 		"[model]\nupstream = %q\napi_key_file = %q\n[api]\ntcp = \"127.0.0.1:0\"\n", state, mount, agent, defs, model.URL(), key)
 	if err := os.WriteFile(config, []byte(body), 0o644); err != nil {
 		t.Fatal(err)

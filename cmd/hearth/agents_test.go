@@ -40,7 +40,7 @@ func agentDaemon(t *testing.T, script modeltest.Config, credits bool) (configFla
 		"[limits]\nusd = 5.0\nturns = 20\n"
 	os.WriteFile(filepath.Join(defs, "analyst.toml"), []byte(def), 0o644)
 	config := filepath.Join(dir, "hearth.toml")
-	body := fmt.Sprintf("state_dir = %q\n[workspace]\nmount = %q\n[sandbox]\nagent = %q\n[agents]\ndir = %q\ngrace = \"3s\"\n"+
+	body := fmt.Sprintf("state_dir = %q\n[workspace]\nmount = %q\n[sandbox]\nagent = %q\ntier = \"jail\"\n[agents]\ndir = %q\ngrace = \"3s\"\n"+
 		"[model]\nupstream = %q\napi_key_file = %q\n[credits]\nenabled = %v\n",
 		cfg.StateDir, cfg.Workspace.Mount, cfg.Sandbox.Agent, defs, model.URL(), key, credits)
 	if err := os.WriteFile(config, []byte(body), 0o644); err != nil {

@@ -74,7 +74,7 @@ func newCrashEnv(t *testing.T) *crashEnv {
 			t.Fatalf("go build %s: %v\n%s", b.pkg, err, out)
 		}
 	}
-	body := fmt.Sprintf("state_dir = %q\n[workspace]\nmount = %q\n[sandbox]\ndefault_image = \"tiny\"\nidle_timeout = \"0\"\nmemory = \"256M\"\n",
+	body := fmt.Sprintf("state_dir = %q\n[workspace]\nmount = %q\n[sandbox]\ntier = \"jail\"\ndefault_image = \"tiny\"\nidle_timeout = \"0\"\nmemory = \"256M\"\n",
 		e.cfg.StateDir, e.cfg.Workspace.Mount)
 	if err := os.WriteFile(e.config, []byte(body), 0o644); err != nil {
 		t.Fatal(err)

@@ -30,7 +30,7 @@ func sandboxDaemon(t *testing.T) (configFlag string, cfg appliance.Config) {
 	os.MkdirAll(cfg.StateDir, 0o700)
 	appliancetest.AddTinyImage(t, filepath.Join(cfg.StateDir, "images"))
 	config := filepath.Join(dir, "hearth.toml")
-	body := fmt.Sprintf("state_dir = %q\n[workspace]\nmount = %q\n[sandbox]\nagent = %q\ndefault_image = \"tiny\"\nmemory = \"512M\"\nmax_upload = \"1MiB\"\n",
+	body := fmt.Sprintf("state_dir = %q\n[workspace]\nmount = %q\n[sandbox]\nagent = %q\ntier = \"jail\"\ndefault_image = \"tiny\"\nmemory = \"512M\"\nmax_upload = \"1MiB\"\n",
 		cfg.StateDir, cfg.Workspace.Mount, cfg.Sandbox.Agent)
 	if err := os.WriteFile(config, []byte(body), 0o644); err != nil {
 		t.Fatal(err)

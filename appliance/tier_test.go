@@ -1,0 +1,134 @@
+package appliance
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"hearth/image"
+	"hearth/vmm/qemu"
+)
+
+func TestChooseTier(t *testing.T) {
+	noCHV := errors.New("cloud-hypervisor is not installed")
+	noQEMU := errors.New("qemu-system-x86_64 not found")
+	pvm := errors.New("KVM cannot boot a stock kernel")
+	ok := error(nil)
+	cases := []struct {
+		name              string
+		want              string
+		allowTCG          bool
+		chv, qemu, kvm    error
+		tier, why, errMsg string
+		tcg               bool
+		asked             string // the probes asked, in order
+	}{
+		{name: "auto, hardware KVM and cloud-hypervisor", want: "auto", chv: ok, tier: "chv", asked: "chv"},
+		{name: "auto, KVM but no cloud-hypervisor", want: "auto", chv: noCHV, qemu: ok, kvm: ok, tier: "qemu", why: "not installed", asked: "chv qemu kvm"},
+		{name: "auto, a KVM that boots no stock kernel", want: "auto", chv: noCHV, qemu: ok, kvm: pvm, tier: "jail", why: "cannot boot", asked: "chv qemu kvm"},
+		{name: "auto never picks TCG", want: "", allowTCG: true, chv: noCHV, qemu: ok, kvm: pvm, tier: "jail", asked: "chv qemu kvm"},
+		{name: "auto, nothing", want: "auto", chv: noCHV, qemu: noQEMU, tier: "jail", why: "qemu-system-x86_64 not found", asked: "chv qemu"},
+		{name: "forced jail asks nothing", want: "jail", chv: ok, qemu: ok, kvm: ok, tier: "jail", asked: ""},
+		{name: "forced chv, missing", want: "chv", chv: noCHV, errMsg: `sandbox.tier = "chv", but cloud-hypervisor is not installed`, asked: "chv"},
+		{name: "forced qemu without TCG", want: "qemu", qemu: ok, kvm: pvm, errMsg: "set sandbox.allow_tcg = true", asked: "qemu kvm"},
+		{name: "forced qemu with TCG", want: "qemu", allowTCG: true, qemu: ok, kvm: pvm, tier: "qemu", tcg: true, why: "software emulation", asked: "qemu kvm"},
+		{name: "forced qemu with KVM", want: "qemu", qemu: ok, kvm: ok, tier: "qemu", asked: "qemu kvm"},
+		{name: "unknown", want: "firecracker", errMsg: `sandbox.tier = "firecracker": use auto, chv, qemu or jail`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var asked []string
+			probe := func(name string, err error) func() error {
+				return func() error { asked = append(asked, name); return err }
+			}
+			got, err := chooseTier(tc.want, tc.allowTCG, tierProbes{chv: probe("chv", tc.chv), qemu: probe("qemu", tc.qemu), qemuKVM: probe("kvm", tc.kvm)})
+			if tc.errMsg != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.errMsg) {
+					t.Fatalf("chooseTier = %+v, %v; want an error with %q", got, err, tc.errMsg)
+				}
+			} else if err != nil || got.Tier != tc.tier || got.TCG != tc.tcg || !strings.Contains(got.Why, tc.why) {
+				t.Fatalf("chooseTier = %+v, %v; want %s (tcg %v) because of %q", got, err, tc.tier, tc.tcg, tc.why)
+			}
+			if strings.Join(asked, " ") != tc.asked {
+				t.Errorf("asked %q, want %q", asked, tc.asked)
+			}
+		})
+	}
+}
+
+// TestTiersOnThisHost starts daemons on the real host: auto picks what
+// the host can run (here, where KVM boots no stock kernel, the jail) and
+// says why; a forced qemu tier refuses to start without allow_tcg where
+// KVM cannot boot, and with it runs a sandbox in a real VM.
+func TestTiersOnThisHost(t *testing.T) {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("qemu-system-x86_64 not on PATH: apt-get install qemu-system-x86 (scripts/test.sh does)")
+	}
+	if _, err := exec.LookPath("apt-get"); err != nil {
+		t.Skip("the VM kernel comes from Debian's linux-image-cloud-amd64, fetched with apt-get")
+	}
+	cfg := sandboxConfig(t)
+	cfg.Sandbox.Tier = TierAuto
+	ctx := context.Background()
+	d, err := Start(cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tier, why := d.Tier()
+	d.Close()
+	kvmErr := qemu.BootsWithKVM(ctx, qemu.Config{Kernel: bootOf(t, cfg).Kernel, Initramfs: bootOf(t, cfg).Initramfs})
+	switch {
+	case kvmErr == nil && tier != TierQEMU && tier != TierCHV:
+		t.Errorf("KVM boots a stock kernel here, but auto picked %s (%s)", tier, why)
+	case kvmErr != nil && (tier != TierJail || !strings.Contains(why, "qemu:")):
+		t.Errorf("KVM boots no stock kernel here (%v), but auto picked %s (%s); want the jail, saying why not qemu", kvmErr, tier, why)
+	}
+	if doc := Doctor(cfg); doc.Tier != tier || !strings.Contains(doc.Why, "picked when the daemon last started") {
+		t.Errorf("doctor after the start = %s (%s), want %s as the daemon picked", doc.Tier, doc.Why, tier)
+	}
+	if kvmErr == nil {
+		return // the rest is about hosts without a KVM that boots stock kernels
+	}
+
+	cfg.Sandbox.Tier = TierQEMU
+	if d, err := Start(cfg, testLogger(t)); err == nil || !strings.Contains(err.Error(), "allow_tcg") {
+		if err == nil {
+			d.Close()
+		}
+		t.Fatalf("forced qemu without allow_tcg where KVM cannot boot: Start = %v, want it refused, naming allow_tcg", err)
+	}
+	cfg.Sandbox.AllowTCG = true
+	cfg.Sandbox.Memory = 256 << 20
+	d, c := startSandboxDaemon(t, cfg)
+	if tier, why := d.Tier(); tier != TierQEMU || !strings.Contains(why, "software emulation") {
+		t.Fatalf("forced qemu with allow_tcg: tier %s (%s)", tier, why)
+	}
+	if _, err := c.CreateSandbox(ctx, CreateSandboxRequest{Id: "vm", IdleTimeout: "0"}); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	st, err := c.Exec(ctx, "vm", ExecRequest{Argv: []string{"sh", "-c", "uname -r; ls /workspace/agents >/dev/null && echo workspace"}}, &out, io.Discard)
+	if err != nil || st.Code != 0 || !strings.Contains(out.String(), "cloud-amd64") || !strings.Contains(out.String(), "workspace") {
+		t.Fatalf("exec in the VM sandbox = %q, %+v, %v; want the guest's own cloud kernel and its workspace", out.String(), st, err)
+	}
+}
+
+// bootOf returns the VM kernel and initramfs of cfg's image cache (made
+// by the daemon's start).
+func bootOf(t *testing.T, cfg Config) image.Boot {
+	t.Helper()
+	cat, _ := image.BuiltinCatalog()
+	b, err := image.NewBuilder(filepath.Join(cfg.StateDir, "images"), cat, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bt, err := b.Boot(context.Background(), cfg.Sandbox.Agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bt
+}
