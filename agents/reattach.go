@@ -142,17 +142,7 @@ func (r *Runner) Reattach(ctx context.Context, execution string, m vmm.Machine) 
 			}
 		}()
 	}
-	r.mu.Lock()
-	r.runs[exec.ID] = ru
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		delete(r.runs, exec.ID)
-		r.mu.Unlock()
-	}()
-	if accepted, ok := ctx.Value(acceptedKey{}).(func(store.Execution)); ok {
-		accepted(exec)
-	}
+	defer r.track(ctx, ru)()
 	return ru.reattach(ctx, m, at.agentJob)
 }
 

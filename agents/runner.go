@@ -240,18 +240,24 @@ func (r *Runner) execute(ctx context.Context, def *Definition, limits Limits, e 
 			}
 		}()
 	}
-	r.mu.Lock()
-	r.runs[exec.ID] = ru
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		delete(r.runs, exec.ID)
-		r.mu.Unlock()
-	}()
-	if accepted, ok := ctx.Value(acceptedKey{}).(func(store.Execution)); ok {
-		accepted(exec)
-	}
+	defer r.track(ctx, ru)()
 	return ru.run(ctx, req)
+}
+
+// track makes ru a run the runner can stop (Cancel, Detach, budget
+// events) and tells ctx's accepted hook; the func it returns forgets it.
+func (r *Runner) track(ctx context.Context, ru *run) (untrack func()) {
+	r.mu.Lock()
+	r.runs[ru.exec.ID] = ru
+	r.mu.Unlock()
+	if accepted, ok := ctx.Value(acceptedKey{}).(func(store.Execution)); ok {
+		accepted(ru.exec)
+	}
+	return func() {
+		r.mu.Lock()
+		delete(r.runs, ru.exec.ID)
+		r.mu.Unlock()
+	}
 }
 
 // ErrNotFound: no such agent, session or execution.
