@@ -93,8 +93,14 @@ func run(args []string) error {
 			if err := initMounts(); err != nil {
 				return err
 			}
-		} else if err := loopbackUp(); err != nil {
-			return err
+		}
+		// Forwarded ports (the model gateway, the egress proxy) listen on
+		// the machine's loopback, which a new network namespace or a VM
+		// starts with down.
+		if *jailFD >= 0 || vm {
+			if err := loopbackUp(); err != nil {
+				return fmt.Errorf("bring up the loopback interface: %w", err)
+			}
 		}
 		if *hostname != "" {
 			if err := syscall.Sethostname([]byte(*hostname)); err != nil {

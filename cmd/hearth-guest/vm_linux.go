@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"hearth/vmm/guest"
+	"hearth/vmm/share"
 )
 
 // The VM mode: the agent is /init of an initramfs (PID 1, started by the
@@ -22,7 +23,7 @@ import (
 // on the kernel command line, loads the kernel modules the initramfs
 // carries, mounts the image's root read-only under an overlay whose
 // writable layer is on a disk of the VM's own, mounts the workspace over
-// virtio-fs, and makes that overlay the root before it serves the host.
+// virtio-fs (see mountWorkspace), and makes that overlay the root before it serves the host.
 
 // moduleList is image.ModuleList: where the initramfs lists its modules,
 // in load order, relative to /lib/modules/<release>/.
@@ -115,13 +116,39 @@ func vmInit() (vmConfig, error) {
 		return c, err
 	}
 	if c.fs != "" {
-		dst := "/newroot/workspace/agents"
-		os.MkdirAll(dst, 0o755)
-		if err := syscall.Mount(c.fs, dst, "virtiofs", syscall.MS_NOSUID|syscall.MS_NODEV, ""); err != nil {
-			return c, fmt.Errorf("mount virtio-fs %s on %s: %w", c.fs, dst, err)
+		if err := mountWorkspace(c.fs, "/newroot"); err != nil {
+			return c, err
 		}
 	}
 	return c, switchRoot("/newroot")
+}
+
+// mountWorkspace sets up the workspace under root as package vmm/share's
+// guest contract says: /workspace is a small tmpfs (whatever the image
+// has there is hidden), the virtio-fs tag is mounted at share.GuestMount,
+// and /workspace/agents is a symlink to the view inside it. The symlink,
+// unlike a bind mount, is followed afresh on every lookup, so a view the
+// host puts in place of a dead one is reached without anything done in
+// here.
+func mountWorkspace(tag, root string) error {
+	ws := root + "/workspace"
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	if err := syscall.Mount("tmpfs", ws, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+		return fmt.Errorf("mount tmpfs on %s: %w", ws, err)
+	}
+	dst := root + share.GuestMount
+	if err := os.Mkdir(dst, 0o755); err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	if err := syscall.Mount(tag, dst, "virtiofs", syscall.MS_NOSUID|syscall.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("mount virtio-fs %s on %s: %w", tag, dst, err)
+	}
+	if err := os.Symlink(share.GuestAgents, ws+"/agents"); err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	return syscall.Mount("", ws, "", syscall.MS_REMOUNT|syscall.MS_RDONLY|syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "")
 }
 
 // loadModules loads the initramfs's modules in the order its list gives.

@@ -22,6 +22,8 @@ import (
 // Cloud Hypervisor's generated API (vmm/chv/api) imports nothing of
 // Hearth and serves only the chv driver and the double standing in for
 // cloud-hypervisor (vmm/chv/chvdouble), which only its command imports.
+// The VM workspace share (vmm/share) serves the VM drivers, the guest
+// agent and the double only.
 func TestImportRules(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}:{{join .Deps " "}}`, "hearth/...").Output()
 	if err != nil {
@@ -54,11 +56,17 @@ func TestImportRules(t *testing.T) {
 	// serves only its command (and tests).
 	chvAPI, chvAPIUsers := "hearth/vmm/chv/api", map[string]bool{"hearth/vmm/chv": true, "hearth/vmm/chv/chvdouble": true}
 	chvDouble, chvDoubleUsers := "hearth/vmm/chv/chvdouble", map[string]bool{"hearth/vmm/chv/chvdouble/cmd/chv-double": true}
+	// A VM's workspace share (vmm/share): the host side for the VM
+	// drivers, the guest contract for the guest agent and the double.
+	vmShare, vmShareUsers := "hearth/vmm/share", map[string]bool{"hearth/vmm/qemu": true, "hearth/vmm/chv": true, "hearth/vmm/chv/chvdouble": true, "hearth/cmd/hearth-guest": true}
 	for _, line := range strings.Split(strings.TrimSpace(string(direct)), "\n") {
 		pkg, imports, _ := strings.Cut(line, ":")
 		for _, imp := range strings.Fields(imports) {
 			if imp == chvAPI && !chvAPIUsers[pkg] {
 				t.Errorf("%s imports %s: only the chv driver and its double use Cloud Hypervisor's generated API", pkg, imp)
+			}
+			if imp == vmShare && !vmShareUsers[pkg] {
+				t.Errorf("%s imports %s: only the VM drivers, their guest agent and the Cloud Hypervisor double use the workspace share", pkg, imp)
 			}
 			if imp == chvDouble && !chvDoubleUsers[pkg] {
 				t.Errorf("%s imports %s: the Cloud Hypervisor double is for its command and tests only", pkg, imp)

@@ -8,7 +8,10 @@
 // (hearth-guest as PID 1 from the initramfs) listens on vsock port 1024,
 // which the host reaches through the VMM's vsock unix socket. The machine
 // survives a daemon restart: Recover re-attaches through the API and
-// vsock sockets. Memory snapshots detach the workspace first, since
+// vsock sockets, and AttachWorkspace gives it the new daemon's view
+// (virtiofsd exports share/, with the view mounted at share/agents: see
+// package vmm/share). Machines export their root (vmm.Exporter) and report
+// what their processes use (vmm.UsageReporter). Memory snapshots detach the workspace first, since
 // Cloud Hypervisor cannot snapshot virtio-fs (upstream issues #4994,
 // #6931), or fall back to a disk-only checkpoint, and say which happened.
 // Only the appliance imports it.
@@ -26,13 +29,15 @@ import (
 	"time"
 
 	"hearth/vmm"
+	"hearth/vmm/share"
 )
 
 // Config says where the driver finds what it runs and keeps its state.
 type Config struct {
 	// Dir holds the driver's state: machines/<id>/ per machine (spec and
 	// process ids, the API, vsock and virtiofsd sockets, logs, the
-	// writable disk, checkpoints), and audit.jsonl.
+	// writable disk, checkpoints, and share/, the mount point virtiofsd
+	// exports with the workspace view at share/agents), and audit.jsonl.
 	Dir string
 	// CloudHypervisor is the cloud-hypervisor binary; default: the one on
 	// PATH.
@@ -219,6 +224,9 @@ func (d *Driver) Recover(ctx context.Context, id string) (vmm.Machine, error) {
 		if errors.Is(err, os.ErrNotExist) {
 			// No state: nothing was started, or the machine is gone.
 			if _, err := os.Stat(dir); err == nil {
+				if err := share.Teardown(filepath.Join(dir, shareDir)); err != nil {
+					return nil, fmt.Errorf("recover machine %s: %w", id, err)
+				}
 				os.RemoveAll(dir)
 				d.record(id, "destroy", "found with nothing started after a daemon restart; cleaned up")
 			}

@@ -30,7 +30,14 @@ func (d noCheckpoint) Name() string {
 	return "chv with the double (whose guest keeps no disk: see TestCheckpoint*)"
 }
 
+// plainMachine hides the Checkpointer (and Exporter) but keeps the
+// WorkspaceAttacher: the double's guest sees the workspace as a real one
+// does.
 type plainMachine struct{ vmm.Machine }
+
+func (p plainMachine) AttachWorkspace(ctx context.Context, dir string) error {
+	return p.Machine.(vmm.WorkspaceAttacher).AttachWorkspace(ctx, dir)
+}
 
 func (d noCheckpoint) Create(ctx context.Context, s vmm.Spec) (vmm.Machine, error) {
 	m, err := d.Driver.Create(ctx, s)

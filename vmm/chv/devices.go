@@ -31,7 +31,8 @@ func makeDisk(ctx context.Context, path string, size int64) error {
 	return nil
 }
 
-// startVirtiofsd serves the workspace view on the machine's vhost-user
+// startVirtiofsd serves the machine's share (the workspace view at
+// share/agents) on the machine's vhost-user
 // socket. It serves one VMM connection and exits when it closes, so a
 // workspace plugged in again needs a new one.
 func (m *machine) startVirtiofsd(ctx context.Context) error {
@@ -42,7 +43,8 @@ func (m *machine) startVirtiofsd(ctx context.Context) error {
 	m.stopVirtiofsd()
 	sock := m.path(fsSock)
 	os.Remove(sock)
-	p, err := m.spawn("virtiofsd", fsLog, bin, "--socket-path="+sock, "-o", "source="+m.spec.Workspace, "-o", "cache=auto")
+	p, err := m.spawn("virtiofsd", fsLog, bin, "--socket-path="+sock, "-o", "source="+m.path(shareDir),
+		"-o", "cache=auto", "-o", fmt.Sprintf("timeout=%g", entryTimeout.Seconds()))
 	if err != nil {
 		return err
 	}

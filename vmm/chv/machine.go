@@ -18,6 +18,7 @@ import (
 	"hearth/vmm"
 	"hearth/vmm/chv/api"
 	"hearth/vmm/guest"
+	"hearth/vmm/share"
 )
 
 // AgentPort is the vsock port the guest agent listens on.
@@ -35,7 +36,13 @@ const (
 	fsLog       = "virtiofsd.log"
 	stateFile   = "state.json"
 	workspaceID = "workspace" // the virtio-fs device id and tag
+	shareDir    = "share"     // what virtiofsd exports: the view is at share/agents
 )
+
+// entryTimeout is how long the guest may keep a name or attributes it
+// looked up in the workspace before asking virtiofsd again; a view put in
+// place by AttachWorkspace is seen once it has passed.
+const entryTimeout = time.Second
 
 // state is what a machine keeps on disk to be recovered: its spec and the
 // processes serving it.
@@ -93,8 +100,9 @@ type machine struct {
 }
 
 var (
-	_ vmm.Machine      = (*machine)(nil)
-	_ vmm.Checkpointer = (*machine)(nil)
+	_ vmm.Machine           = (*machine)(nil)
+	_ vmm.Checkpointer      = (*machine)(nil)
+	_ vmm.WorkspaceAttacher = (*machine)(nil)
 )
 
 func newMachine(d *Driver, spec vmm.Spec, dir, root string) *machine {
@@ -124,6 +132,11 @@ func (m *machine) create(ctx context.Context) error {
 	}
 	if err := makeDisk(ctx, m.path(rwDisk), size); err != nil {
 		return err
+	}
+	if m.spec.Workspace != "" {
+		if err := share.Setup(m.path(shareDir), m.spec.Workspace); err != nil {
+			return err
+		}
 	}
 	return m.boot(ctx, "")
 }
@@ -435,10 +448,15 @@ func (m *machine) Destroy(ctx context.Context) error {
 	return nil
 }
 
-// teardown ends everything the machine runs and removes its directory.
+// teardown ends everything the machine runs and removes its directory,
+// once the workspace view is unmounted from its share (never while the
+// view is there: it would be emptied with the directory).
 func (m *machine) teardown(ctx context.Context) error {
 	err := m.stopVMM(ctx)
 	m.stopVirtiofsd()
+	if serr := share.Teardown(m.path(shareDir)); serr != nil {
+		return errors.Join(err, serr)
+	}
 	return errors.Join(err, os.RemoveAll(m.dir))
 }
 
@@ -470,5 +488,34 @@ func (m *machine) stopVMM(ctx context.Context) error {
 		return nil
 	case <-time.After(5 * time.Second):
 		return fmt.Errorf("cloud-hypervisor pid %d did not exit", p.pid)
+	}
+}
+
+// AttachWorkspace mounts the view at dir in place of the machine's
+// workspace view, on the host: virtiofsd and the VM go on untouched (see
+// package vmm/share). It returns once the guest's cached entries for the
+// old view have expired, so new path lookups under /workspace/agents
+// reach dir; a process whose working directory is in the old view keeps
+// the old one.
+func (m *machine) AttachWorkspace(ctx context.Context, dir string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.spec.Workspace == "" {
+		return fmt.Errorf("attach workspace to machine %s: it was created without a workspace, so it has no virtio-fs device to reach one: create it with Spec.Workspace", m.id)
+	}
+	if err := share.Replace(m.path(shareDir), dir); err != nil {
+		return fmt.Errorf("attach workspace to machine %s: %w", m.id, err)
+	}
+	m.spec.Workspace = dir
+	m.st.Spec.Workspace = dir
+	if err := m.saveState(); err != nil {
+		return fmt.Errorf("attach workspace to machine %s: %w", m.id, err)
+	}
+	m.d.record(m.id, "attach-workspace", dir)
+	select {
+	case <-time.After(entryTimeout):
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("attach workspace to machine %s: the view is in place, but the guest may still see the old one for %v: %w", m.id, entryTimeout, ctx.Err())
 	}
 }

@@ -3,6 +3,7 @@ package qemu
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -19,6 +20,7 @@ import (
 
 	"hearth/vmm"
 	"hearth/vmm/guest"
+	"hearth/vmm/share"
 )
 
 // Files in a machine's directory.
@@ -32,7 +34,13 @@ const (
 	serialLog = "serial.log" // the guest's console
 	qemuLog   = "qemu.log"
 	fsLog     = "virtiofsd.log"
+	shareDir  = "share" // what virtiofsd exports: the view is at share/agents
 )
+
+// entryTimeout is how long the guest may keep a name or attributes it
+// looked up in the workspace before asking virtiofsd again; a view put in
+// place by AttachWorkspace is seen once it has passed.
+const entryTimeout = time.Second
 
 // portName is the name of the agent's virtio-serial port; the guest finds
 // the port by it (/dev/virtio-ports/hearth).
@@ -64,8 +72,9 @@ type machine struct {
 }
 
 var (
-	_ vmm.Machine       = (*machine)(nil)
-	_ vmm.UsageReporter = (*machine)(nil)
+	_ vmm.Machine           = (*machine)(nil)
+	_ vmm.UsageReporter     = (*machine)(nil)
+	_ vmm.WorkspaceAttacher = (*machine)(nil)
 )
 
 // qemuProc is one QEMU process.
@@ -222,7 +231,8 @@ func (m *machine) startVirtiofsd() error {
 	}
 	defer log.Close()
 	os.Remove(m.path(fsSock)) // an earlier boot's: it would look ready
-	cmd := exec.Command(m.d.cfg.Virtiofsd, "--socket-path="+m.path(fsSock), "-o", "source="+m.spec.Workspace, "-o", "cache=auto")
+	cmd := exec.Command(m.d.cfg.Virtiofsd, "--socket-path="+m.path(fsSock), "-o", "source="+m.path(shareDir),
+		"-o", "cache=auto", "-o", fmt.Sprintf("timeout=%g", entryTimeout.Seconds()))
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -463,7 +473,7 @@ func (m *machine) Destroy(ctx context.Context) error {
 		gc.Close()
 	}
 	m.kill()
-	if err := os.RemoveAll(m.dir); err != nil {
+	if err := removeMachineDir(m.dir); err != nil {
 		return fmt.Errorf("destroy machine %s: %w", m.id, err)
 	}
 	m.destroyed = true
@@ -536,4 +546,32 @@ func (m *machine) Usage(ctx context.Context) (vmm.Usage, error) {
 		u.Disk = st.Blocks * 512
 	}
 	return u, nil
+}
+
+// AttachWorkspace mounts the view at dir in place of the machine's
+// workspace view, on the host: virtiofsd and the VM go on untouched. It
+// returns once the guest's cached entries for the old view have expired,
+// so new path lookups under /workspace/agents reach dir; a process whose
+// working directory is in the old view keeps the old one.
+func (m *machine) AttachWorkspace(ctx context.Context, dir string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.spec.Workspace == "" {
+		return fmt.Errorf("attach workspace to machine %s: it was created without a workspace, so it has no virtio-fs device to reach one: create it with Spec.Workspace", m.id)
+	}
+	if err := share.Replace(m.path(shareDir), dir); err != nil {
+		return fmt.Errorf("attach workspace to machine %s: %w", m.id, err)
+	}
+	m.spec.Workspace = dir
+	b, _ := json.Marshal(m.spec)
+	if err := os.WriteFile(m.path("spec.json"), b, 0o600); err != nil {
+		return fmt.Errorf("attach workspace to machine %s: %w", m.id, err)
+	}
+	m.d.record(m.id, "attach-workspace", dir)
+	select {
+	case <-time.After(entryTimeout):
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("attach workspace to machine %s: the view is in place, but the guest may still see the old one for %v: %w", m.id, entryTimeout, ctx.Err())
+	}
 }

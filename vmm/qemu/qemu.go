@@ -14,15 +14,21 @@
 //
 // Each machine's directory (machines/<id>) holds spec.json, the writable
 // disk rw.ext4 (root.ext4 too when its root was a bare directory),
-// checkpoints/ (copies of rw.ext4), QEMU's QMP and agent sockets and pid
-// file, virtiofsd's socket and pid file, and the logs (serial.log is the
+// checkpoints/ (copies of rw.ext4), share/ (what virtiofsd exports: a
+// mount point with the workspace view mounted at share/agents), QEMU's
+// QMP and agent sockets and pid file, virtiofsd's socket and pid file,
+// and the logs (serial.log is the
 // guest's console). QEMU and virtiofsd run in sessions of their own, so
 // machines outlive a daemon that stops; Recover finds them again.
 //
 // Machines checkpoint, restore (a reboot from the saved disk) and export
-// their root. They cannot have their workspace replaced while they run
-// (no vmm.WorkspaceAttacher): QEMU 7.2's vhost-user-fs device neither
-// reconnects to a new virtiofsd nor hot-plugs on a microvm.
+// their root. Their workspace view can be replaced while they run
+// (vmm.WorkspaceAttacher), although QEMU 7.2's vhost-user-fs device
+// neither reconnects to a new virtiofsd nor hot-plugs on a microvm:
+// virtiofsd exports share/, a directory of the machine's own with the
+// view mounted at share/agents, and the guest reaches the view through a
+// symlink (see package vmm/share), so a new view mounted there
+// on the host reaches the running guest.
 //
 // Only the appliance imports it.
 package qemu
@@ -40,6 +46,7 @@ import (
 	"time"
 
 	"hearth/vmm"
+	"hearth/vmm/share"
 )
 
 // Config says where the driver finds what it runs and keeps its state.
@@ -208,17 +215,32 @@ func (d *Driver) Create(ctx context.Context, spec vmm.Spec) (vmm.Machine, error)
 			return nil, fmt.Errorf("create machine %s: %w", spec.ID, err)
 		}
 	}
+	if spec.Workspace != "" {
+		if err := share.Setup(filepath.Join(dir, shareDir), spec.Workspace); err != nil {
+			removeMachineDir(dir)
+			return nil, fmt.Errorf("create machine %s: %w", spec.ID, err)
+		}
+	}
 	d.record(spec.ID, "create", fmt.Sprintf("root=%s workspace=%s memory=%d cpus=%g disk=%d",
 		disk, spec.Workspace, spec.Memory, spec.CPUs, spec.Disk))
 	start := time.Now()
 	m, err := d.start(ctx, spec, dir, disk)
 	if err != nil {
-		os.RemoveAll(dir)
+		removeMachineDir(dir)
 		d.record(spec.ID, "destroy", "start failed: "+err.Error())
 		return nil, fmt.Errorf("create machine %s: %w", spec.ID, err)
 	}
 	d.record(spec.ID, "start", fmt.Sprintf("agent answered after %v (accel %s)", time.Since(start).Round(time.Millisecond), m.accel))
 	return m, nil
+}
+
+// removeMachineDir removes a machine's directory once its workspace view
+// is unmounted from its share: never while the view is there.
+func removeMachineDir(dir string) error {
+	if err := share.Teardown(filepath.Join(dir, shareDir)); err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
 }
 
 // rootDisk finds the ext4 file of an image root: "" for a directory with

@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"hearth/fs"
 	"hearth/vmm"
+	"hearth/vmm/share"
 	"hearth/vmm/vmmtest"
 )
 
@@ -54,7 +56,8 @@ func TestWorkspaceOverVirtiofs(t *testing.T) {
 	checks := []struct{ name, script, want string }{
 		{"write own outputs", "echo mine > /workspace/agents/a/outputs/x.md && cat /workspace/agents/a/outputs/x.md", "mine\n"},
 		{"read other's outputs", "cat /workspace/agents/b/outputs/report.md", "b's report"},
-		{"mounted over virtio-fs", "grep -c '^workspace /workspace/agents virtiofs' /proc/mounts", "1\n"},
+		{"share mounted over virtio-fs", "grep -c '^workspace " + share.GuestMount + " virtiofs' /proc/mounts", "1\n"},
+		{"agents reached through the share", "readlink /workspace/agents", share.GuestAgents + "\n"},
 	}
 	for _, c := range checks {
 		if out, _ := vmmtest.Sh(t, m, c.script); out != c.want {
@@ -84,5 +87,85 @@ func TestWorkspaceOverVirtiofs(t *testing.T) {
 	}
 	if out, _ := vmmtest.Sh(t, m, "cat /workspace/agents/a/outputs/x.md"); out != "mine\n" {
 		t.Errorf("after Restore, a's output reads %q, want mine", out)
+	}
+}
+
+// TestWorkspaceAttach does what a daemon restart does to a VM's
+// workspace: the view it was given dies (unmounted, its FUSE connection
+// aborted), a new view of the same session is mounted elsewhere, and
+// AttachWorkspace puts it in place. New writes from the running VM then
+// land in the store again, and it reads what it wrote before.
+func TestWorkspaceAttach(t *testing.T) {
+	d := newDriver(t)
+	requireVirtiofsd(t)
+	root := busyboxImage(t)
+	store, err := fs.Open(fs.Options{Dir: filepath.Join(t.TempDir(), "ws")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	agent := fs.Owner{UID: 1000, GID: 1000}
+	if err := store.CreateSession("a", agent); err != nil {
+		t.Fatal(err)
+	}
+	old, err := store.Mount(filepath.Join(t.TempDir(), "view-old"), fs.ViewOptions{Session: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Unmount()
+	ctx := context.Background()
+	m, err := d.Create(ctx, vmm.Spec{ID: "attach", RootFS: root, Workspace: old.Dir(), UID: 1000, GID: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fresh *fs.View
+	defer func() {
+		m.Destroy(ctx)
+		if fresh != nil {
+			fresh.Unmount()
+		}
+	}()
+	if out, _ := vmmtest.Sh(t, m, "echo before > /workspace/agents/a/outputs/before.md && echo ok"); out != "ok\n" {
+		t.Fatalf("writing through the first view: %q", out)
+	}
+	// The daemon dies: its view goes, though the machine still holds it.
+	if err := old.Unmount(); err != nil {
+		t.Fatalf("Unmount the old view = %v", err)
+	}
+	time.Sleep(entryTimeout + 100*time.Millisecond)
+	if out, _ := vmmtest.Sh(t, m, "echo lost > /workspace/agents/a/outputs/lost.md 2>/dev/null && echo wrote || echo failed"); out != "failed\n" {
+		t.Errorf("writing through the dead view: %q, want failed", out)
+	}
+	fresh, err = store.Mount(filepath.Join(t.TempDir(), "view-new"), fs.ViewOptions{Session: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.(vmm.WorkspaceAttacher).AttachWorkspace(ctx, fresh.Dir()); err != nil {
+		t.Fatalf("AttachWorkspace = %v", err)
+	}
+	if out, _ := vmmtest.Sh(t, m, "cat /workspace/agents/a/outputs/before.md && echo after > /workspace/agents/a/outputs/after.md && echo ok"); out != "before\nok\n" {
+		t.Errorf("after AttachWorkspace, reading and writing a's outputs: %q, want before and ok", out)
+	}
+	if got, err := store.ReadFile("a", "", "outputs/after.md", 0); err != nil || string(got) != "after\n" {
+		t.Errorf("the store has the write made after AttachWorkspace as %q, %v; want after", got, err)
+	}
+	if got, err := os.ReadFile(filepath.Join(fresh.Dir(), "a/outputs/after.md")); err != nil || string(got) != "after\n" {
+		t.Errorf("the new view shows %q, %v; want after", got, err)
+	}
+	// Bad input leaves the machine with the view it has.
+	if err := m.(vmm.WorkspaceAttacher).AttachWorkspace(ctx, filepath.Join(t.TempDir(), "none")); err == nil || !strings.Contains(err.Error(), "workspace view") {
+		t.Errorf("AttachWorkspace(missing dir) = %v, want an error naming the workspace view", err)
+	}
+	if out, _ := vmmtest.Sh(t, m, "cat /workspace/agents/a/outputs/after.md"); out != "after\n" {
+		t.Errorf("after a refused AttachWorkspace: %q, want the view as it was", out)
+	}
+	// A machine made without a workspace has nothing to attach to.
+	bare, err := d.Create(ctx, vmm.Spec{ID: "attach-bare", RootFS: root, UID: 1000, GID: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bare.Destroy(ctx)
+	if err := bare.(vmm.WorkspaceAttacher).AttachWorkspace(ctx, fresh.Dir()); err == nil || !strings.Contains(err.Error(), "Spec.Workspace") {
+		t.Errorf("AttachWorkspace on a machine made without a workspace = %v, want an error saying to give Spec.Workspace", err)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -177,6 +179,43 @@ func Run(t *testing.T, d vmm.Driver, spec func(id string) vmm.Spec) {
 		defer m2.Destroy(ctx)
 		if out, _ := sh(t, m2, "cat /home/agent/setup; stat -c %u /home/agent/setup"); out != "saved\n"+strconv.Itoa(int(s.UID))+"\n" {
 			t.Errorf("in a machine made from the export: %q, want saved, owned by %d", out, s.UID)
+		}
+	})
+	t.Run("WorkspaceAttach", func(t *testing.T) {
+		// Plain directories stand in for workspace views: what is checked
+		// is that the machine's /workspace/agents moves to the new one.
+		dirs := [2]string{t.TempDir(), t.TempDir()}
+		for _, dir := range dirs {
+			os.Chmod(dir, 0o777) // the machine's user writes here
+		}
+		s := spec("conf-attach")
+		s.Workspace = dirs[0]
+		m, err := d.Create(ctx, s)
+		if err != nil {
+			t.Fatalf("Create(conf-attach) with a workspace = %v", err)
+		}
+		defer m.Destroy(ctx) // before the directories go
+		wa, ok := m.(vmm.WorkspaceAttacher)
+		if !ok {
+			t.Skipf("%s machines cannot take a new workspace view", d.Name())
+		}
+		sh(t, m, "echo one > /workspace/agents/one")
+		if err := wa.AttachWorkspace(ctx, dirs[1]); err != nil {
+			t.Fatalf("AttachWorkspace = %v", err)
+		}
+		if out, _ := sh(t, m, "echo two > /workspace/agents/two; ls /workspace/agents"); out != "two\n" {
+			t.Errorf("after AttachWorkspace, /workspace/agents holds %q, want only two", out)
+		}
+		for i, want := range []string{"one", "two"} {
+			if b, err := os.ReadFile(filepath.Join(dirs[i], want)); err != nil || string(b) != want+"\n" {
+				t.Errorf("workspace %d has %s as %q, %v; want %s", i, want, b, err, want)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(dirs[0], "two")); err == nil {
+			t.Errorf("a write after AttachWorkspace went to the old workspace")
+		}
+		if err := wa.AttachWorkspace(ctx, filepath.Join(dirs[1], "none")); err == nil {
+			t.Errorf("AttachWorkspace(missing directory) = nil, want an error")
 		}
 	})
 }

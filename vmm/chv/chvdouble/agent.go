@@ -35,13 +35,23 @@ func startAgent(m *vm) (*agent, error) {
 	if m.config.Vsock == nil {
 		return nil, errors.New("chv-double: the VM has no vsock device, so its guest agent could not be reached")
 	}
-	port, uid, gid, err := guestArgs(str(m.config.Payload.Cmdline))
+	port, uid, gid, tag, err := guestArgs(str(m.config.Payload.Cmdline))
 	if err != nil {
 		return nil, err
 	}
 	sock := fmt.Sprintf("%s.double-agent-%d", m.config.Vsock.Socket, port)
 	os.Remove(sock)
-	cmd := exec.Command(bin, "--channel", "listen:"+sock, "--uid", uid, "--gid", gid)
+	argv := []string{bin, "--channel", "listen:" + sock, "--uid", uid, "--gid", gid}
+	if dir, ok, err := m.workspaceDir(tag); err != nil {
+		return nil, err
+	} else if ok {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("chv-double: the guest's workspace: %w", err)
+		}
+		argv = append([]string{self, GuestWorkspaceCommand, dir}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if s := m.config.Serial; s != nil && s.Mode == "File" {
@@ -66,6 +76,32 @@ func startAgent(m *vm) (*agent, error) {
 		}
 	}()
 	return a, nil
+}
+
+// workspaceDir is what the guest would mount for the virtio-fs tag its
+// kernel command line names: the directory virtiofsd exports. ok is
+// false when the guest has no workspace, or when the device is not there
+// at boot (a VM restored from a snapshot gets it plugged in after, and
+// its agent, which starts afresh here, goes without).
+func (m *vm) workspaceDir(tag string) (dir string, ok bool, err error) {
+	if tag == "" || m.config.Fs == nil {
+		return "", false, nil
+	}
+	for _, fs := range *m.config.Fs {
+		if fs.Tag != tag {
+			continue
+		}
+		c := m.fsConns[str(fs.Id)]
+		if c == nil {
+			return "", false, nil
+		}
+		dir, err := exportedDir(c)
+		if err != nil {
+			return "", false, fmt.Errorf("chv-double: virtio-fs %s: %w", tag, err)
+		}
+		return dir, true, nil
+	}
+	return "", false, nil
 }
 
 // tree is the agent and every process descended from it.

@@ -36,7 +36,16 @@
 // snapshot writes config.json, state.json and a sparse memory-ranges the
 // size of the VM's memory; a restore starts a fresh agent process, so
 // memory (running processes) is not brought back. The guest never sees
-// the workspace, the disks or the kernel: those are only checked.
+// the disks or the kernel: those are only checked. It sees the workspace
+// as a real guest does (package vmm/share's guest contract): when the
+// kernel command line names a virtio-fs tag (hearth.fs) whose device is
+// connected at boot, the agent starts in a mount namespace of its own, a
+// slave of the host's, where /workspace is a tmpfs, the directory the
+// device's virtiofsd exports (read from its command line) is mounted at
+// /workspace/.share, and /workspace/agents links into it. (The host needs
+// a /workspace directory as the mount point; the double makes an empty
+// one if there is none.) An agent started by vm.restore, before the
+// driver plugs the workspace in again, goes without.
 // When the agent exits by itself the double exits, as upstream does when
 // its guest powers off.
 //

@@ -361,8 +361,9 @@ func (m *vm) snapshot(url string) error {
 	return f.Truncate(m.memorySize())
 }
 
-// guestArgs reads what the guest agent takes from the kernel command line.
-func guestArgs(cmdline string) (port uint32, uid, gid string, err error) {
+// guestArgs reads what the guest agent takes from the kernel command
+// line, and the virtio-fs tag of its workspace (hearth.fs).
+func guestArgs(cmdline string) (port uint32, uid, gid, fsTag string, err error) {
 	uid, gid = "0", "0"
 	for _, f := range strings.Fields(cmdline) {
 		k, val, _ := strings.Cut(f, "=")
@@ -371,17 +372,19 @@ func guestArgs(cmdline string) (port uint32, uid, gid string, err error) {
 			p, ok := strings.CutPrefix(val, "vsock-listen:")
 			n, perr := strconv.ParseUint(p, 10, 32)
 			if !ok || perr != nil {
-				return 0, "", "", fmt.Errorf("hearth.channel=%s: the double serves only vsock-listen:PORT", val)
+				return 0, "", "", "", fmt.Errorf("hearth.channel=%s: the double serves only vsock-listen:PORT", val)
 			}
 			port = uint32(n)
 		case "hearth.uid":
 			uid = val
 		case "hearth.gid":
 			gid = val
+		case "hearth.fs":
+			fsTag = val
 		}
 	}
 	if port == 0 {
-		return 0, "", "", errors.New("kernel command line has no hearth.channel=vsock-listen:PORT: the guest agent would not be reachable")
+		return 0, "", "", "", errors.New("kernel command line has no hearth.channel=vsock-listen:PORT: the guest agent would not be reachable")
 	}
-	return port, uid, gid, nil
+	return port, uid, gid, fsTag, nil
 }

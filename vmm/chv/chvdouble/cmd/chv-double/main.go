@@ -19,6 +19,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == chvdouble.GuestWorkspaceCommand {
+		// The double itself, started again to set up a guest's workspace
+		// before it becomes the guest agent.
+		err := chvdouble.RunGuestWorkspace(os.Args[2:])
+		fmt.Fprintln(os.Stderr, "chv-double:", err)
+		os.Exit(1)
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "chv-double:", err)
 		os.Exit(1)

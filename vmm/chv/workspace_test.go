@@ -1,0 +1,172 @@
+package chv
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"hearth/fs"
+	"hearth/vmm"
+	"hearth/vmm/share"
+	"hearth/vmm/vmmtest"
+)
+
+// TestWorkspaceAttach does through the double what a daemon restart does
+// to a VM's workspace: the view the machine was given dies (unmounted,
+// its FUSE connection aborted), a new view of the same session is
+// mounted elsewhere, and AttachWorkspace puts it in place. The guest's
+// new writes land in the store again.
+func TestWorkspaceAttach(t *testing.T) {
+	needVirtiofsd(t)
+	d, spec := doubleDriver(t)
+	store, err := fs.Open(fs.Options{Dir: filepath.Join(shortTemp(t), "ws")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	root := fs.Owner{} // the double's guest runs as root: see doubleDriver
+	if err := store.CreateSession("a", root); err != nil {
+		t.Fatal(err)
+	}
+	old, err := store.Mount(filepath.Join(shortTemp(t), "view-old"), fs.ViewOptions{Session: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Unmount()
+	s := spec("attach")
+	s.Workspace = old.Dir()
+	m := create(t, d, s)
+	ctx := context.Background()
+	var fresh *fs.View
+	defer func() {
+		m.Destroy(ctx)
+		if fresh != nil {
+			fresh.Unmount()
+		}
+	}()
+	checks := []struct{ name, script, want string }{
+		{"agents links into the share", "readlink /workspace/agents", share.GuestAgents + "\n"},
+		{"write own outputs", "echo before > /workspace/agents/a/outputs/before.md && echo ok", "ok\n"},
+	}
+	for _, c := range checks {
+		if out, _ := vmmtest.Sh(t, m, c.script); out != c.want {
+			t.Errorf("%s: %q = %q, want %q", c.name, c.script, out, c.want)
+		}
+	}
+	if err := old.Unmount(); err != nil {
+		t.Fatalf("Unmount the old view = %v", err)
+	}
+	if out, _ := vmmtest.Sh(t, m, "echo lost > /workspace/agents/a/outputs/lost.md 2>/dev/null && echo wrote || echo failed"); out != "failed\n" {
+		t.Errorf("writing through the dead view: %q, want failed", out)
+	}
+	fresh, err = store.Mount(filepath.Join(shortTemp(t), "view-new"), fs.ViewOptions{Session: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.AttachWorkspace(ctx, fresh.Dir()); err != nil {
+		t.Fatalf("AttachWorkspace = %v", err)
+	}
+	if out, _ := vmmtest.Sh(t, m, "cat /workspace/agents/a/outputs/before.md && echo after > /workspace/agents/a/outputs/after.md && echo ok"); out != "before\nok\n" {
+		t.Errorf("after AttachWorkspace, reading and writing a's outputs: %q, want before and ok", out)
+	}
+	if got, err := store.ReadFile("a", "", "outputs/after.md", 0); err != nil || string(got) != "after\n" {
+		t.Errorf("the store has the write made after AttachWorkspace as %q, %v; want after", got, err)
+	}
+	// A daemon that restarts finds the new view in the machine's state.
+	if st, err := readState(m.dir); err != nil || st.Spec.Workspace != fresh.Dir() {
+		t.Errorf("state after AttachWorkspace: workspace %q, %v; want %s", st.Spec.Workspace, err, fresh.Dir())
+	}
+	if err := m.AttachWorkspace(ctx, filepath.Join(t.TempDir(), "none")); err == nil || !strings.Contains(err.Error(), "workspace view") {
+		t.Errorf("AttachWorkspace(missing dir) = %v, want an error naming the workspace view", err)
+	}
+	bare := create(t, d, spec("attach-bare"))
+	if err := bare.AttachWorkspace(ctx, fresh.Dir()); err == nil || !strings.Contains(err.Error(), "Spec.Workspace") {
+		t.Errorf("AttachWorkspace on a machine made without a workspace = %v, want an error saying to give Spec.Workspace", err)
+	}
+	// Destroy leaves the view as it was: only the machine's mount goes.
+	dir := m.dir
+	if err := m.Destroy(ctx); err != nil {
+		t.Fatalf("Destroy = %v", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("machine directory after Destroy: %v", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(fresh.Dir(), "a/outputs/after.md")); err != nil || string(got) != "after\n" {
+		t.Errorf("the view after Destroy shows %q, %v; want after", got, err)
+	}
+}
+
+// TestExportAndUsage exports a machine's root: the image with what the
+// guest wrote to its writable layer over it. The double's guest keeps no
+// disk, so the test writes the layer as the guest's overlay would
+// (upper/ on the writable disk).
+func TestExportAndUsage(t *testing.T) {
+	needVirtiofsd(t)
+	for _, tool := range []string{"mkfs.ext4", "e2fsck", "mount"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not on PATH: apt-get install e2fsprogs mount", tool)
+		}
+	}
+	d, spec := doubleDriver(t)
+	img := t.TempDir()
+	os.MkdirAll(filepath.Join(img, "rootfs", "etc"), 0o755)
+	os.WriteFile(filepath.Join(img, "rootfs", "etc", "hello"), []byte("from the image\n"), 0o644)
+	root := filepath.Join(img, "rootfs.ext4")
+	if out, err := exec.Command("mkfs.ext4", "-q", "-d", filepath.Join(img, "rootfs"), root, "16M").CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v: %s", err, out)
+	}
+	s := spec("export")
+	s.RootFS = root
+	s.Workspace = t.TempDir()
+	m := create(t, d, s)
+	ctx := context.Background()
+	guestWrites(t, m.path(rwDisk), "mkdir -p upper/home/agent && echo saved > upper/home/agent/setup")
+	dst := filepath.Join(t.TempDir(), "root")
+	if err := m.Export(ctx, dst); err != nil {
+		t.Fatalf("Export = %v", err)
+	}
+	for f, want := range map[string]string{"etc/hello": "from the image\n", "home/agent/setup": "saved\n"} {
+		if b, err := os.ReadFile(filepath.Join(dst, f)); err != nil || string(b) != want {
+			t.Errorf("export's %s = %q, %v; want %q", f, b, err, want)
+		}
+	}
+	if st, _ := m.vmState(ctx); st != "Running" {
+		t.Errorf("VM is %s after Export, want Running as before", st)
+	}
+	if err := m.Export(ctx, dst); !errors.Is(err, vmm.ErrExists) {
+		t.Errorf("Export to an existing directory = %v, want ErrExists", err)
+	}
+	// A paused machine is exported as it stands and stays paused.
+	if err := m.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Export(ctx, filepath.Join(t.TempDir(), "paused")); err != nil {
+		t.Errorf("Export of a paused machine = %v", err)
+	}
+	if st, _ := m.vmState(ctx); st != "Paused" {
+		t.Errorf("VM is %s after exporting it paused, want Paused", st)
+	}
+	m.Resume(ctx)
+	u, err := m.Usage(ctx)
+	if err != nil || u.Memory <= 0 || u.Disk <= 0 || u.Processes != 2 || u.MemoryLimit != s.Memory || u.DiskLimit != s.Disk {
+		t.Errorf("Usage = %+v, %v; want memory and disk above 0, 2 processes (the VMM and virtiofsd) and the spec's limits", u, err)
+	}
+	m.Destroy(ctx)
+	if _, err := m.Usage(ctx); err == nil {
+		t.Errorf("Usage of a destroyed machine = nil error, want one")
+	}
+}
+
+// guestWrites runs script in the root of the ext4 disk, mounted on the
+// host in a mount namespace of its own, as the guest would write it.
+func guestWrites(t *testing.T, disk, script string) {
+	t.Helper()
+	cmd := exec.Command("unshare", "-m", "sh", "-c", `set -e; d=$(mktemp -d); mount -o loop "$1" "$d"; cd "$d"; `+script+`; cd /; umount "$d"; rmdir "$d"`, "sh", disk)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("write the guest's layer: %v: %s", err, out)
+	}
+}
