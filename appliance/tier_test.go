@@ -6,9 +6,12 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"hearth/agents/modeltest"
 	"hearth/image"
 	"hearth/vmm/qemu"
 )
@@ -131,4 +134,38 @@ func bootOf(t *testing.T, cfg Config) image.Boot {
 		t.Fatal(err)
 	}
 	return bt
+}
+
+// TestAgentInQEMU runs an agent task in a real VM: the claude CLI in the
+// claude-code image booted by QEMU (under TCG here), reaching the
+// gateway through a port forwarded to the VM's loopback and writing its
+// output through virtio-fs into its session.
+func TestAgentInQEMU(t *testing.T) {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("qemu-system-x86_64 not on PATH: apt-get install qemu-system-x86 (scripts/test.sh does)")
+	}
+	env := startAgentDaemon(t, modeltest.Config{PerConversation: true, Turns: []modeltest.Turn{
+		bashTurn("mkdir -p outputs; id > outputs/who.md; uname -r >> outputs/who.md", modeltest.Usage{InputTokens: 100}),
+		textTurn("done")}},
+		func(c *Config) { c.Sandbox.Tier = TierQEMU; c.Sandbox.AllowTCG = true })
+	ctx := context.Background()
+	e, err := env.c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "go"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Minute); !Ended(e) && time.Now().Before(deadline); time.Sleep(time.Second) {
+		if e, err = env.c.Execution(ctx, e.Id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e.Status != "completed" || e.Turns != 2 || !slices.Contains(e.Outputs, "outputs/who.md") {
+		t.Fatalf("execution in a VM = %+v\n%s", e, eventDump(allEvents(t, env.c, e.Id)))
+	}
+	var who strings.Builder
+	if _, err := env.c.DownloadOutput(ctx, e.Id, "outputs/who.md", &who); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(who.String(), "uid=1000(agent)") || !strings.Contains(who.String(), "cloud-amd64") {
+		t.Errorf("who.md = %q: want the agent user and the VM's own cloud kernel", who.String())
+	}
 }
