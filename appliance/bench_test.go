@@ -129,22 +129,22 @@ func BenchmarkAgentsConcurrent(b *testing.B) {
 		}
 		return e
 	}
-	t0 := time.Now()
+	t0, cpu0 := time.Now(), hostCPU(b)
 	runOne()
-	alone := time.Since(t0)
+	alone, aloneCPU := time.Since(t0), hostCPU(b)-cpu0
 	for b.Loop() {
 		before, _ := env.c.Credits(ctx)
 		served := len(env.model.MessageRequests())
 		free0 := memAvailable(b)
 		stop, peak := sampleMemory(b)
-		t0 := time.Now()
+		t0, cpu0 := time.Now(), hostCPU(b)
 		results := make([]Execution, n)
 		var wg sync.WaitGroup
 		for i := range n {
 			wg.Go(func() { results[i] = runOne() })
 		}
 		wg.Wait()
-		took := time.Since(t0)
+		took, cpu := time.Since(t0), hostCPU(b)-cpu0
 		stop()
 		var sum float64
 		var in, out int64
@@ -168,7 +168,31 @@ func BenchmarkAgentsConcurrent(b *testing.B) {
 		b.ReportMetric(n/took.Seconds(), "executions/s")
 		b.ReportMetric(float64(free0-peak())/(1<<20)/n, "MiB-host/execution")
 		b.ReportMetric(float64(alone)*n/float64(took), "x-serial")
+		// CPU is what bounds it: the host's busy time per execution, at
+		// once and alone (one task alone already keeps more than one core
+		// busy: Node's compiler and GC threads).
+		b.ReportMetric(cpu.Seconds()/n, "cpu-s/execution")
+		b.ReportMetric(aloneCPU.Seconds(), "cpu-s-alone")
 	}
+}
+
+// hostCPU is the time the host's CPUs have spent busy since boot (all
+// but idle and iowait, from /proc/stat).
+func hostCPU(b *testing.B) time.Duration {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	var busy int64
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		if i != 3 && i != 4 && i < 8 {
+			busy += n
+		}
+	}
+	return time.Duration(busy) * time.Second / 100 // USER_HZ
 }
 
 // memAvailable reads MemAvailable from /proc/meminfo, in bytes.
