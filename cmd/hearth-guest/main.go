@@ -54,6 +54,7 @@ func run(args []string) error {
 	exeFD := fl.Int("exe-fd", -1, "descriptor of this binary the host exec'd us through; closed at once")
 	attachTo := fl.String("attach-workspace", "", "host side: put the detached mount at descriptor 3 at this path inside the machine of --target-pid, replacing what is there, and exit")
 	targetPID := fl.Int("target-pid", 0, "the agent whose machine --attach-workspace works on")
+	wsDevice := fl.String("workspace-device", "", "outside a VM (the Cloud Hypervisor double): the directory standing for the workspace's virtio-fs device, bound at /workspace/.share again when the host asks for a remount")
 	var allowed roots
 	fl.Var(&allowed, "root", "directory file requests may reach (repeatable; default /)")
 	if err := fl.Parse(args); err != nil {
@@ -108,6 +109,12 @@ func run(args []string) error {
 			}
 		}
 	}
+	// Mounting the workspace again is left to a helper started now,
+	// while the agent may still mount (remount_linux.go).
+	remountWorkspace, err := startWorkspaceRemount(vm, *wsDevice)
+	if err != nil {
+		return err
+	}
 	// Processes the agent starts may never gain privileges (setuid
 	// binaries, file capabilities).
 	// The flag is per thread, and any thread may fork: set it on all.
@@ -127,7 +134,8 @@ func run(args []string) error {
 		return err
 	}
 	opts := guest.ServerOptions{Roots: allowed, DefaultUID: uint32(*uid), DefaultGID: uint32(*gid),
-		BaseEnv: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"}}
+		BaseEnv:          []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"},
+		RemountWorkspace: remountWorkspace}
 	stop := make(chan struct{})
 	defer close(stop)
 	if ln != nil {

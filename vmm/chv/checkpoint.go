@@ -44,6 +44,13 @@ type Snapshot struct {
 	// memory snapshot (Cloud Hypervisor cannot snapshot virtio-fs:
 	// upstream issues #4994, #6931) and plugged in again after.
 	WorkspaceDetached bool `json:"workspace_detached,omitempty"`
+	// WorkspaceRemounted: the guest mounted the workspace plugged in
+	// again, so the machine's /workspace works as before. When the
+	// workspace was detached and this is false, WorkspaceError says why:
+	// the checkpoint is saved, but the machine runs on without its
+	// workspace until it is restored or remounted.
+	WorkspaceRemounted bool   `json:"workspace_remounted,omitempty"`
+	WorkspaceError     string `json:"workspace_error,omitempty"`
 }
 
 // Snapshotter is a machine of this tier: a checkpoint that says what it
@@ -95,7 +102,7 @@ func (m *machine) TakeSnapshot(ctx context.Context, name string) (Snapshot, erro
 	}
 	detail := fmt.Sprintf("%s: memory snapshot in %v", name, time.Since(start).Round(time.Millisecond))
 	if snap.WorkspaceDetached {
-		detail += " (workspace detached and attached again)"
+		detail += " (workspace detached and attached again" + remountDetail(snap.WorkspaceError) + ")"
 	}
 	if snap.Mode == SnapshotDisk {
 		detail = fmt.Sprintf("%s: disk only in %v, %s", name, time.Since(start).Round(time.Millisecond), snap.Reason)
@@ -158,6 +165,13 @@ func (m *machine) snapshot(ctx context.Context, name, dst string) (Snapshot, err
 	if err := m.undo(ctx, snap, !wasPaused, nil); err != nil {
 		return Snapshot{}, err
 	}
+	if snap.WorkspaceDetached {
+		if err := m.remountWorkspace(ctx); err != nil {
+			snap.WorkspaceError = err.Error()
+		} else {
+			snap.WorkspaceRemounted = true
+		}
+	}
 	snap.Taken = time.Now().UTC()
 	b, _ := json.Marshal(snap)
 	if err := os.WriteFile(filepath.Join(tmp, metaFile), b, 0o600); err != nil {
@@ -177,7 +191,14 @@ func (m *machine) undo(ctx context.Context, snap Snapshot, resume bool, err erro
 		}
 	}
 	if snap.WorkspaceDetached {
-		err = errors.Join(err, m.reattachFs(ctx))
+		rerr := m.reattachFs(ctx)
+		if rerr == nil && err != nil {
+			// The checkpoint failed; the machine should still get
+			// its workspace back (on success, the caller remounts
+			// and records how it went).
+			rerr = m.remountWorkspace(ctx)
+		}
+		err = errors.Join(err, rerr)
 	}
 	return err
 }
@@ -241,6 +262,68 @@ func (m *machine) reattachFs(ctx context.Context) error {
 	return nil
 }
 
+// remountTimeout bounds how long the guest may take to mount a workspace
+// plugged in again: its kernel probes the new device on its own time.
+const remountTimeout = 15 * time.Second
+
+// remountWorkspace has the guest mount the workspace again once the
+// device plugged in again is there: the guest's mount of the old device
+// died with it, and the guest's agent cannot tell when the new one has
+// come (package vmm/guest, Client.RemountWorkspace). A guest that has not
+// probed the new device yet fails; that is tried again for a while.
+func (m *machine) remountWorkspace(ctx context.Context) error {
+	if err := m.waitPlugged(ctx); err != nil {
+		return err
+	}
+	gc := m.Guest()
+	if gc == nil {
+		return errors.New("mount the workspace again in the guest: no connection to its agent")
+	}
+	remount := m.remount
+	if remount == nil {
+		remount = (*guest.Client).RemountWorkspace
+	}
+	deadline := time.Now().Add(remountTimeout)
+	for {
+		err := remount(gc, ctx)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, guest.ErrNotSupported) || time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("mount the workspace again in the guest: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitPlugged waits until the workspace's device is in the VM.
+func (m *machine) waitPlugged(ctx context.Context) error {
+	deadline := time.Now().Add(ejectTimeout)
+	for {
+		info, err := m.api.info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.DeviceTree != nil {
+			if _, ok := (*info.DeviceTree)[workspaceID]; ok {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("device %s did not appear in the VM within %v of being plugged in", workspaceID, ejectTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// remountDetail says, for an audit event, whether the workspace came back.
+func remountDetail(err string) string {
+	if err != "" {
+		return "; NOT mounted again in the guest, which runs on without it: " + err
+	}
+	return "; mounted again in the guest"
+}
+
 // copySparse copies a disk image, keeping its holes (or sharing its
 // blocks where the filesystem can).
 func copySparse(ctx context.Context, src, dst string) error {
@@ -289,7 +372,17 @@ func (m *machine) Restore(ctx context.Context, name string) error {
 		m.doneOnce.Do(func() { close(m.done) })
 		return fmt.Errorf("restore machine %s to %s: %w", m.id, name, err)
 	}
-	m.d.record(m.id, "restore", fmt.Sprintf("%s (%s); cloud-hypervisor pid %d", name, snap.Mode, m.proc().pid))
+	detail := fmt.Sprintf("%s (%s); cloud-hypervisor pid %d", name, snap.Mode, m.proc().pid)
+	if snap.Mode == SnapshotMemory && m.spec.Workspace != "" {
+		// The guest's mount of the workspace died when it was unplugged
+		// for the snapshot; boot plugged a new one in.
+		werr := ""
+		if err := m.remountWorkspace(ctx); err != nil {
+			werr = err.Error()
+		}
+		detail += "; workspace attached again" + remountDetail(werr)
+	}
+	m.d.record(m.id, "restore", detail)
 	return nil
 }
 

@@ -97,6 +97,11 @@ type machine struct {
 	destroying atomic.Bool
 	done       chan struct{}
 	doneOnce   sync.Once
+
+	// remount asks the guest to mount the workspace again; nil is
+	// (*guest.Client).RemountWorkspace. Tests replace it to show what
+	// a machine is like without it.
+	remount func(*guest.Client, context.Context) error
 }
 
 var (

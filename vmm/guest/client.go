@@ -108,6 +108,8 @@ func responseError(resp *http.Response) error {
 		return fmt.Errorf("%w: %s", ErrTooLarge, e.Message)
 	case "outside":
 		return fmt.Errorf("%w: %s", ErrOutside, e.Message)
+	case "not_supported":
+		return fmt.Errorf("%w: %s", ErrNotSupported, e.Message)
 	}
 	return &e
 }
@@ -406,4 +408,12 @@ func (c *Client) StopJob(ctx context.Context, id string, grace time.Duration) (J
 func (c *Client) Resize(ctx context.Context, pid int, rows, cols uint16) error {
 	q := url.Values{"rows": {strconv.Itoa(int(rows))}, "cols": {strconv.Itoa(int(cols))}}
 	return c.do(ctx, "POST", fmt.Sprintf("/v1/resize/%d", pid), q, nil, nil)
+}
+
+// RemountWorkspace asks the agent to mount the machine's workspace again,
+// after the host plugged its device back in. An agent that has no way to
+// (the jail tier's, where the workspace never goes away) answers
+// ErrNotSupported.
+func (c *Client) RemountWorkspace(ctx context.Context) error {
+	return c.do(ctx, "POST", "/v1/workspace/remount", nil, nil, nil)
 }

@@ -123,6 +123,8 @@ var (
 	ErrTooLarge = errors.New("file too large")
 	ErrNotFound = errors.New("no such file")
 	ErrOutside  = errors.New("path outside the machine's allowed roots")
+	// ErrNotSupported: the agent has no way to do what was asked.
+	ErrNotSupported = errors.New("not supported by this machine's agent")
 )
 
 // Error is the body of a failed request.

@@ -36,6 +36,12 @@ type ServerOptions struct {
 	DefaultUID, DefaultGID uint32
 	// BaseEnv is every process's environment before its own.
 	BaseEnv []string
+	// RemountWorkspace mounts the machine's workspace again after the
+	// host plugged its device back in (a VM whose virtio-fs device was
+	// unplugged for a snapshot). Nil where the workspace never goes away
+	// (the jail tier): the host's request is then refused as not
+	// supported.
+	RemountWorkspace func(context.Context) error
 }
 
 // Server is the guest agent's side of the protocol.
@@ -136,6 +142,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/files/stat", s.stat)
 	mux.HandleFunc("GET /v1/files/list", s.list)
 	mux.HandleFunc("POST /v1/forward", s.forward)
+	mux.HandleFunc("POST /v1/workspace/remount", s.remountWorkspace)
 	s.jobRoutes(mux)
 	return mux
 }
@@ -598,4 +605,17 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	reply(w, h)
+}
+
+// remountWorkspace runs the machine's RemountWorkspace hook.
+func (s *Server) remountWorkspace(w http.ResponseWriter, r *http.Request) {
+	if s.opts.RemountWorkspace == nil {
+		fail(w, http.StatusNotImplemented, "not_supported", "this machine's agent cannot mount its workspace again: only a VM's workspace, whose device can be unplugged, needs it")
+		return
+	}
+	if err := s.opts.RemountWorkspace(r.Context()); err != nil {
+		fail(w, http.StatusInternalServerError, "remount_failed", "mount the workspace again: %v", err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

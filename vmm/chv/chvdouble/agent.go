@@ -23,6 +23,8 @@ type agent struct {
 	cmd      *exec.Cmd
 	port     uint32 // the vsock port it listens on in a real guest
 	sock     string // the unix socket it listens on here
+	fsTag    string // the workspace's virtio-fs tag (hearth.fs); empty: none
+	fsDevice string // the symlink standing for that device while it is plugged in (see workspace.go)
 	exited   chan struct{}
 	stopping atomic.Bool
 }
@@ -42,14 +44,28 @@ func startAgent(m *vm) (*agent, error) {
 	sock := fmt.Sprintf("%s.double-agent-%d", m.config.Vsock.Socket, port)
 	os.Remove(sock)
 	argv := []string{bin, "--channel", "listen:" + sock, "--uid", uid, "--gid", gid}
-	if dir, ok, err := m.workspaceDir(tag); err != nil {
-		return nil, err
-	} else if ok {
+	device := ""
+	if tag != "" {
+		if strings.ContainsRune(tag, '/') {
+			return nil, fmt.Errorf("chv-double: hearth.fs=%s: a virtio-fs tag has no /", tag)
+		}
+		device = fmt.Sprintf("%s.double-fs-%s", m.config.Vsock.Socket, tag)
+		os.Remove(device)
+		dir, ok, err := m.workspaceDir(tag)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			if err := os.Symlink(dir, device); err != nil {
+				return nil, fmt.Errorf("chv-double: the guest's workspace: %w", err)
+			}
+		}
 		self, err := os.Executable()
 		if err != nil {
 			return nil, fmt.Errorf("chv-double: the guest's workspace: %w", err)
 		}
-		argv = append([]string{self, GuestWorkspaceCommand, dir}, argv...)
+		argv = append(argv, "--workspace-device", device)
+		argv = append([]string{self, GuestWorkspaceCommand, device}, argv...)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = "/"
@@ -66,7 +82,7 @@ func startAgent(m *vm) (*agent, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("chv-double: start guest agent: %w", err)
 	}
-	a := &agent{cmd: cmd, port: port, sock: sock, exited: make(chan struct{})}
+	a := &agent{cmd: cmd, port: port, sock: sock, fsTag: tag, fsDevice: device, exited: make(chan struct{})}
 	go func() {
 		cmd.Wait()
 		close(a.exited)
@@ -168,6 +184,9 @@ func (a *agent) kill() {
 	select {
 	case <-a.exited:
 	case <-time.After(5 * time.Second):
+	}
+	if a.fsDevice != "" {
+		os.Remove(a.fsDevice)
 	}
 }
 

@@ -44,8 +44,13 @@
 // device's virtiofsd exports (read from its command line) is mounted at
 // /workspace/.share, and /workspace/agents links into it. (The host needs
 // a /workspace directory as the mount point; the double makes an empty
-// one if there is none.) An agent started by vm.restore, before the
-// driver plugs the workspace in again, goes without.
+// one if there is none.) As in a real guest, the workspace dies when its
+// device is ejected (vm.remove-device): the agent's mount is detached.
+// A device plugged in again (vm.add-fs), or after an agent started by
+// vm.restore, is not mounted until the agent is asked to remount the
+// workspace (package vmm/guest): hearth-guest, started with
+// --workspace-device, binds the new device's directory then, as it mounts
+// the virtio-fs tag again in a real guest.
 // When the agent exits by itself the double exits, as upstream does when
 // its guest powers off.
 //

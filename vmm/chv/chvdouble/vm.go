@@ -26,6 +26,7 @@ type vm struct {
 	// that the guest has not ejected yet, the vsock muxer and the agent.
 	devices map[string]api.DeviceNode
 	fsConns map[string]net.Conn
+	fsTags  map[string]string // virtio-fs device id -> tag
 	eject   map[string]bool
 	vsock   *muxer
 	agent   *agent
@@ -94,6 +95,7 @@ func (m *vm) start(state api.VmState) error {
 	}
 	m.devices = map[string]api.DeviceNode{}
 	m.fsConns = map[string]net.Conn{}
+	m.fsTags = map[string]string{}
 	m.eject = map[string]bool{}
 	bdf := 1
 	add := func(id *string, prefix string) string {
@@ -126,6 +128,7 @@ func (m *vm) start(state api.VmState) error {
 				m.stop()
 				return err
 			}
+			m.fsTags[*fs.Id] = fs.Tag
 		}
 	}
 	if c.Vsock != nil {
@@ -234,6 +237,12 @@ func (m *vm) addFs(fs api.FsConfig) (*api.PciDeviceInfo, error) {
 		if err := m.connectFs(*fs.Id, fs.Socket); err != nil {
 			return nil, err
 		}
+		if err := m.plugWorkspace(*fs.Id, fs.Tag); err != nil {
+			m.fsConns[*fs.Id].Close()
+			delete(m.fsConns, *fs.Id)
+			return nil, err
+		}
+		m.fsTags[*fs.Id] = fs.Tag
 		b := fmt.Sprintf("0000:00:%02x.0", 16+len(m.devices))
 		m.devices[*fs.Id] = api.DeviceNode{Id: fs.Id, PciBdf: &b}
 	}
@@ -326,6 +335,8 @@ func (m *vm) scheduleEject() {
 			if c, ok := m.fsConns[id]; ok {
 				c.Close()
 				delete(m.fsConns, id)
+				m.unplugWorkspace(m.fsTags[id])
+				delete(m.fsTags, id)
 			}
 			delete(m.eject, id)
 		}
