@@ -19,13 +19,11 @@ package chv
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"hearth/vmm"
@@ -101,9 +99,7 @@ type Driver struct {
 	cfg Config
 	ch  string // the cloud-hypervisor binary, resolved
 
-	auditMu sync.Mutex
-	audit   *os.File
-	notify  func(vmm.Event)
+	audit *vmm.AuditLog // <dir>/audit.jsonl: every lifecycle step, appended
 }
 
 var _ vmm.Driver = (*Driver)(nil)
@@ -131,7 +127,7 @@ func New(cfg Config) (*Driver, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, "machines"), 0o700); err != nil {
 		return nil, err
 	}
-	audit, err := os.OpenFile(filepath.Join(cfg.Dir, "audit.jsonl"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	audit, err := vmm.OpenAuditLog(filepath.Join(cfg.Dir, "audit.jsonl"))
 	if err != nil {
 		return nil, err
 	}
@@ -146,18 +142,9 @@ func (d *Driver) Capabilities() vmm.Capabilities {
 
 // OnEvent sets a function told of every lifecycle event (after it is in
 // the audit log). Set it before creating machines.
-func (d *Driver) OnEvent(fn func(vmm.Event)) { d.notify = fn }
+func (d *Driver) OnEvent(fn func(vmm.Event)) { d.audit.OnEvent(fn) }
 
-func (d *Driver) record(id, kind, detail string) {
-	e := vmm.Event{Time: time.Now().UTC(), Machine: id, Kind: kind, Detail: detail}
-	b, _ := json.Marshal(e)
-	d.auditMu.Lock()
-	d.audit.Write(append(b, '\n'))
-	d.auditMu.Unlock()
-	if d.notify != nil {
-		d.notify(e)
-	}
-}
+func (d *Driver) record(id, kind, detail string) { d.audit.Record(id, kind, detail) }
 
 // Close closes the audit log. Machines keep running; a new Driver over
 // the same directory recovers them.

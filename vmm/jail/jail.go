@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"hearth/vmm"
@@ -44,9 +43,7 @@ type Driver struct {
 	agent   string // path of the hearth-guest binary on the host
 	cgroups string // parent of the machines' cgroups: hearth/jail-<hash of dir>
 
-	auditMu sync.Mutex
-	audit   *os.File        // <dir>/audit.jsonl: every lifecycle step, appended
-	notify  func(vmm.Event) // also told each event, if set
+	audit *vmm.AuditLog // <dir>/audit.jsonl: every lifecycle step, appended
 }
 
 var _ vmm.Driver = (*Driver)(nil)
@@ -63,7 +60,7 @@ func New(dir, agent string) (*Driver, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "machines"), 0o700); err != nil {
 		return nil, err
 	}
-	audit, err := os.OpenFile(filepath.Join(dir, "audit.jsonl"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	audit, err := vmm.OpenAuditLog(filepath.Join(dir, "audit.jsonl"))
 	if err != nil {
 		return nil, err
 	}
@@ -82,19 +79,10 @@ func (d *Driver) Capabilities() vmm.Capabilities {
 
 // OnEvent sets a function told of every lifecycle event (after it is in
 // the audit log). Set it before creating machines.
-func (d *Driver) OnEvent(fn func(vmm.Event)) { d.notify = fn }
+func (d *Driver) OnEvent(fn func(vmm.Event)) { d.audit.OnEvent(fn) }
 
 // record appends a lifecycle event to the audit log.
-func (d *Driver) record(id, kind, detail string) {
-	e := vmm.Event{Time: time.Now().UTC(), Machine: id, Kind: kind, Detail: detail}
-	b, _ := json.Marshal(e)
-	d.auditMu.Lock()
-	d.audit.Write(append(b, '\n'))
-	d.auditMu.Unlock()
-	if d.notify != nil {
-		d.notify(e)
-	}
-}
+func (d *Driver) record(id, kind, detail string) { d.audit.Record(id, kind, detail) }
 
 // Close closes the audit log. Machines keep running; a new Driver over
 // the same directory recovers them. The driver's parent cgroups go if no
