@@ -363,18 +363,7 @@ func (m *machine) dialAgent(ctx context.Context) (*guest.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	gc, err := guest.NewClient(conn)
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if _, err := gc.Health(hctx); err != nil {
-		gc.Close()
-		return nil, err
-	}
-	return gc, nil
+	return guest.Open(ctx, conn, 5*time.Second)
 }
 
 // reattach connects to the agent of a recovered VM. A paused VM's agent

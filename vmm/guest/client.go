@@ -51,6 +51,24 @@ func NewClient(conn io.ReadWriteCloser) (*Client, error) {
 	return c, nil
 }
 
+// Open starts a session over conn, the byte stream to a machine's agent,
+// and returns its client once the agent has answered a health check
+// within timeout. On failure conn is closed.
+func Open(ctx context.Context, conn io.ReadWriteCloser, timeout time.Duration) (*Client, error) {
+	gc, err := NewClient(conn)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	hctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := gc.Health(hctx); err != nil {
+		gc.Close()
+		return nil, err
+	}
+	return gc, nil
+}
+
 // Close ends the session; calls in flight fail. Idempotent.
 func (c *Client) Close() error {
 	var err error

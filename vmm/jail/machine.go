@@ -103,16 +103,10 @@ func (m *machine) connect(ctx context.Context) error {
 	for {
 		conn, err := net.Dial("unix", sock)
 		if err == nil {
-			gc, err := guest.NewClient(conn)
-			if err == nil {
-				hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				_, err = gc.Health(hctx)
-				cancel()
-				if err == nil {
-					m.gc.Store(gc)
-					return nil
-				}
-				gc.Close()
+			var gc *guest.Client
+			if gc, err = guest.Open(ctx, conn, 5*time.Second); err == nil {
+				m.gc.Store(gc)
+				return nil
 			}
 		}
 		select {

@@ -354,18 +354,7 @@ func (m *machine) dialAgent(ctx context.Context) (*guest.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	gc, err := guest.NewClient(conn)
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	if _, err := gc.Health(hctx); err != nil {
-		gc.Close()
-		return nil, err
-	}
-	return gc, nil
+	return guest.Open(ctx, conn, 3*time.Second)
 }
 
 // attach takes over a running machine after a daemon restart: QEMU's pid
