@@ -452,7 +452,8 @@ func loopSysfs(dev uint64) string {
 }
 
 // unmountLayer unmounts a layer's image from mnt and waits for its loop
-// device to detach (autoclear does it in the background). A busy mount
+// device to detach (autoclear does it in the background: on a loaded
+// host it can take seconds). A busy mount
 // is detached lazily instead; its device is then released when the last
 // user is gone, and not waited for.
 func unmountLayer(mnt string) error {
@@ -473,12 +474,12 @@ func unmountLayer(mnt string) error {
 	} else if err != nil {
 		return fmt.Errorf("unmount layer %s: %w", mnt, err)
 	}
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		if now, err := os.ReadFile(backing); err != nil || string(now) != string(before) {
 			return nil
 		}
 	}
-	return fmt.Errorf("unmount layer %s: loop device %d:%d still attached after 2s", mnt, unix.Major(dev), unix.Minor(dev))
+	return fmt.Errorf("unmount layer %s: loop device %d:%d still attached after 10s", mnt, unix.Major(dev), unix.Minor(dev))
 }
 
 // mergeLayers makes dst, which must not exist, a copy of the root that
