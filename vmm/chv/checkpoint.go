@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"hearth/vmm"
@@ -424,7 +423,7 @@ func (m *machine) Checkpoints(ctx context.Context) ([]vmm.Checkpoint, error) {
 	snaps, err := m.Snapshots(ctx)
 	var out []vmm.Checkpoint
 	for _, s := range snaps {
-		out = append(out, vmm.Checkpoint{Name: s.Name, Taken: s.Taken, Size: treeSize(m.checkpointDir(s.Name))})
+		out = append(out, vmm.Checkpoint{Name: s.Name, Taken: s.Taken, Size: vmm.DiskUsage(m.checkpointDir(s.Name))})
 	}
 	return out, err
 }
@@ -441,20 +440,4 @@ func (m *machine) DeleteCheckpoint(ctx context.Context, name string) error {
 		return fmt.Errorf("machine %s: checkpoint %s: %w", m.id, name, vmm.ErrNotFound)
 	}
 	return os.RemoveAll(dir)
-}
-
-// treeSize is the bytes the files under dir take on disk.
-func treeSize(dir string) int64 {
-	var n int64
-	filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
-		if err == nil {
-			if info, err := e.Info(); err == nil {
-				if st, ok := info.Sys().(*syscall.Stat_t); ok {
-					n += st.Blocks * 512
-				}
-			}
-		}
-		return nil
-	})
-	return n
 }

@@ -274,7 +274,7 @@ func (m *machine) Checkpoints(ctx context.Context) ([]vmm.Checkpoint, error) {
 		if err != nil {
 			continue
 		}
-		out = append(out, vmm.Checkpoint{Name: e.Name(), Taken: info.ModTime(), Size: treeSize(filepath.Join(m.dir, "checkpoints", e.Name()))})
+		out = append(out, vmm.Checkpoint{Name: e.Name(), Taken: info.ModTime(), Size: vmm.DiskUsage(filepath.Join(m.dir, "checkpoints", e.Name()))})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Taken.Before(out[j].Taken) })
 	return out, nil
@@ -353,20 +353,4 @@ func (m *machine) AttachWorkspace(ctx context.Context, dir string) error {
 	}
 	m.d.record(m.id, "attach-workspace", dir)
 	return nil
-}
-
-// treeSize is the bytes the files under dir take on disk.
-func treeSize(dir string) int64 {
-	var n int64
-	filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
-		if err == nil {
-			if info, err := e.Info(); err == nil {
-				if st, ok := info.Sys().(*syscall.Stat_t); ok {
-					n += st.Blocks * 512
-				}
-			}
-		}
-		return nil
-	})
-	return n
 }

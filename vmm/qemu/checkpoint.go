@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 
 	"hearth/vmm"
 	"hearth/vmm/guest"
@@ -123,11 +122,7 @@ func (m *machine) Checkpoints(ctx context.Context) ([]vmm.Checkpoint, error) {
 		if err != nil {
 			continue
 		}
-		size := fi.Size()
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			size = st.Blocks * 512
-		}
-		cps = append(cps, vmm.Checkpoint{Name: name, Taken: fi.ModTime(), Size: size})
+		cps = append(cps, vmm.Checkpoint{Name: name, Taken: fi.ModTime(), Size: vmm.DiskUsage(m.checkpointPath(name))})
 	}
 	sort.Slice(cps, func(i, j int) bool { return cps[i].Taken.Before(cps[j].Taken) })
 	return cps, nil
