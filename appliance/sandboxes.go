@@ -176,7 +176,7 @@ func guestAgentPath(cfg Config) (string, error) {
 		agent = filepath.Join(filepath.Dir(exe), "hearth-guest")
 	}
 	if _, err := os.Stat(agent); err != nil {
-		return agent, fmt.Errorf("the guest agent %s is missing: build it with `CGO_ENABLED=0 go build -o %s ./cmd/hearth-guest` "+
+		return agent, fmt.Errorf("the guest agent %s is missing: build it with `CGO_ENABLED=0 go build -trimpath -ldflags=\"-s -w\" -o %s ./cmd/hearth-guest` "+
 			"or name it with agent = \"...\" under [sandbox] in the config", agent, agent)
 	}
 	return agent, nil

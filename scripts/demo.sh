@@ -25,7 +25,7 @@ bin=$demo/bin
 mkdir -p "$bin" "$demo/task" "$demo/state"
 echo "==> building hearth and its guest agent (hearth-guest, static, beside it)"
 go build -o "$bin/hearth" ./cmd/hearth
-CGO_ENABLED=0 go build -o "$bin/hearth-guest" ./cmd/hearth-guest
+CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$bin/hearth-guest" ./cmd/hearth-guest
 go build -o "$bin/hearth-scripted-model" ./cmd/hearth-scripted-model
 model_conf=
 stand_in=

@@ -10,6 +10,18 @@ import (
 	"hearth/vmm/guest"
 )
 
+// KernelArgs start the kernel command line of every VM (package vmm/qemu
+// and vmm/chv add the hearth.* keys the guest agent reads):
+//   - console=ttyS0: the console is the serial port the driver logs;
+//   - panic=-1: a panicking guest reboots at once, which the drivers run
+//     with reboot off, so the VM stops instead of hanging;
+//   - quiet: the boot messages are not printed (the serial port is slow,
+//     under software emulation especially);
+//   - cryptomgr.notests: the kernel does not self-test its crypto
+//     algorithms at boot, a third of a second under TCG; the guest uses
+//     no kernel crypto, and Debian's kernel is the tested build.
+const KernelArgs = "console=ttyS0 panic=-1 quiet cryptomgr.notests"
+
 // Spec describes a machine to create.
 type Spec struct {
 	// ID names the machine: 1-63 lowercase letters, digits and '-'.

@@ -47,7 +47,7 @@ type Config struct {
 	// Initramfs (whose /init is hearth-guest) boot every machine.
 	Kernel, Initramfs string
 	// Cmdline starts the kernel command line; the driver adds the
-	// hearth.* keys. Default: console=ttyS0 panic=-1 quiet.
+	// hearth.* keys. Default: vmm.KernelArgs.
 	Cmdline string
 	// Memory and Disk are used when a spec sets no limit: default 512 MiB
 	// of guest memory and a 2 GiB (sparse) writable disk.
@@ -60,7 +60,7 @@ func DefaultConfig(dir string) Config {
 		Dir:             dir,
 		CloudHypervisor: "cloud-hypervisor",
 		Virtiofsd:       "/usr/lib/qemu/virtiofsd",
-		Cmdline:         "console=ttyS0 panic=-1 quiet",
+		Cmdline:         vmm.KernelArgs,
 		Memory:          512 << 20,
 		Disk:            2 << 30,
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"hearth/vmm"
 	"hearth/vmm/chv/api"
 )
 
@@ -76,7 +77,7 @@ func trialBoot(ctx context.Context, bin string, cfg Config, dir string) (string,
 	if err != nil {
 		return "", err
 	}
-	cmdline := "console=ttyS0 panic=-1 hearth.probe=1"
+	cmdline := vmm.KernelArgs + " hearth.probe=1"
 	serial := m.path(serialLog)
 	vm := api.VmConfig{
 		Payload: api.PayloadConfig{Kernel: &cfg.Kernel, Initramfs: &cfg.Initramfs, Cmdline: &cmdline},

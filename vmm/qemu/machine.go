@@ -147,7 +147,7 @@ func (m *machine) qemuArgs(accel, disk string) []string {
 	if hostname == "" {
 		hostname = m.id
 	}
-	cmdline := []string{"console=ttyS0", "panic=-1", "quiet",
+	cmdline := []string{vmm.KernelArgs,
 		"hearth.root=/dev/vda", "hearth.rw=/dev/vdb",
 		"hearth.channel=dev:/dev/virtio-ports/" + portName,
 		"hearth.hostname=" + hostname,

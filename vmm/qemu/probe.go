@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"hearth/vmm"
 )
 
 // Probe says what this host offers the QEMU tier, for choosing a tier and
@@ -119,7 +121,7 @@ func trialBoot(ctx context.Context, cfg Config, accel string) error {
 	serial := filepath.Join(dir, "serial.log")
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cmdline := append([]string{"console=ttyS0", "panic=-1", "quiet", "hearth.probe"}, clockArgs(accel)...)
+	cmdline := append([]string{vmm.KernelArgs, "hearth.probe"}, clockArgs(accel)...)
 	cmd := exec.CommandContext(ctx, qemu, "-M", "microvm", "-accel", accel, "-cpu", cpuModel(accel), "-m", "256M", "-smp", "1",
 		"-nodefaults", "-no-user-config", "-nographic", "-display", "none", "-no-reboot",
 		"-kernel", cfg.Kernel, "-initrd", cfg.Initramfs,

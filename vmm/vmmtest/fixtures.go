@@ -16,8 +16,8 @@ var (
 	agentErr  error
 )
 
-// GuestAgent builds cmd/hearth-guest once per test binary, static, as
-// machines run it, and returns its path.
+// GuestAgent builds cmd/hearth-guest once per test binary, static and
+// without symbol tables, as machines run it, and returns its path.
 func GuestAgent(t testing.TB) string {
 	t.Helper()
 	agentOnce.Do(func() {
@@ -27,7 +27,7 @@ func GuestAgent(t testing.TB) string {
 			return
 		}
 		agentBin = filepath.Join(dir, "hearth-guest")
-		build := exec.Command("go", "build", "-o", agentBin, "hearth/cmd/hearth-guest")
+		build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", agentBin, "hearth/cmd/hearth-guest")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
 			agentErr = fmt.Errorf("%w: %s", err, out)
