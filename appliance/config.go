@@ -124,6 +124,12 @@ type SandboxConfig struct {
 	// emulation where KVM cannot boot a stock kernel: real VMs, many
 	// times slower. Auto never picks it.
 	AllowTCG bool `toml:"allow_tcg"`
+	// Warm is how many VMs the qemu tier keeps booted ahead of time for
+	// each of the last few sandbox shapes (image, limits) it made, so a
+	// new session takes one at once instead of waiting for a boot. Each
+	// waits paused, holding the memory its guest touched while booting.
+	// 0: none. The jail tier needs none (it starts in milliseconds).
+	Warm int `toml:"warm"`
 	// DefaultImage is the image a sandbox gets when it names none.
 	DefaultImage string `toml:"default_image"`
 	// IdleTimeout pauses a sandbox after this long without activity; 0
@@ -199,6 +205,7 @@ func DefaultModelConfig() ModelConfig {
 func DefaultSandboxConfig() SandboxConfig {
 	return SandboxConfig{
 		DefaultImage: "base",
+		Warm:         1,
 		IdleTimeout:  Duration(10 * time.Minute),
 		ExecTimeout:  Duration(time.Hour),
 		Memory:       1 << 30,
@@ -207,7 +214,7 @@ func DefaultSandboxConfig() SandboxConfig {
 	}
 }
 
-const knownKeys = "state_dir, workspace.mount, sandbox.agent, sandbox.tier, sandbox.allow_tcg, sandbox.default_image, sandbox.idle_timeout, " +
+const knownKeys = "state_dir, workspace.mount, sandbox.agent, sandbox.tier, sandbox.allow_tcg, sandbox.warm, sandbox.default_image, sandbox.idle_timeout, " +
 	"sandbox.exec_timeout, sandbox.cpus, sandbox.memory, sandbox.pids, sandbox.disk, sandbox.max_upload, " +
 	"agents.dir, agents.grace, agents.on_shutdown, agents.shutdown_timeout, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, credits.enabled"
 
@@ -343,6 +350,7 @@ func (s SandboxConfig) validate() error {
 		{"sandbox.idle_timeout", s.IdleTimeout < 0},
 		{"sandbox.exec_timeout", s.ExecTimeout < 0},
 		{"sandbox.cpus", s.CPUs < 0},
+		{"sandbox.warm", s.Warm < 0},
 		{"sandbox.pids", s.Pids < 0},
 		{"sandbox.max_upload", s.MaxUpload < 0},
 	}

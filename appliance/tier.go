@@ -136,7 +136,7 @@ func newDriver(cfg Config, images *imageService, logger interface{ Printf(string
 		return boot, bootErr
 	}
 	chvCfg := chv.DefaultConfig(filepath.Join(cfg.StateDir, "chv"))
-	qemuCfg := qemu.Config{Dir: filepath.Join(cfg.StateDir, "qemu"), AllowTCG: sb.AllowTCG}
+	qemuCfg := qemu.Config{Dir: filepath.Join(cfg.StateDir, "qemu"), AllowTCG: sb.AllowTCG, Warm: sb.Warm}
 	probes := tierProbes{
 		chv: func() error {
 			if _, err := exec.LookPath(chvCfg.CloudHypervisor); err != nil {

@@ -66,12 +66,22 @@ func run(args []string) error {
 	// PID 1 with no channel given is /init of a VM's initramfs: the
 	// kernel command line says the rest.
 	vm := os.Getpid() == 1 && !flagSet(fl, "channel")
+	var vmc vmConfig
 	if vm {
-		c, err := vmInit()
-		if err != nil {
+		var err error
+		if vmc, err = vmInit(); err != nil {
 			return err
 		}
-		*channel, *hostname, *uid, *gid = c.channel, c.hostname, uint(c.uid), uint(c.gid)
+		*channel, *hostname, *uid, *gid = vmc.channel, vmc.hostname, uint(vmc.uid), uint(vmc.gid)
+	}
+	// A VM's port is opened at once: the host learns the VM is up when
+	// it is.
+	var port *os.File
+	if path, ok := strings.CutPrefix(*channel, "dev:"); ok && vm {
+		var err error
+		if port, err = openPort(path); err != nil {
+			return err
+		}
 	}
 	if *exeFD >= 0 {
 		syscall.Close(*exeFD)
@@ -103,17 +113,29 @@ func run(args []string) error {
 				return fmt.Errorf("bring up the loopback interface: %w", err)
 			}
 		}
-		if *hostname != "" {
-			if err := syscall.Sethostname([]byte(*hostname)); err != nil {
-				return fmt.Errorf("set hostname: %w", err)
-			}
-		}
 	}
 	// Mounting the workspace again is left to a helper started now,
 	// while the agent may still mount (remount_linux.go).
 	remountWorkspace, err := startWorkspaceRemount(vm, *wsDevice)
 	if err != nil {
 		return err
+	}
+	// A VM booted ahead of time is ready up to here; the rest waits for
+	// the session that takes it.
+	if vmc.await {
+		c := awaitClaim(port)
+		*hostname, *uid, *gid = c.Hostname, uint(c.UID), uint(c.GID)
+		if c.Time != 0 {
+			ts := unix.NsecToTimespec(c.Time)
+			if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
+				return fmt.Errorf("set the clock from the claim: %w", err)
+			}
+		}
+	}
+	if *hostname != "" && os.Getpid() == 1 {
+		if err := syscall.Sethostname([]byte(*hostname)); err != nil {
+			return fmt.Errorf("set hostname: %w", err)
+		}
 	}
 	// Processes the agent starts may never gain privileges (setuid
 	// binaries, file capabilities).
@@ -153,7 +175,7 @@ func run(args []string) error {
 			conn.Close()
 		}
 	}
-	if port, ok := strings.CutPrefix(*channel, "dev:"); ok && vm {
+	if port != nil {
 		srv := guest.NewServer(opts)
 		go srv.ReapOrphans(stop)
 		return servePort(port, srv)

@@ -45,6 +45,10 @@ type vmConfig struct {
 	channel  string // host channel, as --channel takes it
 	hostname string
 	uid, gid uint64
+	// await: the host sends the hostname and the user as a claim line on
+	// the channel (a dev: port) when a session takes the VM, which
+	// may have been booted ahead of time.
+	await bool
 }
 
 // parseCmdline reads the hearth.* keys of a kernel command line.
@@ -68,6 +72,8 @@ func parseCmdline(cmdline string) (vmConfig, error) {
 			c.uid, err = strconv.ParseUint(v, 10, 32)
 		case "hearth.gid":
 			c.gid, err = strconv.ParseUint(v, 10, 32)
+		case "hearth.await":
+			c.await = true
 		}
 		if err != nil {
 			return c, fmt.Errorf("kernel command line: %s: %w", f, err)
@@ -75,6 +81,9 @@ func parseCmdline(cmdline string) (vmConfig, error) {
 	}
 	if c.root == "" || c.channel == "" {
 		return c, fmt.Errorf("kernel command line %q: hearth.root and hearth.channel are required in a VM", cmdline)
+	}
+	if c.await && !strings.HasPrefix(c.channel, "dev:") {
+		return c, fmt.Errorf("kernel command line %q: hearth.await needs a dev: channel", cmdline)
 	}
 	return c, nil
 }
@@ -311,14 +320,34 @@ func switchRoot(newRoot string) error {
 // connects again, and each connection gets a fresh protocol session. While
 // no host is connected, the port reads as end of file, and poll says
 // POLLHUP.
-func servePort(path string, srv *guest.Server) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("open host channel: %w", err)
-	}
+func servePort(f *os.File, srv *guest.Server) error {
 	for {
 		waitHost(f)
 		srv.Serve(portConn{f})
+	}
+}
+
+// openPort opens the virtio-serial port at path.
+func openPort(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open host channel: %w", err)
+	}
+	return f, nil
+}
+
+// awaitClaim waits for a host to connect to the port and send the claim.
+// A host that hangs up before it has sent the whole line is waited for
+// again.
+func awaitClaim(f *os.File) guest.Claim {
+	for {
+		waitHost(f)
+		c, err := guest.ReadClaim(f)
+		if err == nil {
+			return c
+		}
+		fmt.Fprintf(os.Stderr, "hearth-guest: %v; waiting for the host again\n", err)
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -35,6 +35,10 @@ const (
 	qemuLog   = "qemu.log"
 	fsLog     = "virtiofsd.log"
 	shareDir  = "share" // what virtiofsd exports: the view is at share/agents
+	// bootDirFile holds the directory QEMU and virtiofsd were started in,
+	// which their command lines name: a warm machine is booted in spares/
+	// and moved to machines/ when a session takes it.
+	bootDirFile = "boot-dir"
 )
 
 // entryTimeout is how long the guest may keep a name or attributes it
@@ -56,6 +60,9 @@ type machine struct {
 	spec  vmm.Spec
 	dir   string
 	accel string
+	// shared: the machine has a virtio-fs share (for a workspace view).
+	// A warm machine has it before it has a view.
+	shared bool
 
 	proc atomic.Pointer[qemuProc] // the QEMU running the machine now
 	fsd  *exec.Cmd                // virtiofsd when started here; else its pid is in fsPID
@@ -81,10 +88,17 @@ var (
 type qemuProc struct {
 	pid    int
 	exited chan struct{} // closed once it is gone
+	err    error         // how it ended (if started here), set before exited is closed
 }
 
 func newMachine(d *Driver, spec vmm.Spec, dir string) *machine {
-	return &machine{d: d, id: spec.ID, spec: spec, dir: dir, done: make(chan struct{})}
+	return &machine{d: d, id: spec.ID, spec: spec, dir: dir, shared: spec.Workspace != "", done: make(chan struct{})}
+}
+
+// watch tells the machine when QEMU process p has exited.
+func (m *machine) watch(p *qemuProc) {
+	<-p.exited
+	m.stopped(p, p.err)
 }
 
 func (m *machine) ID() string            { return m.id }
@@ -94,14 +108,28 @@ func (m *machine) path(name string) string {
 	return filepath.Join(m.dir, name)
 }
 
-// boot starts virtiofsd (for a workspace) and QEMU, and waits until the
-// agent answers.
+// boot starts the machine and hands it to its session: the agent
+// answers when it returns.
 func (m *machine) boot(ctx context.Context, accel, disk string) error {
+	if err := m.start(ctx, accel, disk); err != nil {
+		return err
+	}
+	bctx, cancel := context.WithTimeout(ctx, m.d.cfg.BootTimeout)
+	defer cancel()
+	return m.claim(bctx)
+}
+
+// start starts virtiofsd (for a share) and QEMU, and waits until the
+// agent has opened its port: it then waits for its claim.
+func (m *machine) start(ctx context.Context, accel, disk string) error {
 	m.accel = accel
 	if err := os.WriteFile(m.path(accelFile), []byte(accel), 0o600); err != nil {
 		return err
 	}
-	if m.spec.Workspace != "" {
+	if err := os.WriteFile(m.path(bootDirFile), []byte(m.dir), 0o600); err != nil {
+		return err
+	}
+	if m.shared {
 		if err := m.startVirtiofsd(); err != nil {
 			return err
 		}
@@ -122,16 +150,37 @@ func (m *machine) boot(ctx context.Context, accel, disk string) error {
 	p := &qemuProc{pid: cmd.Process.Pid, exited: make(chan struct{})}
 	m.proc.Store(p)
 	go func() {
-		err := cmd.Wait()
-		m.stopped(p, err)
+		p.err = cmd.Wait()
 		close(p.exited)
 	}()
+	go m.watch(p)
 	bctx, cancel := context.WithTimeout(ctx, m.d.cfg.BootTimeout)
 	defer cancel()
-	if err := m.waitPort(bctx); err != nil {
-		return err
+	return m.waitPort(bctx)
+}
+
+// claim connects to the agent, which waits for its claim, sends it the
+// hostname and user, and returns once the agent answers.
+func (m *machine) claim(ctx context.Context) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", m.path(agentSock))
+	if err != nil {
+		return m.bootError(fmt.Sprintf("connect to the agent: %v", err))
 	}
-	return m.connect(bctx)
+	hostname := m.spec.Hostname
+	if hostname == "" {
+		hostname = m.id
+	}
+	if err := guest.WriteClaim(conn, guest.Claim{Hostname: hostname, UID: m.spec.UID, GID: m.spec.GID, Time: time.Now().UnixNano()}); err != nil {
+		conn.Close()
+		return m.bootError(fmt.Sprintf("send the agent its claim: %v", err))
+	}
+	gc, err := guest.Open(ctx, conn, m.d.cfg.BootTimeout)
+	if err != nil {
+		return m.bootError(fmt.Sprintf("the agent did not answer its claim: %v", err))
+	}
+	m.gc.Store(gc)
+	return nil
 }
 
 // qemuArgs is the command line of a microvm with the root disk, the
@@ -143,16 +192,11 @@ func (m *machine) qemuArgs(accel, disk string) []string {
 	}
 	memMiB := (mem + (1<<20 - 1)) >> 20
 	cpus := max(1, int(math.Ceil(m.spec.CPUs)))
-	hostname := m.spec.Hostname
-	if hostname == "" {
-		hostname = m.id
-	}
+	// The hostname and the user come with the claim (see claim).
 	cmdline := []string{vmm.KernelArgs,
 		"hearth.root=/dev/vda", "hearth.rw=/dev/vdb",
-		"hearth.channel=dev:/dev/virtio-ports/" + portName,
-		"hearth.hostname=" + hostname,
-		fmt.Sprintf("hearth.uid=%d", m.spec.UID), fmt.Sprintf("hearth.gid=%d", m.spec.GID)}
-	if m.spec.Workspace != "" {
+		"hearth.channel=dev:/dev/virtio-ports/" + portName, "hearth.await"}
+	if m.shared {
 		cmdline = append(cmdline, "hearth.fs=workspace")
 	}
 	cmdline = append(cmdline, clockArgs(accel)...)
@@ -177,7 +221,7 @@ func (m *machine) qemuArgs(accel, disk string) []string {
 		"-chardev", "socket,id=agent,path=" + m.path(agentSock) + ",server=on,wait=off",
 		"-device", "virtserialport,id=" + portName + ",chardev=agent,name=" + portName,
 	}
-	if m.spec.Workspace != "" {
+	if m.shared {
 		args = append(args,
 			"-chardev", "socket,id=fs0,path="+m.path(fsSock),
 			"-device", "vhost-user-fs-device,chardev=fs0,tag=workspace")
@@ -372,9 +416,9 @@ func (m *machine) attach(ctx context.Context) error {
 		for syscall.Kill(p.pid, 0) == nil {
 			time.Sleep(100 * time.Millisecond)
 		}
-		m.stopped(p, nil)
 		close(p.exited)
 	}()
+	go m.watch(p)
 	var status string
 	err := m.qmpDo(ctx, func(q *qmp) (err error) {
 		if status, err = q.status(ctx); err == nil && status == "paused" {
@@ -398,11 +442,27 @@ func (m *machine) attach(ctx context.Context) error {
 
 // isOurQEMU reports whether pid is the QEMU of this machine directory.
 func (m *machine) isOurQEMU(pid int) bool {
+	return cmdlineNames(pid, m.bootPath(qmpSock))
+}
+
+// bootPath is the path name had in the directory QEMU and virtiofsd were
+// started in (see bootDirFile).
+func (m *machine) bootPath(name string) string {
+	dir, err := os.ReadFile(m.path(bootDirFile))
+	if err != nil || len(dir) == 0 {
+		return m.path(name)
+	}
+	return filepath.Join(string(dir), name)
+}
+
+// cmdlineNames reports whether process pid runs with path on its
+// command line: a pid file's process is still the one it names.
+func cmdlineNames(pid int, path string) bool {
 	if pid <= 0 {
 		return false
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return err == nil && bytes.Contains(cmdline, []byte(m.path(qmpSock)))
+	return err == nil && bytes.Contains(cmdline, []byte(path))
 }
 
 func readPID(path string) int {
@@ -491,12 +551,10 @@ func (m *machine) kill() {
 		m.fsd = nil
 		return
 	}
-	if pid := readPID(m.path(fsPID)); pid > 0 {
-		if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && bytes.Contains(cmdline, []byte(m.path(fsSock))) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			for syscall.Kill(pid, 0) == nil {
-				time.Sleep(10 * time.Millisecond)
-			}
+	if pid := readPID(m.path(fsPID)); cmdlineNames(pid, m.bootPath(fsSock)) {
+		syscall.Kill(pid, syscall.SIGKILL)
+		for syscall.Kill(pid, 0) == nil {
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 }
@@ -515,7 +573,7 @@ func (m *machine) Usage(ctx context.Context) (vmm.Usage, error) {
 		return vmm.Usage{}, fmt.Errorf("machine %s: usage: %w", m.id, err)
 	}
 	u := vmm.Usage{MemoryLimit: m.spec.Memory, DiskLimit: m.spec.Disk, Disk: -1, Processes: 1}
-	if m.spec.Workspace != "" {
+	if m.shared {
 		u.Processes++
 	}
 	// Fields after the command name (which may hold spaces): utime is the
@@ -545,7 +603,7 @@ func (m *machine) Usage(ctx context.Context) (vmm.Usage, error) {
 func (m *machine) AttachWorkspace(ctx context.Context, dir string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.spec.Workspace == "" {
+	if !m.shared {
 		return fmt.Errorf("attach workspace to machine %s: it was created without a workspace, so it has no virtio-fs device to reach one: create it with Spec.Workspace", m.id)
 	}
 	if err := share.Replace(m.path(shareDir), dir); err != nil {

@@ -71,6 +71,12 @@ type Config struct {
 	DiskSize int64
 	// BootTimeout bounds the wait for a new machine's agent; default 60s.
 	BootTimeout time.Duration
+	// Warm is how many machines to keep booted ahead of time for each of
+	// the last few shapes (image, memory, CPUs, disk, workspace or not)
+	// machines were created with, so that Create takes one instead of
+	// booting (see warm.go). Each costs the memory its guest has touched
+	// (about 100 MiB) while it waits. 0: none.
+	Warm int
 }
 
 func (c *Config) setDefaults() {
@@ -96,6 +102,7 @@ type Driver struct {
 	kvmBroken atomic.Bool
 
 	audit *vmm.AuditLog // <dir>/audit.jsonl: every lifecycle step, appended
+	warm  *warmPool     // nil: no warm machines
 }
 
 var _ vmm.Driver = (*Driver)(nil)
@@ -141,7 +148,11 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("qemu driver: %w", err)
 	}
-	return &Driver{cfg: cfg, audit: audit}, nil
+	d := &Driver{cfg: cfg, audit: audit}
+	if cfg.Warm > 0 {
+		d.warm = newWarmPool(d)
+	}
+	return d, nil
 }
 
 func (d *Driver) Name() string { return "qemu" }
@@ -156,9 +167,14 @@ func (d *Driver) OnEvent(fn func(vmm.Event)) { d.audit.OnEvent(fn) }
 
 func (d *Driver) record(id, kind, detail string) { d.audit.Record(id, kind, detail) }
 
-// Close closes the audit log. Machines keep running; a new Driver over
-// the same directory recovers them.
-func (d *Driver) Close() error { return d.audit.Close() }
+// Close shuts down the warm machines and closes the audit log. Machines
+// keep running; a new Driver over the same directory recovers them.
+func (d *Driver) Close() error {
+	if d.warm != nil {
+		d.warm.close()
+	}
+	return d.audit.Close()
+}
 
 func (d *Driver) machineDir(id string) string { return filepath.Join(d.cfg.Dir, "machines", id) }
 
@@ -196,6 +212,20 @@ func (d *Driver) Create(ctx context.Context, spec vmm.Spec) (vmm.Machine, error)
 		}
 		return nil, fmt.Errorf("create machine %s: %w", spec.ID, err)
 	}
+	d.record(spec.ID, "create", fmt.Sprintf("root=%s workspace=%s memory=%d cpus=%g disk=%d",
+		disk, spec.Workspace, spec.Memory, spec.CPUs, spec.Disk))
+	if s, ok := d.shapeOf(spec, disk); ok && d.warm != nil {
+		defer d.warm.used(s)
+		m, err := d.claimSpare(ctx, s, spec, dir)
+		if err != nil {
+			os.RemoveAll(dir)
+			d.record(spec.ID, "destroy", "start failed: "+err.Error())
+			return nil, fmt.Errorf("create machine %s: %w", spec.ID, err)
+		}
+		if m != nil {
+			return m, nil
+		}
+	}
 	if disk == "" {
 		disk = filepath.Join(dir, packedRoot)
 		if err := packRoot(ctx, spec.RootFS, disk); err != nil {
@@ -209,10 +239,8 @@ func (d *Driver) Create(ctx context.Context, spec vmm.Spec) (vmm.Machine, error)
 			return nil, fmt.Errorf("create machine %s: %w", spec.ID, err)
 		}
 	}
-	d.record(spec.ID, "create", fmt.Sprintf("root=%s workspace=%s memory=%d cpus=%g disk=%d",
-		disk, spec.Workspace, spec.Memory, spec.CPUs, spec.Disk))
 	start := time.Now()
-	m, err := d.start(ctx, spec, dir, disk)
+	m, err := d.start(ctx, spec, dir, disk, spec.Workspace != "", true)
 	if err != nil {
 		removeMachineDir(dir)
 		d.record(spec.ID, "destroy", "start failed: "+err.Error())
@@ -253,7 +281,7 @@ func rootDisk(rootfs string) (string, error) {
 
 // start boots the machine, with KVM first unless KVM is known not to
 // work, then TCG if allowed.
-func (d *Driver) start(ctx context.Context, spec vmm.Spec, dir, disk string) (*machine, error) {
+func (d *Driver) start(ctx context.Context, spec vmm.Spec, dir, disk string, shared, claim bool) (*machine, error) {
 	b, _ := json.Marshal(spec)
 	if err := os.WriteFile(filepath.Join(dir, "spec.json"), b, 0o600); err != nil {
 		return nil, err
@@ -284,7 +312,12 @@ func (d *Driver) start(ctx context.Context, spec vmm.Spec, dir, disk string) (*m
 			}
 		}
 		m := newMachine(d, spec, dir)
-		err := m.boot(ctx, accel, disk)
+		m.shared = shared
+		start := m.start
+		if claim {
+			start = m.boot
+		}
+		err := start(ctx, accel, disk)
 		if err == nil {
 			return m, nil
 		}

@@ -39,13 +39,26 @@ const (
 	Sub = "agents"
 )
 
-// Setup makes dir (created if missing) a mount point of its own with
-// shared propagation, so mounts under it reach the mount namespaces of
-// its slaves (virtiofsd's), and mounts the view at dir/agents.
+// Setup prepares dir and mounts the view at dir/agents.
 func Setup(dir, view string) error {
 	if err := checkView(view); err != nil {
 		return err
 	}
+	if err := Prepare(dir); err != nil {
+		return err
+	}
+	if err := Replace(dir, view); err != nil {
+		Teardown(dir)
+		return err
+	}
+	return nil
+}
+
+// Prepare makes dir (created if missing) a mount point of its own with
+// shared propagation, so mounts under it reach the mount namespaces of
+// its slaves (virtiofsd's), with no view yet: a machine booted before a
+// session takes it gets its view with Replace.
+func Prepare(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("workspace share: %w", err)
 	}
@@ -58,10 +71,6 @@ func Setup(dir, view string) error {
 			Teardown(dir)
 			return fmt.Errorf("workspace share: propagation of %s: %w", dir, err)
 		}
-	}
-	if err := Replace(dir, view); err != nil {
-		Teardown(dir)
-		return err
 	}
 	return nil
 }
