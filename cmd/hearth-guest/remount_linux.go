@@ -101,8 +101,8 @@ func startWorkspaceRemount(vm bool, device string) (func(context.Context) error,
 		if err != nil {
 			return nil, err
 		}
-		if c.fs == "" {
-			return nil, nil // no workspace
+		if c.fs == "" || !c.replug {
+			return nil, nil // no workspace, or one whose device stays
 		}
 		src = workspaceSource{"virtiofs", c.fs, share.GuestMount}
 	case device != "":

@@ -49,6 +49,10 @@ type vmConfig struct {
 	// the channel (a dev: port) when a session takes the VM, which
 	// may have been booted ahead of time.
 	await bool
+	// replug: the host may unplug the workspace's device and plug it in
+	// again (Cloud Hypervisor around a snapshot), so the agent keeps a
+	// helper to mount it again (remount_linux.go).
+	replug bool
 }
 
 // parseCmdline reads the hearth.* keys of a kernel command line.
@@ -74,6 +78,8 @@ func parseCmdline(cmdline string) (vmConfig, error) {
 			c.gid, err = strconv.ParseUint(v, 10, 32)
 		case "hearth.await":
 			c.await = true
+		case "hearth.replug":
+			c.replug = true
 		}
 		if err != nil {
 			return c, fmt.Errorf("kernel command line: %s: %w", f, err)

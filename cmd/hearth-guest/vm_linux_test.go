@@ -20,6 +20,9 @@ func TestParseCmdline(t *testing.T) {
 	}{
 		{"full", full, vmConfig{root: "/dev/vda", rw: "/dev/vdb", fs: "workspace", channel: "dev:/dev/virtio-ports/hearth", hostname: "box", uid: 1000, gid: 1001}, ""},
 		{"minimal", "hearth.root=/dev/vda hearth.channel=vsock-listen:1024", vmConfig{root: "/dev/vda", channel: "vsock-listen:1024"}, ""},
+		{"await and replug", "hearth.root=/dev/vda hearth.channel=dev:/dev/hvc0 hearth.await hearth.fs=w hearth.replug",
+			vmConfig{root: "/dev/vda", channel: "dev:/dev/hvc0", fs: "w", await: true, replug: true}, ""},
+		{"await on vsock", "hearth.root=/dev/vda hearth.channel=vsock-listen:1024 hearth.await", vmConfig{}, "hearth.await needs a dev: channel"},
 		{"no root", "hearth.channel=dev:/dev/hvc0", vmConfig{}, "hearth.root"},
 		{"no channel", "hearth.root=/dev/vda", vmConfig{}, "hearth.channel"},
 		{"bad uid", "hearth.root=/dev/vda hearth.channel=x:y hearth.uid=agent", vmConfig{}, "hearth.uid=agent"},

@@ -137,7 +137,7 @@ func TestVMConfig(t *testing.T) {
 	}
 	c := info.Config
 	cmdline := *c.Payload.Cmdline
-	for _, want := range []string{"console=ttyS0", "hearth.root=/dev/vda", "hearth.rw=/dev/vdb", "hearth.fs=workspace", "hearth.channel=vsock-listen:1024", "hearth.hostname=box", "hearth.uid=0"} {
+	for _, want := range []string{"console=ttyS0", "hearth.root=/dev/vda", "hearth.rw=/dev/vdb", "hearth.fs=workspace", "hearth.replug", "hearth.channel=vsock-listen:1024", "hearth.hostname=box", "hearth.uid=0"} {
 		if !strings.Contains(cmdline, want) {
 			t.Errorf("cmdline %q lacks %s", cmdline, want)
 		}

@@ -211,7 +211,8 @@ func (m *machine) vmConfig() api.VmConfig {
 		Vsock:   &api.VsockConfig{Cid: 3, Socket: m.path(vsockSock), Id: ptr("vsock")},
 	}
 	if s.Workspace != "" {
-		cmdline += " hearth.fs=" + workspaceID
+		// Snapshots unplug the workspace and plug it in again.
+		cmdline += " hearth.fs=" + workspaceID + " hearth.replug"
 		cfg.Fs = &[]api.FsConfig{m.fsConfig()}
 	}
 	cfg.Payload.Cmdline = &cmdline
