@@ -127,7 +127,8 @@ type SandboxConfig struct {
 	// Warm is how many VMs the qemu tier keeps booted ahead of time for
 	// each of the last few sandbox shapes (image, limits) it made, so a
 	// new session takes one at once instead of waiting for a boot. Each
-	// waits paused, holding the memory its guest touched while booting.
+	// waits paused, holding the memory its guest touched while booting
+	// (about 110 MiB; 240 MiB under TCG, with QEMU's translated code).
 	// 0: none. The jail tier needs none (it starts in milliseconds).
 	Warm int `toml:"warm"`
 	// DefaultImage is the image a sandbox gets when it names none.

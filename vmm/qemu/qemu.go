@@ -21,6 +21,10 @@
 // guest's console). QEMU and virtiofsd run in sessions of their own, so
 // machines outlive a daemon that stops; Recover finds them again.
 //
+// With Config.Warm, machines are booted ahead of time in spares/<id>/
+// for the shapes last created, paused, and Create takes one instead of
+// booting (see warm.go): under TCG here 0.17 s instead of 2.5 s.
+//
 // Machines checkpoint, restore (a reboot from the saved disk) and export
 // their root. Their workspace view can be replaced while they run
 // (vmm.WorkspaceAttacher), although QEMU 7.2's vhost-user-fs device
@@ -74,8 +78,9 @@ type Config struct {
 	// Warm is how many machines to keep booted ahead of time for each of
 	// the last few shapes (image, memory, CPUs, disk, workspace or not)
 	// machines were created with, so that Create takes one instead of
-	// booting (see warm.go). Each costs the memory its guest has touched
-	// (about 100 MiB) while it waits. 0: none.
+	// booting (see warm.go). Each waits paused, holding the memory its
+	// guest touched while booting (about 110 MiB) and, under TCG,
+	// QEMU's translated code (about 130 MiB more). 0: none.
 	Warm int
 }
 
