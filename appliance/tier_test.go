@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -147,25 +148,33 @@ func TestAgentInQEMU(t *testing.T) {
 	env := startAgentDaemon(t, modeltest.Config{PerConversation: true, Turns: []modeltest.Turn{
 		bashTurn("mkdir -p outputs; id > outputs/who.md; uname -r >> outputs/who.md", modeltest.Usage{InputTokens: 100}),
 		textTurn("done")}},
-		func(c *Config) { c.Sandbox.Tier = TierQEMU; c.Sandbox.AllowTCG = true })
+		func(c *Config) { c.Sandbox.Tier = TierQEMU; c.Sandbox.AllowTCG = true; c.Sandbox.Warm = 1 })
 	ctx := context.Background()
-	e, err := env.c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "go"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(5 * time.Minute); !Ended(e) && time.Now().Before(deadline); time.Sleep(time.Second) {
-		if e, err = env.c.Execution(ctx, e.Id); err != nil {
+	// The first execution boots its VM; the second takes the one booted
+	// ahead of time meanwhile.
+	for i := 0; i < 2; i++ {
+		e, err := env.c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "go"})
+		if err != nil {
 			t.Fatal(err)
 		}
+		for deadline := time.Now().Add(5 * time.Minute); !Ended(e) && time.Now().Before(deadline); time.Sleep(time.Second) {
+			if e, err = env.c.Execution(ctx, e.Id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if e.Status != "completed" || e.Turns != 2 || !slices.Contains(e.Outputs, "outputs/who.md") {
+			t.Fatalf("execution %d in a VM = %+v\n%s", i, e, eventDump(allEvents(t, env.c, e.Id)))
+		}
+		var who strings.Builder
+		if _, err := env.c.DownloadOutput(ctx, e.Id, "outputs/who.md", &who); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(who.String(), "uid=1000(agent)") || !strings.Contains(who.String(), "cloud-amd64") {
+			t.Errorf("who.md = %q: want the agent user and the VM's own cloud kernel", who.String())
+		}
 	}
-	if e.Status != "completed" || e.Turns != 2 || !slices.Contains(e.Outputs, "outputs/who.md") {
-		t.Fatalf("execution in a VM = %+v\n%s", e, eventDump(allEvents(t, env.c, e.Id)))
-	}
-	var who strings.Builder
-	if _, err := env.c.DownloadOutput(ctx, e.Id, "outputs/who.md", &who); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(who.String(), "uid=1000(agent)") || !strings.Contains(who.String(), "cloud-amd64") {
-		t.Errorf("who.md = %q: want the agent user and the VM's own cloud kernel", who.String())
+	audit, _ := os.ReadFile(filepath.Join(env.cfg.StateDir, "qemu", "audit.jsonl"))
+	if n := strings.Count(string(audit), "took warm machine"); n != 1 {
+		t.Errorf("%d executions took a warm VM, want the second; the qemu audit log:\n%s", n, audit)
 	}
 }
