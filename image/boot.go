@@ -14,7 +14,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -99,7 +101,47 @@ func (b *Builder) Boot(ctx context.Context, agent string) (Boot, error) {
 		}
 	}
 	k.Initramfs = out
+	pruneBoot(dir, out, filepath.Dir(k.Kernel), time.Now())
 	return k, nil
+}
+
+// keepBoot is how many initramfs files and kernel directories besides
+// the ones in use are kept, the most recently used: an initramfs per guest
+// agent build (3 MB) and a kernel per package version (50 MB) would
+// otherwise pile up. A daemon that still boots VMs from older ones (after
+// more builds than that in the same directory) finds them gone.
+const keepBoot = 2
+
+// pruneBoot marks the initramfs and the kernel directory in use as used
+// now and removes all but the keepBoot most recently used others of each.
+func pruneBoot(dir, initramfs, kernelDir string, now time.Time) {
+	os.Chtimes(initramfs, now, now)
+	os.Chtimes(kernelDir, now, now)
+	type entry struct {
+		path string
+		used time.Time
+	}
+	var inits, kernels []entry
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		info, err := e.Info()
+		if err != nil || p == initramfs || p == kernelDir {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(e.Name(), "initramfs-") && strings.HasSuffix(e.Name(), ".cpio.gz"):
+			inits = append(inits, entry{p, info.ModTime()})
+		case strings.HasPrefix(e.Name(), "kernel-") && e.IsDir():
+			kernels = append(kernels, entry{p, info.ModTime()})
+		}
+	}
+	for _, list := range [][]entry{inits, kernels} {
+		slices.SortFunc(list, func(a, b entry) int { return b.used.Compare(a.used) })
+		for _, e := range list[min(keepBoot, len(list)):] {
+			os.RemoveAll(e.path)
+		}
+	}
 }
 
 // kernel returns the cached unpacked kernel of pkg at version (vmlinux and

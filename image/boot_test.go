@@ -6,10 +6,12 @@ import (
 	"context"
 	"debug/elf"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -199,5 +201,43 @@ func TestModuleOrderMissingModule(t *testing.T) {
 	_, err := moduleOrder(t.TempDir(), []string{"virtio_blk"})
 	if err == nil || !strings.Contains(err.Error(), "virtio_blk") {
 		t.Errorf("moduleOrder(empty dir) = %v, want an error naming virtio_blk", err)
+	}
+}
+
+// TestPruneBoot keeps the artifacts in use and the two most recently used
+// others of each kind, and removes the rest.
+func TestPruneBoot(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	mk := func(name string, age time.Duration, isDir bool) string {
+		p := filepath.Join(dir, name)
+		if isDir {
+			os.MkdirAll(filepath.Join(p, "modules"), 0o755)
+		} else {
+			os.WriteFile(p, []byte("x"), 0o644)
+		}
+		os.Chtimes(p, now.Add(-age), now.Add(-age))
+		return p
+	}
+	current := mk("initramfs-1-aaa.cpio.gz", 90*24*time.Hour, false) // old, but in use
+	kernel := mk("kernel-linux-image_1", 90*24*time.Hour, true)
+	for i, age := range []time.Duration{time.Hour, 2 * time.Hour, 3 * time.Hour, 4 * time.Hour} {
+		mk(fmt.Sprintf("initramfs-1-%d.cpio.gz", i), age, false)
+		mk(fmt.Sprintf("kernel-linux-image_0.%d", i), age, true)
+	}
+	mk(".lock", 90*24*time.Hour, false)
+	pruneBoot(dir, current, kernel, now)
+	var left []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	want := []string{".lock", "initramfs-1-0.cpio.gz", "initramfs-1-1.cpio.gz", "initramfs-1-aaa.cpio.gz",
+		"kernel-linux-image_0.0", "kernel-linux-image_0.1", "kernel-linux-image_1"}
+	if !slices.Equal(left, want) {
+		t.Errorf("after pruning: %v, want %v", left, want)
+	}
+	if st, _ := os.Stat(current); now.Sub(st.ModTime()) > time.Minute {
+		t.Errorf("the initramfs in use was not marked used")
 	}
 }

@@ -1,6 +1,9 @@
 package vmmtest
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,21 +20,34 @@ var (
 )
 
 // GuestAgent builds cmd/hearth-guest once per test binary, static and
-// without symbol tables, as machines run it, and returns its path.
+// without symbol tables, as machines run it, and returns its path: one
+// file per checkout under the temporary directory, replaced whole by each
+// build (test binaries of one checkout build the same bytes), so runs
+// leave one binary behind, not one each.
 func GuestAgent(t testing.TB) string {
 	t.Helper()
 	agentOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "hearth-agent-")
+		root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
 		if err != nil {
+			agentErr = fmt.Errorf("go list -m: %w", err)
+			return
+		}
+		sum := sha256.Sum256(bytes.TrimSpace(root))
+		dir := filepath.Join(os.TempDir(), "hearth-test-agent")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			agentErr = err
 			return
 		}
-		agentBin = filepath.Join(dir, "hearth-guest")
-		build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", agentBin, "hearth/cmd/hearth-guest")
+		agentBin = filepath.Join(dir, "hearth-guest-"+hex.EncodeToString(sum[:6]))
+		tmp := fmt.Sprintf("%s.%d", agentBin, os.Getpid())
+		build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", tmp, "hearth/cmd/hearth-guest")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
+			os.Remove(tmp)
 			agentErr = fmt.Errorf("%w: %s", err, out)
+			return
 		}
+		agentErr = os.Rename(tmp, agentBin)
 	})
 	if agentErr != nil {
 		t.Fatalf("build hearth-guest: %v", agentErr)

@@ -8,52 +8,17 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"hearth/vmm/chv/api"
-)
-
-var (
-	agentOnce sync.Once
-	agentBin  string
-	agentErr  error
+	"hearth/vmm/vmmtest"
 )
 
 // guestAgent builds hearth-guest, which the double runs on boot.
-func guestAgent(t *testing.T) string {
-	t.Helper()
-	agentOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "chvdouble-agent-")
-		if err != nil {
-			agentErr = err
-			return
-		}
-		agentBin = filepath.Join(dir, "hearth-guest")
-		cmd := exec.Command("go", "build", "-o", agentBin, "hearth/cmd/hearth-guest")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			agentErr = err
-			agentBin = string(out)
-		}
-	})
-	if agentErr != nil {
-		t.Fatalf("build hearth-guest: %v: %s", agentErr, agentBin)
-	}
-	return agentBin
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if agentErr == nil && agentBin != "" {
-		os.RemoveAll(filepath.Dir(agentBin))
-	}
-	os.Exit(code)
-}
+func guestAgent(t *testing.T) string { return vmmtest.GuestAgent(t) }
 
 // vmmUnderTest is one double serving on a socket in dir.
 type vmmUnderTest struct {
