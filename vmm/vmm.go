@@ -22,6 +22,22 @@ import (
 //     no kernel crypto, and Debian's kernel is the tested build.
 const KernelArgs = "console=ttyS0 panic=-1 quiet cryptomgr.notests"
 
+// SetGuestClock puts a resumed VM's clock right: it stood still while the
+// VM was paused, and nothing in the VM keeps time with the world. A VM
+// driver's Resume calls it. An agent that cannot set the clock (an older
+// one, or a machine whose clock is the host's) is left as it is; other
+// failures are returned for the driver's audit log.
+func SetGuestClock(ctx context.Context, gc *guest.Client) error {
+	if gc == nil {
+		return nil // not connected yet: the claim sets it
+	}
+	err := gc.SetClock(ctx, time.Now())
+	if errors.Is(err, guest.ErrNotSupported) {
+		return nil
+	}
+	return err
+}
+
 // Spec describes a machine to create.
 type Spec struct {
 	// ID names the machine: 1-63 lowercase letters, digits and '-'.

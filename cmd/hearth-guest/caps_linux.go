@@ -24,9 +24,16 @@ var keptCaps = []int{
 	unix.CAP_SYS_CHROOT, unix.CAP_MKNOD, unix.CAP_AUDIT_WRITE, unix.CAP_SETFCAP,
 }
 
+// agentOnlyCaps are kept in the agent's own sets but not in the bounding
+// set, so nothing it starts, root included, gains them: CAP_SYS_TIME, to
+// put a VM's clock right after a pause (the seccomp filter allows PID 1
+// clock_settime of the wall clock and nothing else).
+var agentOnlyCaps = []int{unix.CAP_SYS_TIME}
+
 // dropCapabilities removes every other capability from the bounding set,
-// so nothing the agent starts can gain it, and from the agent's own sets.
-// Both are per thread: every thread of the agent does it.
+// so nothing the agent starts can gain it, and from the agent's own sets
+// but for agentOnlyCaps. Both are per thread: every thread of the agent
+// does it.
 func dropCapabilities() error {
 	keep := map[int]bool{}
 	for _, c := range keptCaps {
@@ -48,6 +55,9 @@ func dropCapabilities() error {
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
+	for _, c := range agentOnlyCaps {
+		keep[c] = true
+	}
 	for c := range keep {
 		data[c/32].Effective |= 1 << (c % 32)
 		data[c/32].Permitted |= 1 << (c % 32)

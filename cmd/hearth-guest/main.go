@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -126,9 +127,8 @@ func run(args []string) error {
 		c := awaitClaim(port)
 		*hostname, *uid, *gid = c.Hostname, uint(c.UID), uint(c.GID)
 		if c.Time != 0 {
-			ts := unix.NsecToTimespec(c.Time)
-			if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
-				return fmt.Errorf("set the clock from the claim: %w", err)
+			if err := setClock(time.Unix(0, c.Time)); err != nil {
+				return fmt.Errorf("the claim: %w", err)
 			}
 		}
 	}
@@ -158,6 +158,9 @@ func run(args []string) error {
 	opts := guest.ServerOptions{Roots: allowed, DefaultUID: uint32(*uid), DefaultGID: uint32(*gid),
 		BaseEnv:          []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"},
 		RemountWorkspace: remountWorkspace}
+	if vm {
+		opts.SetClock = setClock
+	}
 	stop := make(chan struct{})
 	defer close(stop)
 	if ln != nil {

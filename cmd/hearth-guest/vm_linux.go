@@ -333,6 +333,15 @@ func servePort(f *os.File, srv *guest.Server) error {
 	}
 }
 
+// setClock sets the VM's wall clock.
+func setClock(t time.Time) error {
+	ts := unix.NsecToTimespec(t.UnixNano())
+	if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
+		return fmt.Errorf("set the clock: %w", err)
+	}
+	return nil
+}
+
 // openPort opens the virtio-serial port at path.
 func openPort(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)

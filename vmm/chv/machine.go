@@ -423,6 +423,9 @@ func (m *machine) Resume(ctx context.Context) error {
 		return fmt.Errorf("resume machine %s: %w", m.id, err)
 	}
 	m.d.record(m.id, "resume", "")
+	if err := vmm.SetGuestClock(ctx, m.gc.Load()); err != nil {
+		m.d.record(m.id, "resume", "the guest's clock stays behind: "+err.Error())
+	}
 	return nil
 }
 

@@ -428,6 +428,14 @@ func (c *Client) Resize(ctx context.Context, pid int, rows, cols uint16) error {
 	return c.do(ctx, "POST", fmt.Sprintf("/v1/resize/%d", pid), q, nil, nil)
 }
 
+// SetClock sets the machine's clock to t, the host's time: a VM's clock
+// stood still while it was paused. An agent whose machine has no clock
+// of its own (the jail tier's) answers ErrNotSupported.
+func (c *Client) SetClock(ctx context.Context, t time.Time) error {
+	body, _ := json.Marshal(map[string]int64{"time": t.UnixNano()})
+	return c.do(ctx, "POST", "/v1/clock", nil, bytes.NewReader(body), nil)
+}
+
 // RemountWorkspace asks the agent to mount the machine's workspace again,
 // after the host plugged its device back in. An agent that has no way to
 // (the jail tier's, where the workspace never goes away) answers

@@ -42,6 +42,11 @@ type ServerOptions struct {
 	// (the jail tier): the host's request is then refused as not
 	// supported.
 	RemountWorkspace func(context.Context) error
+	// SetClock sets the machine's clock to the host's. A VM's clock
+	// stands still while the VM is paused, and nothing in it keeps time
+	// with the world. Nil where the clock is the host's own (the jail
+	// tier): the host's request is then refused as not supported.
+	SetClock func(time.Time) error
 }
 
 // Server is the guest agent's side of the protocol.
@@ -143,6 +148,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/files/list", s.list)
 	mux.HandleFunc("POST /v1/forward", s.forward)
 	mux.HandleFunc("POST /v1/workspace/remount", s.remountWorkspace)
+	mux.HandleFunc("POST /v1/clock", s.setClock)
 	s.jobRoutes(mux)
 	return mux
 }
@@ -605,6 +611,26 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	reply(w, h)
+}
+
+// setClock runs the machine's SetClock hook with the time the host sent.
+func (s *Server) setClock(w http.ResponseWriter, r *http.Request) {
+	if s.opts.SetClock == nil {
+		fail(w, http.StatusNotImplemented, "not_supported", "this machine's agent does not set the clock: only a VM has a clock of its own")
+		return
+	}
+	var req struct {
+		Time int64 `json:"time"` // Unix nanoseconds
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil || req.Time <= 0 {
+		fail(w, http.StatusBadRequest, "bad_request", "clock: want {\"time\": UNIX_NANOSECONDS}")
+		return
+	}
+	if err := s.opts.SetClock(time.Unix(0, req.Time)); err != nil {
+		fail(w, http.StatusInternalServerError, "clock_failed", "set the clock: %v", err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // remountWorkspace runs the machine's RemountWorkspace hook.

@@ -504,10 +504,17 @@ func (m *machine) Pause(ctx context.Context) error {
 
 // Resume lets the VM's CPUs run again.
 func (m *machine) Resume(ctx context.Context) error {
-	return m.qmpDo(ctx, func(q *qmp) error {
+	err := m.qmpDo(ctx, func(q *qmp) error {
 		_, err := q.execute(ctx, "cont", nil)
 		return err
 	})
+	if err != nil {
+		return err
+	}
+	if err := vmm.SetGuestClock(ctx, m.gc.Load()); err != nil {
+		m.d.record(m.id, "resume", "the guest's clock stays behind: "+err.Error())
+	}
+	return nil
 }
 
 // Destroy ends QEMU and virtiofsd and removes the machine's directory.

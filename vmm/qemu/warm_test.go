@@ -186,3 +186,23 @@ func mustCreate(t *testing.T, d *Driver, spec vmm.Spec, id string) vmm.Machine {
 }
 
 func processAlive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+// TestClockAfterPause: a VM's clock stands still while it is paused;
+// Resume puts it right.
+func TestClockAfterPause(t *testing.T) {
+	d := newDriver(t)
+	root := busyboxImage(t)
+	m := mustCreate(t, d, vmm.Spec{RootFS: root, UID: 1000, GID: 1000, Memory: 256 << 20}, "clock")
+	ctx := context.Background()
+	if err := m.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if err := m.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := vmmtest.Sh(t, m, "date +%s")
+	if guest, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64); err != nil || guest < time.Now().Unix()-1 || guest > time.Now().Unix()+1 {
+		t.Errorf("after a pause of 3 s the VM's clock says %q, the host's %d", out, time.Now().Unix())
+	}
+}
