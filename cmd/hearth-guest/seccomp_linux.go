@@ -141,12 +141,18 @@ func conditionalRules(pid1 bool) []rule {
 // bounding set, so nothing it starts gains it), and in a jail the
 // kernel refuses it anyway: the host's clock is not its user namespace's.
 func clockBody(pid1 bool) []bpf.Instruction {
+	return allowPID1If(pid1, 0, unix.CLOCK_REALTIME)
+}
+
+// allowPID1If allows the call to PID 1 when argument arg is val, and
+// denies it otherwise.
+func allowPID1If(pid1 bool, arg int, val uint32) []bpf.Instruction {
 	if !pid1 {
 		return []bpf.Instruction{retEPERM}
 	}
 	return []bpf.Instruction{
-		bpf.LoadAbsolute{Off: argLow(0), Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.CLOCK_REALTIME, SkipTrue: 1},
+		bpf.LoadAbsolute{Off: argLow(arg), Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: val, SkipTrue: 1},
 		retEPERM,
 		retAllow,
 	}
@@ -185,15 +191,7 @@ func personalityBody() []bpf.Instruction {
 // off ends only the sandbox; anywhere else reboot could reach the host and
 // is denied outright.
 func rebootBody(pid1 bool) []bpf.Instruction {
-	if !pid1 {
-		return []bpf.Instruction{retEPERM}
-	}
-	return []bpf.Instruction{
-		bpf.LoadAbsolute{Off: argLow(2), Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.LINUX_REBOOT_CMD_POWER_OFF, SkipTrue: 1},
-		retEPERM,
-		retAllow,
-	}
+	return allowPID1If(pid1, 2, unix.LINUX_REBOOT_CMD_POWER_OFF)
 }
 
 func argLow(i int) uint32 { return uint32(seccompArgs + 8*i) }
