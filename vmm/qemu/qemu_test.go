@@ -78,8 +78,16 @@ func newDriver(t testing.TB) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.Close() })
+	t.Cleanup(func() { reapAll(d); d.Close() })
 	return d
+}
+
+// reapAll kills the machines a failed test left running.
+func reapAll(d *Driver) {
+	ids, _ := d.List(context.Background())
+	for _, id := range ids {
+		d.reap(d.machineDir(id), "left by a test")
+	}
 }
 
 // busyboxImage makes a small image as package image lays one out: a

@@ -203,15 +203,21 @@ func (p *warmPool) close() {
 func (p *warmPool) clean() {
 	ents, _ := os.ReadDir(p.dir())
 	for _, e := range ents {
-		m := newMachine(p.d, vmm.Spec{ID: e.Name()}, filepath.Join(p.dir(), e.Name()))
-		if pid := readPID(m.path(qemuPID)); m.isOurQEMU(pid) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			for syscall.Kill(pid, 0) == nil {
-				time.Sleep(10 * time.Millisecond)
-			}
-		}
-		m.destroySpare("left by an earlier driver")
+		p.d.reap(filepath.Join(p.dir(), e.Name()), "left by an earlier driver")
 	}
+}
+
+// reap kills the QEMU and virtiofsd of the machine directory dir by their
+// pid files, with no agent connection or QMP needed, and removes dir.
+func (d *Driver) reap(dir, why string) {
+	m := newMachine(d, vmm.Spec{ID: filepath.Base(dir)}, dir)
+	if pid := readPID(m.path(qemuPID)); m.isOurQEMU(pid) {
+		syscall.Kill(pid, syscall.SIGKILL)
+		for syscall.Kill(pid, 0) == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	m.destroySpare(why)
 }
 
 // bootSpare boots a machine of shape s in spares/ and returns it once its

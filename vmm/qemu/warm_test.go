@@ -21,6 +21,7 @@ func newWarmDriver(t testing.TB, dir string) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { reapAll(d) })
 	return d
 }
 
