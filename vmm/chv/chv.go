@@ -246,15 +246,5 @@ func (d *Driver) isVMM(pid int) bool {
 
 // List returns the machines with state on disk.
 func (d *Driver) List(ctx context.Context) ([]string, error) {
-	ents, err := os.ReadDir(filepath.Join(d.cfg.Dir, "machines"))
-	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	for _, e := range ents {
-		if e.IsDir() {
-			ids = append(ids, e.Name())
-		}
-	}
-	return ids, nil
+	return vmm.MachineDirs(filepath.Join(d.cfg.Dir, "machines"))
 }

@@ -282,16 +282,9 @@ func (m *machine) Checkpoints(ctx context.Context) ([]vmm.Checkpoint, error) {
 
 // DeleteCheckpoint removes a checkpoint.
 func (m *machine) DeleteCheckpoint(ctx context.Context, name string) error {
-	if err := vmm.CheckName("checkpoint", name); err != nil {
-		return err
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	dir := m.checkpointDir(name)
-	if _, err := os.Stat(dir); err != nil {
-		return fmt.Errorf("machine %s: checkpoint %s: %w", m.id, name, vmm.ErrNotFound)
-	}
-	return os.RemoveAll(dir)
+	return vmm.RemoveCheckpoint(m.id, name, m.checkpointDir(name))
 }
 
 // Export writes the machine's root as it is now to dst: its layer is

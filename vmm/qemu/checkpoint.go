@@ -130,13 +130,7 @@ func (m *machine) Checkpoints(ctx context.Context) ([]vmm.Checkpoint, error) {
 
 // DeleteCheckpoint removes checkpoint name.
 func (m *machine) DeleteCheckpoint(ctx context.Context, name string) error {
-	if err := vmm.CheckName("checkpoint", name); err != nil {
-		return err
-	}
-	if err := os.Remove(m.checkpointPath(name)); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("delete checkpoint %s of machine %s: %w", name, m.id, vmm.ErrNotFound)
-		}
+	if err := vmm.RemoveCheckpoint(m.id, name, m.checkpointPath(name)); err != nil {
 		return err
 	}
 	m.d.record(m.id, "checkpoint-delete", name)
