@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the tests need and runs them: vet, gofmt, every test with
-# the race detector, then every benchmark once so the figures are printed.
+# the race detector, every fuzz target briefly, then every benchmark once.
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 need_root
@@ -33,5 +33,13 @@ export HEARTH_ARTIFACTS="${HEARTH_ARTIFACTS:-$PWD/.artifacts}"
 mkdir -p "$HEARTH_ARTIFACTS"
 echo "==> go test -race"
 go test -race -count=1 -timeout 30m ./...
+# Every fuzz target (a parser of bytes an agent, a provider or a file can
+# control) runs briefly on top of its committed corpus in testdata/fuzz.
+echo "==> fuzz targets (${HEARTH_FUZZTIME:=10s} each)"
+for file in $(git ls-files '*_test.go'); do
+  for target in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$file"); do
+    go test -run '^$' -fuzz "^${target}\$" -fuzztime "$HEARTH_FUZZTIME" "./$(dirname "$file")"
+  done
+done
 echo "==> benchmarks (one round each; ratios are x-native, see README)"
 go test -run '^$' -bench . -benchtime 1x -timeout 30m ./...
