@@ -41,5 +41,5 @@ for file in $(git ls-files '*_test.go'); do
     go test -run '^$' -fuzz "^${target}\$" -fuzztime "$HEARTH_FUZZTIME" "./$(dirname "$file")"
   done
 done
-echo "==> benchmarks (one round each; ratios are x-native, see README)"
+echo "==> benchmarks (one round each; ratios against a baseline in the same run, see docs)"
 go test -run '^$' -bench . -benchtime 1x -timeout 30m ./...
