@@ -2,6 +2,7 @@ package agents
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -150,4 +151,88 @@ func TestStoreFailureRefusesModelCalls(t *testing.T) {
 		t.Errorf("the run's store error = %v, want the disk being full", err)
 	}
 	free()
+}
+
+// TestRunStoreFull fills the disk under the store while a real agent (the
+// claude CLI in a jail machine, the scripted model upstream) works
+// through seven model calls: the execution ends failed within a bounded
+// time saying the store is full, the calls after the failure never reach
+// the provider, and once space is freed the file records why.
+func TestRunStoreFull(t *testing.T) {
+	dir := smallDisk(t, 16<<20)
+	var turns []modeltest.Turn
+	for i := range 6 {
+		turns = append(turns, modeltest.Turn{Blocks: []modeltest.Block{bash(fmt.Sprintf("seq %d 8000", i))},
+			Usage: modeltest.Usage{InputTokens: 10}})
+	}
+	turns = append(turns, modeltest.Turn{Blocks: []modeltest.Block{modeltest.Text("done")}, Usage: modeltest.Usage{InputTokens: 10}})
+	h := newHarnessStore(t, turns, Limits{USD: 5, WallTime: Duration(3 * time.Minute)}, dir)
+	type ran struct {
+		res Result
+		err error
+	}
+	done := make(chan ran, 1)
+	go func() {
+		res, err := h.runner.Run(context.Background(), TaskRequest{Agent: "analyst", Prompt: "count"})
+		done <- ran{res, err}
+	}()
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(h.model.MessageRequests()) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent made no model call within 2 minutes")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	free := fillDisk(t, dir)
+	filled := time.Now()
+	var r ran
+	select {
+	case r = <-done:
+	case <-time.After(90 * time.Second):
+		t.Fatal("the execution had not ended 90s after the disk filled")
+	}
+	took := time.Since(filled)
+	e := r.res.Execution
+	calls := len(h.model.MessageRequests())
+	t.Logf("ended %s %v after the disk filled, %d of 7 calls reached the provider, $%.2f, %d turns: %s (Run error: %v)",
+		e.Status, took.Round(time.Millisecond), calls, e.USD, e.Turns, e.Error, r.err)
+	if e.Status != store.Failed || !strings.Contains(e.Error, "store") || !strings.Contains(e.Error, "full") {
+		t.Fatalf("execution = %s %q; want failed saying the store is full", e.Status, e.Error)
+	}
+	if calls >= 7 {
+		t.Errorf("%d calls reached the provider after the store failed; want the rest refused", calls)
+	}
+	if e.Turns < 1 || e.USD <= 0 {
+		t.Errorf("execution metered %d turns, $%v; want the calls made counted", e.Turns, e.USD)
+	}
+	if got, err := h.store.GetExecution(context.Background(), e.ID); err != nil || got.Status != store.Failed {
+		t.Errorf("GetExecution while the disk is full = %s, %v; want failed", got.Status, err)
+	}
+	werr, _ := h.store.WriteError()
+	if werr == nil || !strings.Contains(werr.Error(), "full") {
+		t.Errorf("store WriteError = %v, want the disk being full", werr)
+	}
+
+	free()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "hearth.db")+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var status, why string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		err := db.QueryRow("SELECT status, error FROM executions WHERE id = ?", e.ID).Scan(&status, &why)
+		if err == nil && status == string(store.Failed) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10s after freeing space the file says %q %q (%v); want failed with the reason", status, why, err)
+		}
+	}
+	if why != e.Error {
+		t.Errorf("the file's error = %q, want %q", why, e.Error)
+	}
+	if werr, _ := h.store.WriteError(); werr != nil {
+		t.Errorf("WriteError after the kept writes went through = %v, want nil", werr)
+	}
 }
