@@ -62,7 +62,7 @@ func (s *Store) AddCredits(ctx context.Context, usd float64, note string) error 
 	}
 	_, err = s.w.ExecContext(ctx, "INSERT INTO credit_entries (time, kind, micros, note) VALUES (?, ?, ?, ?)",
 		time.Now().UnixNano(), CreditAdded, m, note)
-	if err != nil {
+	if err = s.wrote(err); err != nil {
 		return fmt.Errorf("add credits: %w", err)
 	}
 	return nil
