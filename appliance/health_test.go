@@ -49,6 +49,10 @@ func TestHealthStoreFull(t *testing.T) {
 	if addErr == nil {
 		t.Fatal("the daemon's store took 100 MB of ledger entries on a full disk")
 	}
+	var apiErr *APIError
+	if !errors.As(addErr, &apiErr) || apiErr.Code != codeUnavailable || !strings.Contains(apiErr.Message, "store write failed") {
+		t.Errorf("AddCredits on a full disk = %v; want unavailable, saying the store's write failed", addErr)
+	}
 	h, err := c.Health(ctx)
 	if err != nil || h.StoreOk || !strings.HasPrefix(h.Store, "write failed: ") || !strings.Contains(h.Store, "full") || h.StoreFailingSince.IsZero() {
 		t.Errorf("Health with the disk full = %+v, %v; want store write failed: ... full", h, err)

@@ -62,7 +62,9 @@ func (s *Store) AddCredits(ctx context.Context, usd float64, note string) error 
 	}
 	_, err = s.w.ExecContext(ctx, "INSERT INTO credit_entries (time, kind, micros, note) VALUES (?, ?, ?, ?)",
 		time.Now().UnixNano(), CreditAdded, m, note)
-	if err = s.wrote(err); err != nil {
+	if err = s.wrote(err); writeFailure(err) {
+		return fmt.Errorf("add credits: %w: %w", ErrWriteFailed, err)
+	} else if err != nil {
 		return fmt.Errorf("add credits: %w", err)
 	}
 	return nil
