@@ -301,6 +301,8 @@ func getExecution(ctx context.Context, db queryRower, id string) (Execution, err
 // return it at once, it is written as soon as the database allows, and
 // UpdateExecution returns it with the error.
 func (s *Store) UpdateExecution(ctx context.Context, id string, fn func(*Execution) error) (Execution, error) {
+	s.wr.endMu.Lock()
+	defer s.wr.endMu.Unlock()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return Execution{}, fmt.Errorf("update execution %s: %w", id, s.wrote(err, id))
@@ -326,6 +328,7 @@ func (s *Store) UpdateExecution(ctx context.Context, id string, fn func(*Executi
 		err = tx.Commit()
 	}
 	if err = s.wrote(err, id); err == nil {
+		s.forgetEnded(id) // this write, made over it, supersedes it
 		return e, nil
 	}
 	if writeFailure(err) && e.Status.Terminal() {

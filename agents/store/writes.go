@@ -25,6 +25,9 @@ const retryEvery = 250 * time.Millisecond
 // writes is the store's record of failed writes and of what it keeps to
 // write once it can.
 type writes struct {
+	// endMu orders UpdateExecution and the retrier's writes of kept final
+	// records, so a kept record never lands over a later update.
+	endMu    sync.Mutex
 	mu       sync.Mutex
 	err      error     // the latest write failure; nil once a write succeeds
 	since    time.Time // of the first failure in a row
@@ -135,6 +138,13 @@ func (w *writes) signal() {
 	}
 }
 
+// forgetEnded drops the final record of id held in memory, if any.
+func (s *Store) forgetEnded(id string) {
+	s.wr.mu.Lock()
+	delete(s.wr.ended, id)
+	s.wr.mu.Unlock()
+}
+
 // keptEnded returns the final record of id held in memory, if any.
 func (s *Store) keptEnded(id string) (Execution, bool) {
 	s.wr.mu.Lock()
@@ -226,6 +236,11 @@ func (s *Store) writeKept() {
 // writeEnded writes a kept final record, unless the stored one has moved
 // on in a way it cannot follow.
 func (s *Store) writeEnded(ctx context.Context, e Execution) error {
+	s.wr.endMu.Lock()
+	defer s.wr.endMu.Unlock()
+	if k, ok := s.keptEnded(e.ID); !ok || k.Status != e.Status || !k.Ended.Equal(e.Ended) {
+		return nil // an update was written over it since
+	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
