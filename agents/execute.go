@@ -78,6 +78,7 @@ func (ru *run) connect(ctx context.Context, gc *guest.Client) (listen, proxy, to
 	if cfg.Credits {
 		budget = ledgerBudget{ru.budget, cfg.Store, ru.exec.ID}
 	}
+	budget = storeGate{budget, ru}
 	token = cfg.Gateway.Register(gateway.Execution{Session: ru.exec.Session, ID: ru.exec.ID, Budget: budget, Token: ru.r.token("gateway", ru.exec.ID)})
 	gc.Serve("gateway", cfg.GatewayDial)
 	listen = "127.0.0.1:" + strconv.Itoa(cfg.GatewayPort)
@@ -330,7 +331,10 @@ func (ru *run) finish(why stopReason, st guest.ExitStatus, sum adapter.Summary) 
 	cfg := ru.r.cfg
 	ctx := context.Background()
 	status, errText := store.Completed, ""
+	storeErr := ru.storeError()
 	switch {
+	case storeErr != nil:
+		status, errText = store.Failed, "the store could not record the execution, so it was stopped and its model calls refused: "+storeErr.Error()
 	case why == stopBudget:
 		status, errText = store.BudgetExceeded, "a budget limit was reached; the agent was stopped"
 	case why == stopWallTime:
@@ -374,10 +378,15 @@ func (ru *run) finish(why stopReason, st guest.ExitStatus, sum adapter.Summary) 
 		e.USD, e.Turns, e.Tokens = usd, turns, tokens
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, store.ErrWriteFailed) {
 		return Result{}, err
 	}
+	// With ErrWriteFailed, exec is the record the store keeps and writes
+	// once it can; readers see it already.
 	ru.status(string(status), map[string]any{"error": errText, "turns": turns, "usd": usd, "outputs": outputs})
+	if err != nil {
+		return Result{Execution: exec, Outputs: outputs}, err
+	}
 	if err := cfg.Store.Flush(ctx); err != nil && ru.err == nil {
 		ru.err = err
 	}
@@ -393,7 +402,8 @@ func (ru *run) fail(cause error) (Result, error) {
 	ru.status(string(store.Failed), map[string]any{"error": cause.Error()})
 	ru.r.cfg.Store.Flush(context.Background())
 	if err != nil {
-		return Result{}, fmt.Errorf("%w (and recording it: %v)", cause, err)
+		// With ErrWriteFailed, exec is kept and written once it can be.
+		return Result{Execution: exec}, fmt.Errorf("%w (and recording it: %v)", cause, err)
 	}
 	return Result{Execution: exec}, cause
 }

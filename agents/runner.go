@@ -111,7 +111,24 @@ func NewRunner(cfg RunnerConfig) *Runner {
 	if cfg.Memory == 0 {
 		cfg.Memory = 2 << 30
 	}
-	return &Runner{cfg: cfg, runs: map[string]*run{}, agents: cfg.Agents}
+	r := &Runner{cfg: cfg, runs: map[string]*run{}, agents: cfg.Agents}
+	if cfg.Store != nil {
+		cfg.Store.OnWriteFailure(r.storeFailed)
+	}
+	return r
+}
+
+// storeFailed stops the executions whose record or events the store could
+// not write: going on would make model calls nobody can account for.
+func (r *Runner) storeFailed(err error, executions []string) {
+	for _, id := range executions {
+		r.mu.Lock()
+		ru := r.runs[id]
+		r.mu.Unlock()
+		if ru != nil {
+			ru.storeFailed(err)
+		}
+	}
 }
 
 // SetAgents replaces the definitions new tasks may name (the daemon
@@ -290,6 +307,7 @@ const (
 	stopWallTime
 	stopCancel
 	stopDetach // leave the agent running: see Detach
+	stopStore  // the store could not record the execution
 )
 
 // run is one execution in progress.
@@ -307,6 +325,40 @@ type run struct {
 
 	emitMu sync.Mutex
 	err    error // the first store error
+
+	storeMu  sync.Mutex
+	storeErr error // the first write the store refused: the run stops
+}
+
+// storeFailed stops the run because the store refused one of its writes;
+// from now on its budget denies every model call.
+func (ru *run) storeFailed(err error) {
+	ru.storeMu.Lock()
+	if ru.storeErr == nil {
+		ru.storeErr = err
+	}
+	ru.storeMu.Unlock()
+	ru.stop(stopStore)
+}
+
+func (ru *run) storeError() error {
+	ru.storeMu.Lock()
+	defer ru.storeMu.Unlock()
+	return ru.storeErr
+}
+
+// storeGate is the run's budget, denying every call once the store has
+// failed: a call it cannot record would go unmetered.
+type storeGate struct {
+	gateway.Budget
+	ru *run
+}
+
+func (g storeGate) Check() gateway.Decision {
+	if g.ru.storeError() != nil {
+		return gateway.Decide(gateway.LimitUse{Limit: "store", Used: 1, Max: 1, Level: gateway.Deny})
+	}
+	return g.Budget.Check()
 }
 
 func (ru *run) emit(ev stream.Event) {

@@ -146,6 +146,13 @@ func (h *harness) egress(t *testing.T, dir string, onEvent func(stream.Event)) (
 
 func newHarness(t *testing.T, turns []modeltest.Turn, limits Limits) *harness {
 	t.Helper()
+	return newHarnessStore(t, turns, limits, "")
+}
+
+// newHarnessStore is newHarness with the store's SQLite file in storeDir
+// ("" for the test's directory).
+func newHarnessStore(t *testing.T, turns []modeltest.Turn, limits Limits, storeDir string) *harness {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("agent runs need root (jail machines, FUSE)")
 	}
@@ -171,7 +178,10 @@ func newHarness(t *testing.T, turns []modeltest.Turn, limits Limits) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { host.Unmount() })
-	st, err := store.Open(filepath.Join(dir, "hearth.db"))
+	if storeDir == "" {
+		storeDir = dir
+	}
+	st, err := store.Open(filepath.Join(storeDir, "hearth.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,6 +92,8 @@ func apiError(err error) *APIError {
 		e.Code = codeConflict
 	case errors.Is(err, scheduler.ErrClosed):
 		e.Code = codeUnavailable
+	case errors.Is(err, store.ErrWriteFailed): // the disk is full: GET /v1/health says so until it is not
+		e.Code = codeUnavailable
 	case errors.Is(err, store.ErrInsufficientCredits):
 		e.Code = codeNoCredits
 	case errors.Is(err, store.ErrInvalid):

@@ -56,6 +56,7 @@ func Doctor(cfg Config) Diagnosis {
 	agent, agentErr := guestAgentPath(cfg)
 	add("guest agent", agentErr == nil, "%s", orOK(agentErr, agent))
 	add("images", true, "%s", imagesDetail(cfg))
+	d.Checks = append(d.Checks, daemonStoreCheck(cfg))
 	want := cfg.Sandbox.Tier
 	last, haveLast := lastTierChoice(cfg.StateDir)
 	switch {

@@ -111,6 +111,7 @@ func (s *scheduleService) job(ctx context.Context, r scheduler.Run) (string, err
 		return "", err
 	}
 	s.log.Printf("schedule %s: run %s started execution %s (agent %s)", r.Schedule, r.ID, e.ID, p.Agent)
+	scheduler.ReportResult(ctx, e.ID) // a crash now leaves the run naming its execution
 	select {
 	case o := <-done:
 		if o.err != nil {

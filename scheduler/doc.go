@@ -10,6 +10,10 @@
 // (tests would wait real minutes), no overlap policy beyond its wrappers,
 // no catch-up and no persistence.
 //
+// A run is recorded when it starts and again when it ends (a Job may
+// record its result earlier with ReportResult), so a run going when the
+// process dies stays in the history; New marks such runs interrupted.
+//
 // Schedules and run history are kept in a Store the caller provides;
 // FileStore is a JSON-file implementation, and storetest is the
 // conformance suite every Store must pass. Importers: appliance.

@@ -16,8 +16,9 @@ import (
 
 // FileStore keeps schedules in dir/schedules.json, replaced atomically
 // (temporary file, fsync, rename), and each schedule's history in
-// dir/runs/<id>.jsonl, one appended and fsynced line per run; a line torn
-// by a crash is ignored on reading.
+// dir/runs/<id>.jsonl, one appended and fsynced line per record of a run
+// (its start, then its end: the last line of an ID wins); a line torn by
+// a crash is ignored on reading.
 type FileStore struct {
 	dir string
 	mu  sync.Mutex
@@ -146,6 +147,7 @@ func (f *FileStore) ListRuns(ctx context.Context, schedule string, limit int) ([
 	}
 	defer rd.Close()
 	runs := []Run{}
+	at := map[string]int{} // run id -> its index in runs
 	sc := bufio.NewScanner(rd)
 	sc.Buffer(nil, 16<<20)
 	for sc.Scan() {
@@ -154,6 +156,11 @@ func (f *FileStore) ListRuns(ctx context.Context, schedule string, limit int) ([
 		if len(line) == 0 || json.Unmarshal(line, &r) != nil {
 			continue // blank separator or a line torn by a crash
 		}
+		if i, ok := at[r.ID]; ok {
+			runs[i] = r // the run ended: its later record replaces the start
+			continue
+		}
+		at[r.ID] = len(runs)
 		runs = append(runs, r)
 	}
 	if err := sc.Err(); err != nil {

@@ -119,4 +119,7 @@ var (
 	ErrNotFound = errors.New("no such schedule")
 	ErrBusy     = errors.New("schedule is already running")
 	ErrClosed   = errors.New("scheduler closed")
+	// ErrInterrupted is the error recorded for a run that was going when
+	// the process stopped without ending it (a crash, a SIGKILL).
+	ErrInterrupted = errors.New("interrupted: the scheduler stopped while the run was going")
 )

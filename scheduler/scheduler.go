@@ -100,16 +100,38 @@ func New(store Store, job Job, opts Options) (*Scheduler, error) {
 		if err != nil {
 			return nil, fmt.Errorf("saved %w", err)
 		}
-		runs, err := store.ListRuns(ctx, sc.ID, 1)
-		if err != nil {
-			return nil, fmt.Errorf("schedule %s: load history: %w", sc.ID, err)
-		}
-		if len(runs) > 0 {
-			e.last = &runs[0]
+		if e.last, err = s.closeInterrupted(ctx, sc.ID); err != nil {
+			return nil, err
 		}
 		s.entries[sc.ID] = e
 	}
 	return s, nil
+}
+
+// closeInterrupted marks the runs of schedule id that were recorded as
+// started but never ended (the process died under them) as ended now with
+// ErrInterrupted, and returns the latest run. A run whose record cannot be
+// updated is logged and left as it was: its history entry still shows it.
+func (s *Scheduler) closeInterrupted(ctx context.Context, id string) (*Run, error) {
+	runs, err := s.store.ListRuns(ctx, id, 0)
+	if err != nil {
+		return nil, fmt.Errorf("schedule %s: load history: %w", id, err)
+	}
+	now := s.clock.Now()
+	for i := range runs {
+		r := &runs[i]
+		if r.Started.IsZero() || !r.Ended.IsZero() || r.Skipped != "" {
+			continue
+		}
+		r.Ended, r.Err = now, ErrInterrupted.Error()
+		if err := s.store.AppendRun(ctx, *r); err != nil {
+			s.log.Error("scheduler: record interrupted run", "schedule", id, "run", r.ID, "err", err)
+		}
+	}
+	if len(runs) == 0 {
+		return nil, nil
+	}
+	return &runs[0], nil
 }
 
 func (s *Scheduler) newEntry(sc Schedule) (*entry, error) {
@@ -276,13 +298,17 @@ func (s *Scheduler) startLocked(e *entry, r Run) {
 	e.running++
 	s.running++
 	r.Started = s.clock.Now()
+	// Recorded now, not only at the end, so a crash leaves it in the history.
+	s.recordLocked(e, r)
 	s.wg.Add(1)
 	go s.run(e, r)
 }
 
 func (s *Scheduler) run(e *entry, r Run) {
 	defer s.wg.Done()
-	result, err := s.job(s.ctx, r)
+	rep := &reporter{s: s, e: e, r: r}
+	result, err := s.job(context.WithValue(s.ctx, reporterKey{}, rep), r)
+	rep.done()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r.Ended = s.clock.Now()
@@ -470,4 +496,42 @@ func (s *Scheduler) Close(ctx context.Context) error {
 	n := s.running
 	s.mu.Unlock()
 	return fmt.Errorf("close scheduler: %d runs still going after cancelling them: %w", n, ctx.Err())
+}
+
+type reporterKey struct{}
+
+// reporter lets a Job record its result while it is still going.
+type reporter struct {
+	s     *Scheduler
+	e     *entry
+	mu    sync.Mutex
+	r     Run
+	ended bool
+}
+
+func (rep *reporter) done() {
+	rep.mu.Lock()
+	rep.ended = true
+	rep.mu.Unlock()
+}
+
+// ReportResult records result (for the appliance, the execution's id) in
+// the history of the run whose Job was given ctx, before the Job returns:
+// if the process dies during the run, its history entry still names what
+// it started. Outside a Job, or once the Job has returned, it does
+// nothing. The Job's own return value is what is recorded at the end.
+func ReportResult(ctx context.Context, result string) {
+	rep, _ := ctx.Value(reporterKey{}).(*reporter)
+	if rep == nil {
+		return
+	}
+	rep.mu.Lock()
+	defer rep.mu.Unlock()
+	if rep.ended {
+		return
+	}
+	rep.r.Result = result
+	rep.s.mu.Lock()
+	defer rep.s.mu.Unlock()
+	rep.s.recordLocked(rep.e, rep.r)
 }

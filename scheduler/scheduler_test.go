@@ -235,15 +235,18 @@ func TestOverlap(t *testing.T) {
 		if !r.Scheduled.Equal(at(10, 0)) || string(r.Payload) != `{"agent":"a"}` {
 			t.Errorf("run = %+v, want one due 10:00 with the payload", r)
 		}
+		if h := history(t, s, "h"); len(h) != 1 || h[0].ID != r.ID || h[0].Started.IsZero() || !h[0].Ended.IsZero() {
+			t.Errorf("history while the 10:00 run goes = %+v, want it recorded as started", h)
+		}
 		e.clock.Set(at(11, 0))
-		waitFor(t, "skipped run", func() bool { return len(history(t, s, "h")) == 1 })
+		waitFor(t, "skipped run", func() bool { return len(history(t, s, "h")) == 2 })
 		if got := history(t, s, "h")[0]; got.Skipped == "" || !got.Scheduled.Equal(at(11, 0)) {
 			t.Errorf("history = %+v, want the 11:00 run skipped", got)
 		}
 		e.job.none(t)
 		e.job.release <- struct{}{}
-		waitFor(t, "run recorded", func() bool { return len(history(t, s, "h")) == 2 })
-		got := history(t, s, "h")[0]
+		waitFor(t, "run recorded", func() bool { return !history(t, s, "h")[1].Ended.IsZero() })
+		got := history(t, s, "h")[1] // it keeps its place, before the skipped one
 		if got.Result != "exec-"+r.ID || got.Skipped != "" || !got.Ended.Equal(at(11, 0)) {
 			t.Errorf("history[0] = %+v, want the 10:00 run ended", got)
 		}
@@ -261,7 +264,7 @@ func TestOverlap(t *testing.T) {
 		e.clock.Set(at(11, 0))
 		waitFor(t, "queued run", func() bool { return status(t, s, "h").Queued })
 		e.clock.Set(at(12, 0))
-		waitFor(t, "skipped run", func() bool { return len(history(t, s, "h")) == 1 })
+		waitFor(t, "skipped run", func() bool { return len(history(t, s, "h")) == 2 })
 		if got := history(t, s, "h")[0]; got.Skipped == "" || !got.Scheduled.Equal(at(12, 0)) {
 			t.Errorf("history = %+v, want the 12:00 run skipped", got)
 		}
@@ -436,7 +439,11 @@ func TestRunNow(t *testing.T) {
 	e.job.release <- struct{}{}
 	e.job.next(t)
 	e.job.release <- struct{}{}
-	waitFor(t, "runs recorded", func() bool { return len(history(t, s, "p")) == 1 && len(history(t, s, "q")) == 2 })
+	ended := func(id string, n int) bool {
+		h := history(t, s, id)
+		return len(h) == n && !h[0].Ended.IsZero() && !h[n-1].Ended.IsZero()
+	}
+	waitFor(t, "runs recorded", func() bool { return ended("p", 1) && ended("q", 2) })
 	if h := history(t, s, "p"); h[0].ID != id || h[0].Result != "exec-"+id || !h[0].Manual {
 		t.Errorf("history(p) = %+v", h)
 	}

@@ -6,8 +6,10 @@ import (
 	"time"
 )
 
-// Run is one run of a schedule, as recorded in its history: started and
-// ended, or skipped with a reason.
+// Run is one run of a schedule, as recorded in its history: started (and
+// not ended yet), ended, or skipped with a reason. A run is recorded when
+// it starts and again when it ends, so one going when the process dies
+// is still in the history; New marks it ended with ErrInterrupted's text.
 type Run struct {
 	ID       string `json:"id"`
 	Schedule string `json:"schedule"`
@@ -37,10 +39,13 @@ type Store interface {
 	// SaveSchedules replaces the saved schedules with these, atomically:
 	// after a crash either the old list or the new one is loaded.
 	SaveSchedules(ctx context.Context, s []Schedule) error
-	// AppendRun adds a finished or skipped run to its schedule's history.
+	// AppendRun adds a run to its schedule's history, durably before it
+	// returns. A run whose ID is already recorded replaces that record
+	// and keeps its place: a run is appended when it starts, then again
+	// with its result when it ends.
 	AppendRun(ctx context.Context, r Run) error
 	// ListRuns returns up to limit runs of a schedule, newest first (in
-	// the order appended); limit <= 0 means all. An unknown schedule has
+	// the order first appended), each as last appended; limit <= 0 means all. An unknown schedule has
 	// an empty history, not an error.
 	ListRuns(ctx context.Context, schedule string, limit int) ([]Run, error)
 }

@@ -62,7 +62,9 @@ func (s *Store) AddCredits(ctx context.Context, usd float64, note string) error 
 	}
 	_, err = s.w.ExecContext(ctx, "INSERT INTO credit_entries (time, kind, micros, note) VALUES (?, ?, ?, ?)",
 		time.Now().UnixNano(), CreditAdded, m, note)
-	if err != nil {
+	if err = s.wrote(err); writeFailure(err) {
+		return fmt.Errorf("add credits: %w: %w", ErrWriteFailed, err)
+	} else if err != nil {
 		return fmt.Errorf("add credits: %w", err)
 	}
 	return nil
@@ -78,7 +80,7 @@ func (s *Store) Reserve(ctx context.Context, execution string, usd float64) erro
 	if err != nil {
 		return err
 	}
-	return s.creditTx(ctx, "reserve credits for "+execution, func(tx *sql.Tx) error {
+	return s.creditTx(ctx, "reserve credits for "+execution, execution, false, func(ctx context.Context, tx *sql.Tx) error {
 		var available int64
 		err := tx.QueryRowContext(ctx, "SELECT added - reserved - spent FROM credit_totals").Scan(&available)
 		if err != nil {
@@ -100,7 +102,7 @@ func (s *Store) Spend(ctx context.Context, execution string, usd float64) error 
 	if err != nil {
 		return err
 	}
-	return s.creditTx(ctx, "spend credits for "+execution, func(tx *sql.Tx) error {
+	return s.creditTx(ctx, "spend credits for "+execution, execution, true, func(ctx context.Context, tx *sql.Tx) error {
 		held, err := outstanding(ctx, tx, execution)
 		if err != nil {
 			return err
@@ -113,7 +115,7 @@ func (s *Store) Spend(ctx context.Context, execution string, usd float64) error 
 // available balance, when the execution ends. Idempotent: with nothing
 // reserved it records nothing.
 func (s *Store) Release(ctx context.Context, execution string) error {
-	return s.creditTx(ctx, "release credits of "+execution, func(tx *sql.Tx) error {
+	return s.creditTx(ctx, "release credits of "+execution, execution, true, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := release(ctx, tx, execution, time.Now())
 		return err
 	})
@@ -147,25 +149,39 @@ func insertEntry(ctx context.Context, tx *sql.Tx, kind CreditKind, execution str
 	return err
 }
 
-// creditTx runs fn in a write transaction, turning a foreign-key failure
-// (no such execution) into ErrNotFound.
-func (s *Store) creditTx(ctx context.Context, op string, fn func(*sql.Tx) error) error {
-	err := func() error {
+// creditTx runs fn in a write transaction for execution, turning a
+// foreign-key failure (no such execution) into ErrNotFound. With keep, a
+// write the database refuses (ErrWriteFailed) is kept and retried, in
+// order with the others kept, until the database takes it: spend that
+// was metered is never dropped, and a reservation is released.
+func (s *Store) creditTx(ctx context.Context, op, execution string, keep bool, fn func(context.Context, *sql.Tx) error) error {
+	try := func(ctx context.Context) error {
 		tx, err := s.w.BeginTx(ctx, nil)
 		if err != nil {
 			return err
 		}
 		defer tx.Rollback()
-		if err := fn(tx); err != nil {
+		if err := fn(ctx, tx); err != nil {
 			return err
 		}
-		return tx.Commit()
-	}()
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		return s.wrote(nil)
+	}
+	err := try(ctx)
 	switch {
 	case err == nil:
 		return nil
 	case constraint(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY):
 		return fmt.Errorf("%s: execution %w", op, ErrNotFound)
+	case writeFailure(err) && keep:
+		s.wrote(err, execution)
+		s.keep(op, try) // the retrier calls it with its own context
+		return fmt.Errorf("%s: %w: %w (kept and written once the store can be written)", op, ErrWriteFailed, err)
+	case writeFailure(err):
+		s.wrote(err, execution)
+		return fmt.Errorf("%s: %w: %w", op, ErrWriteFailed, err)
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }

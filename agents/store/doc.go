@@ -11,6 +11,14 @@
 // rather than slowing the writer, and resubscribes from the last sequence
 // number it saw.
 //
+// When the database refuses a write for a reason outside the caller's
+// control (the disk is full, an I/O error), the store says so: WriteError
+// reports it until a write succeeds, and OnWriteFailure tells the runner
+// which executions lost a write, so it can stop them. What must not be
+// lost is kept in memory and written as soon as the database allows: an
+// execution's final record (which reads return at once), metered Spend
+// and the Release of a reservation.
+//
 // Money is kept as integer micro-dollars (millionths of a US dollar) so that
 // sums never drift; the API takes and returns float64 dollars at its edge.
 //

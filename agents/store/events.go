@@ -295,7 +295,8 @@ func (q *queue) take() []*appendReq {
 // transaction fails, the batch and everything queued behind it fail (their
 // seqs follow the lost ones), and numbering restarts from the table.
 func (s *Store) commit(batch []*appendReq) {
-	err := s.insertBatch(batch)
+	wrote, err := s.insertBatch(batch)
+	var lost []string // executions whose events the failure took
 	q := &s.q
 	q.mu.Lock()
 	if err != nil {
@@ -308,6 +309,11 @@ func (s *Store) commit(batch []*appendReq) {
 			r.err = behind
 		}
 		batch = append(batch, q.reqs...)
+		for _, r := range batch {
+			for _, ev := range r.evs {
+				lost = append(lost, ev.Execution)
+			}
+		}
 		q.reqs, q.queued = nil, 0
 		q.space.Broadcast()
 		for _, st := range q.streams {
@@ -328,6 +334,9 @@ func (s *Store) commit(batch []*appendReq) {
 		}
 	}
 	q.mu.Unlock()
+	if err != nil || wrote {
+		s.wrote(err, lost...)
+	}
 	if err == nil {
 		s.hub.publish(batch)
 	}
@@ -338,14 +347,15 @@ func (s *Store) commit(batch []*appendReq) {
 	}
 }
 
-// insertBatch inserts the events of a batch in one transaction.
-func (s *Store) insertBatch(batch []*appendReq) error {
+// insertBatch inserts the events of a batch in one transaction, and says
+// whether there were any.
+func (s *Store) insertBatch(batch []*appendReq) (bool, error) {
 	if !slices.ContainsFunc(batch, func(r *appendReq) bool { return len(r.evs) > 0 }) {
-		return nil // only Flush markers
+		return false, nil // only Flush markers
 	}
 	tx, err := s.w.Begin()
 	if err != nil {
-		return err
+		return true, err
 	}
 	defer tx.Rollback()
 	stmt := tx.Stmt(s.insertEvent)
@@ -354,11 +364,11 @@ func (s *Store) insertBatch(batch []*appendReq) error {
 		for _, ev := range r.evs {
 			_, err := stmt.Exec(ev.Execution, ev.Seq, ev.Session, ev.Time.UnixNano(), string(ev.Type), string(ev.Payload))
 			if err != nil {
-				return err
+				return true, err
 			}
 		}
 	}
-	return tx.Commit()
+	return true, tx.Commit()
 }
 
 const insertEventSQL = "INSERT INTO events (execution_id, seq, session_id, time, type, payload) VALUES (?, ?, ?, ?, ?, ?)"

@@ -158,7 +158,7 @@ func (s *Store) CreateExecution(ctx context.Context, e Execution) (Execution, er
 	if _, err := tx.ExecContext(ctx, "UPDATE sessions SET last_execution = ? WHERE id = ?", e.ID, e.Session); err != nil {
 		return Execution{}, fmt.Errorf("create execution %s: %w", e.ID, err)
 	}
-	if err := tx.Commit(); err != nil {
+	if err := s.wrote(tx.Commit()); err != nil {
 		return Execution{}, fmt.Errorf("create execution %s: %w", e.ID, err)
 	}
 	return e, nil
@@ -265,7 +265,11 @@ func scanExecution(row scanner) (Execution, error) {
 
 // GetExecution returns the execution id, or an error wrapping ErrNotFound.
 func (s *Store) GetExecution(ctx context.Context, id string) (Execution, error) {
-	return getExecution(ctx, s.r, id)
+	e, err := getExecution(ctx, s.r, id)
+	if k, ok := s.keptEnded(id); ok && err == nil {
+		e = k
+	}
+	return e, err
 }
 
 type queryRower interface {
@@ -291,15 +295,25 @@ func getExecution(ctx context.Context, db queryRower, id string) (Execution, err
 // when it becomes terminal, unless fn set them. An error from fn aborts
 // the update and is returned. fn runs inside the store's write
 // transaction: it must be quick and must not call the Store.
+//
+// When the database refuses the write (ErrWriteFailed: the disk is full)
+// and the update ends the execution, the record is kept in memory: reads
+// return it at once, it is written as soon as the database allows, and
+// UpdateExecution returns it with the error.
 func (s *Store) UpdateExecution(ctx context.Context, id string, fn func(*Execution) error) (Execution, error) {
+	s.wr.endMu.Lock()
+	defer s.wr.endMu.Unlock()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return Execution{}, fmt.Errorf("update execution %s: %w", id, err)
+		return Execution{}, fmt.Errorf("update execution %s: %w", id, s.wrote(err, id))
 	}
 	defer tx.Rollback()
 	old, err := getExecution(ctx, tx, id)
 	if err != nil {
 		return Execution{}, err
+	}
+	if k, ok := s.keptEnded(id); ok {
+		old = k
 	}
 	e := old
 	e.Outputs = slices.Clone(old.Outputs)
@@ -309,13 +323,19 @@ func (s *Store) UpdateExecution(ctx context.Context, id string, fn func(*Executi
 	if err := checkUpdate(old, &e, time.Now().UTC()); err != nil {
 		return Execution{}, err
 	}
-	if err := writeExecution(ctx, tx, &e); err != nil {
-		return Execution{}, err
+	err = writeExecution(ctx, tx, &e)
+	if err == nil {
+		err = tx.Commit()
 	}
-	if err := tx.Commit(); err != nil {
-		return Execution{}, fmt.Errorf("update execution %s: %w", id, err)
+	if err = s.wrote(err, id); err == nil {
+		s.forgetEnded(id) // this write, made over it, supersedes it
+		return e, nil
 	}
-	return e, nil
+	if writeFailure(err) && e.Status.Terminal() {
+		s.keepEnded(e)
+		return e, fmt.Errorf("update execution %s: %w: %w (the record is kept and written once the store can be written)", id, ErrWriteFailed, err)
+	}
+	return Execution{}, fmt.Errorf("update execution %s: %w", id, err)
 }
 
 // checkUpdate validates the change from old to e and stamps the times of
@@ -401,7 +421,11 @@ func (s *Store) ListExecutions(ctx context.Context, f ExecutionFilter) ([]Execut
 	}
 	q += " ORDER BY n DESC LIMIT ?"
 	args = append(args, pageLimit(f.Limit))
-	return s.queryExecutions(ctx, s.r, q, args...)
+	list, err := s.queryExecutions(ctx, s.r, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return s.overlay(list, f.Status), nil
 }
 
 type querier interface {

@@ -58,12 +58,13 @@ type Store struct {
 	lock        *os.File  // flocked while the Store is open
 
 	q       queue         // appends waiting for the writer
+	wr      writes        // failed writes, and those kept to retry
 	closing chan struct{} // closed by Close
 	hub     hub
 
 	subBuffer int // capacity of new subscriptions' channels
 
-	wg        sync.WaitGroup // the writer and subscriptions' replay goroutines
+	wg        sync.WaitGroup // the writer, the retrier and subscriptions' replay goroutines
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -119,8 +120,10 @@ func open(path string) (_ *Store, err error) {
 	}
 	s.q.init()
 	s.hub.init()
-	s.wg.Add(1)
+	s.wr.init()
+	s.wg.Add(2)
 	go s.writer()
+	go s.retrier()
 	return s, nil
 }
 

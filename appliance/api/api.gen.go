@@ -499,6 +499,18 @@ type FileWritten struct {
 	Size int64  `json:"size"`
 }
 
+// Health defines model for Health.
+type Health struct {
+	// Store "ok", or "write failed: ..." with the database's reason.
+	Store string `json:"store"`
+
+	// StoreFailingSince When writes started failing; absent when they do not.
+	StoreFailingSince time.Time `json:"store_failing_since,omitempty,omitzero"`
+
+	// StoreOk False while the store's database refuses writes (the disk is full, an I/O error).
+	StoreOk bool `json:"store_ok"`
+}
+
 // Image defines model for Image.
 type Image struct {
 	BuildSeconds float64   `json:"build_seconds,omitempty,omitzero"`
@@ -1157,6 +1169,11 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/executions/{id}/retry (the `RetryExecution` operationId).
 	RetryExecution(ctx context.Context, id ExecutionID, body RetryExecutionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetHealth What the running daemon knows is wrong with its own state (hearth doctor shows it).
+	//
+	// Corresponds with GET /v1/health (the `GetHealth` operationId).
+	GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListImages List the built images (every cached version) and the recipes that can be built.
 	//
 	// Corresponds with GET /v1/images (the `ListImages` operationId).
@@ -1805,6 +1822,21 @@ func (c *Client) RetryExecutionWithBody(ctx context.Context, id ExecutionID, con
 // Corresponds with POST /v1/executions/{id}/retry (the `RetryExecution` operationId).
 func (c *Client) RetryExecution(ctx context.Context, id ExecutionID, body RetryExecutionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRetryExecutionRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetHealth What the running daemon knows is wrong with its own state (hearth doctor shows it).
+//
+// Corresponds with GET /v1/health (the `GetHealth` operationId).
+func (c *Client) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetHealthRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -3241,6 +3273,33 @@ func NewRetryExecutionRequestWithBody(server string, id ExecutionID, contentType
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetHealthRequest constructs an http.Request for the GetHealth method
+func NewGetHealthRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/health")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -5120,6 +5179,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/executions/{id}/retry (the `RetryExecution` operationId).
 	RetryExecutionWithResponse(ctx context.Context, id ExecutionID, body RetryExecutionJSONRequestBody, reqEditors ...RequestEditorFn) (*RetryExecutionResponse, error)
 
+	// GetHealthWithResponse What the running daemon knows is wrong with its own state (hearth doctor shows it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/health (the `GetHealth` operationId).
+	GetHealthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetHealthResponse, error)
+
 	// ListImagesWithResponse List the built images (every cached version) and the recipes that can be built.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -6154,6 +6220,54 @@ func (r RetryExecutionResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r RetryExecutionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetHealthResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Health
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetHealthResponse) GetJSON200() *Health {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetHealthResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetHealthResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetHealthResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetHealthResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetHealthResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -8272,6 +8386,19 @@ func (c *ClientWithResponses) RetryExecutionWithResponse(ctx context.Context, id
 	return ParseRetryExecutionResponse(rsp)
 }
 
+// GetHealthWithResponse What the running daemon knows is wrong with its own state (hearth doctor shows it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/health (the `GetHealth` operationId).
+func (c *ClientWithResponses) GetHealthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetHealthResponse, error) {
+	rsp, err := c.GetHealth(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetHealthResponse(rsp)
+}
+
 // ListImagesWithResponse List the built images (every cached version) and the recipes that can be built.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -9433,6 +9560,39 @@ func ParseRetryExecutionResponse(rsp *http.Response) (*RetryExecutionResponse, e
 			return nil, err
 		}
 		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetHealthResponse parses an HTTP response from a GetHealthWithResponse call
+func ParseGetHealthResponse(rsp *http.Response) (*GetHealthResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetHealthResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Health
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Failure
@@ -10776,6 +10936,9 @@ type ServerInterface interface {
 	// RetryExecution Run an ended execution's task again from the start, in the same session, as a new execution.
 	// (POST /v1/executions/{id}/retry)
 	RetryExecution(w http.ResponseWriter, r *http.Request, id ExecutionID)
+	// GetHealth What the running daemon knows is wrong with its own state (hearth doctor shows it).
+	// (GET /v1/health)
+	GetHealth(w http.ResponseWriter, r *http.Request)
 	// ListImages List the built images (every cached version) and the recipes that can be built.
 	// (GET /v1/images)
 	ListImages(w http.ResponseWriter, r *http.Request)
@@ -11268,6 +11431,20 @@ func (siw *ServerInterfaceWrapper) RetryExecution(w http.ResponseWriter, r *http
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.RetryExecution(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetHealth operation middleware
+func (siw *ServerInterfaceWrapper) GetHealth(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetHealth(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -12578,6 +12755,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sessions/{id}/resume", wrapper.ResumeSession)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/credits", wrapper.GetCredits)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/credits", wrapper.AddCredits)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/health", wrapper.GetHealth)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules", wrapper.ListSchedules)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules", wrapper.AddSchedule)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/schedules/{id}", wrapper.DeleteSchedule)

@@ -16,8 +16,9 @@ import (
 
 // agentDaemon starts a real daemon whose agents run the real claude CLI
 // in jail machines, against script as the model provider, with the
-// analyst agent; it returns the --config flag for the CLI.
-func agentDaemon(t *testing.T, script modeltest.Config, credits bool) (configFlag string, cfg appliance.Config) {
+// analyst agent; it returns the --config flag for the CLI. setup, if
+// given, runs on the state directory before anything is put in it.
+func agentDaemon(t *testing.T, script modeltest.Config, credits bool, setup ...func(stateDir string)) (configFlag string, cfg appliance.Config) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("agents need root (namespaces, mounts, cgroups, FUSE)")
@@ -26,6 +27,10 @@ func agentDaemon(t *testing.T, script modeltest.Config, credits bool) (configFla
 	cfg = appliance.DefaultConfig()
 	cfg.StateDir, cfg.Workspace.Mount = filepath.Join(dir, "state"), filepath.Join(dir, "agents")
 	cfg.Sandbox.Agent = appliancetest.Agent(t)
+	for _, f := range setup {
+		os.MkdirAll(cfg.StateDir, 0o700)
+		f(cfg.StateDir)
+	}
 	appliancetest.LinkImages(t, cfg.StateDir, appliancetest.ClaudeCodeImages(t))
 	model := modeltest.New(script)
 	if err := model.Start(); err != nil {

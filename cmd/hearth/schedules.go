@@ -189,6 +189,8 @@ func runOutcome(r appliance.ScheduleRun) string {
 	switch {
 	case r.Skipped != "":
 		return "skipped: " + r.Skipped + kind
+	case r.Ended.IsZero():
+		return "running since " + when(r.Started) + kind
 	case r.Error != "":
 		return "failed: " + r.Error + kind
 	}

@@ -83,6 +83,33 @@ func Run(t *testing.T, open func(t *testing.T, key string) scheduler.Store) {
 			t.Errorf("ListRuns(s, 0) = %d runs, %v, want 5 ending with a", len(all), err)
 		}
 	})
+
+	t.Run("run recorded at start then at end", func(t *testing.T) {
+		st := open(t, "restarted")
+		started := scheduler.Run{ID: "a", Schedule: "s", Scheduled: t0, Started: t0}
+		if err := st.AppendRun(ctx, started); err != nil {
+			t.Fatalf("AppendRun: %v", err)
+		}
+		if err := st.AppendRun(ctx, scheduler.Run{ID: "b", Schedule: "s", Scheduled: t0, Skipped: "busy"}); err != nil {
+			t.Fatalf("AppendRun: %v", err)
+		}
+		got, err := open(t, "restarted").ListRuns(ctx, "s", 0)
+		if err != nil || len(got) != 2 || got[1].ID != "a" || !got[1].Ended.IsZero() {
+			t.Fatalf("ListRuns after a run started = %+v, %v, want b, then a not ended", got, err)
+		}
+		ended := started
+		ended.Ended, ended.Result = t0.Add(time.Minute), "exec-1"
+		if err := st.AppendRun(ctx, ended); err != nil {
+			t.Fatalf("AppendRun: %v", err)
+		}
+		got, err = open(t, "restarted").ListRuns(ctx, "s", 0)
+		if err != nil || len(got) != 2 || got[0].ID != "b" || got[1].ID != "a" || got[1].Result != "exec-1" || !got[1].Ended.Equal(ended.Ended) {
+			t.Errorf("ListRuns after the run ended = %+v, %v, want b, then a ended with exec-1 in its first place", got, err)
+		}
+		if got, err := st.ListRuns(ctx, "s", 1); err != nil || len(got) != 1 || got[0].ID != "b" {
+			t.Errorf("ListRuns(s, 1) = %+v, %v, want b", got, err)
+		}
+	})
 }
 
 // compact lets a store reformat a payload, as JSON columns and encoders do.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -171,24 +172,43 @@ func (c *Client) Start(ctx context.Context, req ExecRequest, stdin io.Reader, st
 		resp.Body.Close()
 		return nil, err
 	}
+	p, err := startedProcess(resp, stdout, stderr)
+	if err != nil {
+		return nil, fmt.Errorf("guest exec %s: %w", req.Argv[0], err)
+	}
+	return p, nil
+}
+
+// startedProcess reads the first frame of an exec response: the process
+// started (its pid) or never did (its exit status says why). The body is
+// closed unless a Process is returned.
+func startedProcess(resp *http.Response, stdout, stderr io.Writer) (*Process, error) {
 	kind, payload, err := readFrame(resp.Body)
 	if err != nil {
 		resp.Body.Close()
-		return nil, fmt.Errorf("guest exec %s: %w", req.Argv[0], err)
+		return nil, err
 	}
-	p := &Process{resp: resp, out: stdout, errw: stderr}
 	switch kind {
 	case FrameStarted:
-		p.PID, _ = strconv.Atoi(string(payload))
-		return p, nil
+		pid, err := strconv.Atoi(string(payload))
+		if err != nil || pid <= 0 {
+			resp.Body.Close()
+			return nil, fmt.Errorf("guest protocol: started frame with pid %q", payload)
+		}
+		return &Process{PID: pid, resp: resp, out: stdout, errw: stderr}, nil
 	case FrameExit: // it never started
 		resp.Body.Close()
 		var st ExitStatus
-		json.Unmarshal(payload, &st)
-		return nil, fmt.Errorf("guest exec %s: %s", req.Argv[0], st.Error)
+		if err := json.Unmarshal(payload, &st); err != nil {
+			return nil, fmt.Errorf("guest protocol: exit frame: %w", err)
+		}
+		if st.Error == "" {
+			return nil, errors.New("the process never started and the agent gave no reason")
+		}
+		return nil, errors.New(st.Error)
 	}
 	resp.Body.Close()
-	return nil, fmt.Errorf("guest exec %s: unexpected frame %d", req.Argv[0], kind)
+	return nil, fmt.Errorf("guest protocol: unexpected frame %d", kind)
 }
 
 // Wait copies output until the process ends and returns how it ended. If

@@ -10,6 +10,7 @@
 package guest
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -74,6 +75,11 @@ func writeFrame(w io.Writer, kind byte, payload []byte) error {
 	return err
 }
 
+// readFrame reads one frame. The length prefix comes from the other side
+// and is not trusted: one above maxFrame is refused before anything is
+// allocated, and the payload buffer grows with the bytes that actually
+// arrive, so a header that promises a megabyte and sends nothing costs
+// nothing.
 func readFrame(r io.Reader) (byte, []byte, error) {
 	var hdr [5]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -83,12 +89,20 @@ func readFrame(r io.Reader) (byte, []byte, error) {
 	if n > maxFrame {
 		return 0, nil, fmt.Errorf("guest protocol: frame of %d bytes exceeds %d", n, maxFrame)
 	}
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(r, buf); err != nil {
+	var buf bytes.Buffer
+	buf.Grow(int(min(n, frameChunk)))
+	got, err := io.Copy(&buf, io.LimitReader(r, int64(n)))
+	if err != nil {
 		return 0, nil, err
 	}
-	return hdr[0], buf, nil
+	if got < int64(n) {
+		return 0, nil, fmt.Errorf("guest protocol: frame of %d bytes ended after %d: %w", n, got, io.ErrUnexpectedEOF)
+	}
+	return hdr[0], buf.Bytes(), nil
 }
+
+// frameChunk is what readFrame reserves up front for a payload.
+const frameChunk = 32 << 10
 
 // FileInfo describes a file in the machine.
 type FileInfo struct {

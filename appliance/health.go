@@ -1,0 +1,49 @@
+package appliance
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"hearth/appliance/api"
+)
+
+// Health is what the running daemon knows is wrong with its own state.
+type Health = api.Health
+
+// GetHealth reports the store's write health: whether its database takes
+// writes, and if not why (the disk is full) and since when.
+func (s *server) GetHealth(w http.ResponseWriter, r *http.Request) {
+	result(w, http.StatusOK, s.d.agents.health(), nil)
+}
+
+func (a *agentService) health() Health {
+	werr, since := a.store.WriteError()
+	if werr == nil {
+		return Health{StoreOk: true, Store: "ok"}
+	}
+	return Health{Store: strings.TrimPrefix(werr.Error(), "store "), StoreFailingSince: since.UTC()}
+}
+
+// Health asks the daemon what it knows is wrong with its own state.
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	var out Health
+	return out, c.call(ctx, &out, func(ctx context.Context) (*http.Response, error) { return c.api.GetHealth(ctx) })
+}
+
+// daemonStoreCheck is the doctor's look at the running daemon's store:
+// whether its database takes writes. Without a daemon there is nothing
+// to look at.
+func daemonStoreCheck(cfg Config) Check {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	h, err := NewClient(cfg.SocketPath()).Health(ctx)
+	switch {
+	case err != nil:
+		return Check{Name: "store", OK: true, Detail: "no daemon answering on " + cfg.SocketPath() + ": nothing to report"}
+	case h.StoreOk:
+		return Check{Name: "store", OK: true, Detail: "the daemon's store takes writes"}
+	}
+	return Check{Name: "store", Detail: h.Store + " (since " + h.StoreFailingSince.Format(time.RFC3339) + "): free space where the state directory is; running executions were stopped, and what they could not record is written once the store takes writes again"}
+}

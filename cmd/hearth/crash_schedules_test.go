@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"hearth/agents/modeltest"
+	"hearth/appliance"
+	"hearth/appliance/appliancetest"
+)
+
+// TestCrashDaemonKilledMidScheduledRun kills the daemon with SIGKILL while
+// a scheduled run's agent works: after the restart the run is in the
+// schedule's history, naming its execution and marked interrupted, and
+// the execution is interrupted too.
+func TestCrashDaemonKilledMidScheduledRun(t *testing.T) {
+	e := newCrashEnv(t)
+	appliancetest.LinkImages(t, e.cfg.StateDir, appliancetest.ClaudeCodeImages(t))
+	model := modeltest.New(modeltest.Config{Turns: []modeltest.Turn{bash("sleep 120")}})
+	if err := model.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(model.Close)
+	key, defs := filepath.Join(e.dir, "api-key"), filepath.Join(e.dir, "defs")
+	os.WriteFile(key, []byte(model.Key()), 0o600)
+	os.MkdirAll(defs, 0o755)
+	os.WriteFile(filepath.Join(defs, "analyst.toml"), []byte("image = \"claude-code\"\nmodel = \"claude-sonnet-4-5\"\n"), 0o644)
+	body := fmt.Sprintf("state_dir = %q\n[workspace]\nmount = %q\n[agents]\ndir = %q\n[model]\nupstream = %q\napi_key_file = %q\n",
+		e.cfg.StateDir, e.cfg.Workspace.Mount, defs, model.URL(), key)
+	if err := os.WriteFile(e.config, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.up()
+	e.mustCLI("schedules", "add", "nightly", "@daily", "analyst", "a long task")
+	run := strings.Fields(e.mustCLI("schedules", "run", "nightly"))[2]
+	c := appliance.NewClient(e.cfg.SocketPath())
+	ctx := context.Background()
+	var exec string
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		runs, err := c.ScheduleRuns(ctx, "nightly", 0)
+		if err == nil && len(runs) == 1 && runs[0].Execution != "" {
+			exec = runs[0].Execution
+			if x, err := c.Execution(ctx, exec); err == nil && x.Status == "running" && len(model.MessageRequests()) > 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the scheduled run's agent was not working within 60s: runs %+v, %v", runs, err)
+		}
+	}
+	e.crash()
+	e.up()
+	runs, err := c.ScheduleRuns(ctx, "nightly", 0)
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("schedule history after the restart = %+v, %v; want the run that was going", runs, err)
+	}
+	r := runs[0]
+	t.Logf("run %s after the restart: %+v", run, r)
+	if r.Id != run || r.Execution != exec || !strings.Contains(r.Error, "interrupted") || r.Ended.IsZero() || r.Started.IsZero() {
+		t.Errorf("run after the restart = %+v; want it naming %s, interrupted, ended", r, exec)
+	}
+	if x, err := c.Execution(ctx, exec); err != nil || x.Status != "interrupted" {
+		t.Errorf("execution %s after the restart = %s, %v; want interrupted", exec, x.Status, err)
+	}
+	out := e.mustCLI("schedules", "runs", "nightly")
+	if !strings.Contains(out, exec) || !strings.Contains(out, "interrupted") {
+		t.Errorf("schedules runs after the restart = %q; want the run, its execution and interrupted", out)
+	}
+	e.stop()
+}
