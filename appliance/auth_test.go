@@ -55,8 +55,8 @@ func TestAPIOverTCP(t *testing.T) {
 		t.Fatalf("unix socket: %v", err)
 	}
 
-	// A browser: ?token= sets the cookie and redirects to the same page
-	// without it; the cookie then opens the API.
+	// A browser: ?token= sets a session's cookie (not the token) and
+	// redirects to the same page without it; the cookie then opens the API.
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := noRedirect.Get("http://" + addr + "/v1/workspace/sessions?token=" + token + "&x=1")
 	if err != nil {
@@ -65,12 +65,18 @@ func TestAPIOverTCP(t *testing.T) {
 	resp.Body.Close()
 	var cookie *http.Cookie
 	for _, c := range resp.Cookies() {
-		if c.Name == tokenCookie {
+		if c.Name == sessionCookie {
 			cookie = c
 		}
 	}
-	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/v1/workspace/sessions?x=1" || cookie == nil || !cookie.HttpOnly {
-		t.Fatalf("?token= gave %d to %q, cookie %+v; want 303 to the page without the token and an HttpOnly cookie", resp.StatusCode, resp.Header.Get("Location"), cookie)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/v1/workspace/sessions?x=1" || cookie == nil || !cookie.HttpOnly ||
+		cookie.SameSite != http.SameSiteStrictMode || cookie.Path != "/" || cookie.MaxAge <= 0 {
+		t.Fatalf("?token= gave %d to %q, cookie %+v; want 303 to the page without the token and an HttpOnly, SameSite=Strict, expiring cookie for /", resp.StatusCode, resp.Header.Get("Location"), cookie)
+	}
+	for _, c := range resp.Cookies() {
+		if strings.Contains(c.Value, token) || strings.Contains(c.Raw, token) {
+			t.Fatalf("cookie %s carries the API token", c.Name)
+		}
 	}
 	req, _ := http.NewRequest("GET", "http://"+addr+"/v1/workspace/sessions", nil)
 	req.AddCookie(cookie)
@@ -79,7 +85,7 @@ func TestAPIOverTCP(t *testing.T) {
 	}
 	resp.Body.Close()
 
-	// The same token after a restart.
+	// The session survives no restart; the token does.
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +96,22 @@ func TestAPIOverTCP(t *testing.T) {
 	if d.Token() != token {
 		t.Error("the token changed across a restart")
 	}
+	if got := getWithCookie(t, addr, cookie); got != http.StatusUnauthorized {
+		t.Errorf("a session cookie from before the restart: %d, want 401", got)
+	}
+}
+
+// getWithCookie GETs the sessions list with cookie and returns the status.
+func getWithCookie(t *testing.T, addr string, cookie *http.Cookie) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+addr+"/v1/workspace/sessions", nil)
+	req.AddCookie(cookie)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // TestTokenFileTooShort: a token file someone wrote by hand with a weak
