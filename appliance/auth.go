@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"hearth/appliance/dashboard"
 )
 
 // loadToken reads the API token from path, making a new random one (and
@@ -66,15 +68,18 @@ func loadSecret(path string) ([]byte, error) {
 	return b, nil
 }
 
-// sessionCookie carries a browser's session id (never the API token):
-// the dashboard cannot add an Authorization header to an EventSource.
-// Browsers send a host's cookies to every port of it, so the cookie alone
-// must not be enough for a page of another origin: see guardBrowsers and
-// crossSiteRead.
-const sessionCookie = "hearth_session"
-
-// logoutPath ends the browser session of the request (POST).
-const logoutPath = "/ui/logout"
+// The dashboard signs in by exchanging the API token for a browser
+// session (POST sessionPath, JSON {"token"}), keeps the session id in
+// its origin's localStorage and sends it as a bearer token. Not in a
+// cookie: browsers send a host's cookies to every port of it, so a page
+// served on any other port of 127.0.0.1 would be sent the cookie
+// (TestHostileCrossOriginBrowser); localStorage is per origin, port
+// included. EventSource cannot send a header, so an event stream also
+// takes the id as ?session=.
+const (
+	sessionPath = "/ui/session" // POST {"token"}: a new session
+	logoutPath  = "/ui/logout"  // POST, with the session as bearer: end it
+)
 
 // Browser sessions end after sessionIdle without a request, and
 // sessionMax after sign-in whatever the use; at most maxSessions are kept
@@ -176,74 +181,84 @@ func (s *sessions) dropLeastRecent() {
 	delete(s.m, oldest)
 }
 
-// requireToken lets through requests that carry token as a bearer token,
-// or a live session's cookie. A browser opening a page with ?token= gets
-// a new session's cookie and is sent to the same page without the token
-// in its address. POST logoutPath ends the request's session.
+// requireToken lets through requests that carry token, or a live browser
+// session's id, as a bearer token; and the dashboard's page and files,
+// which hold no secret (the page signs in with POST sessionPath). It
+// answers sessionPath and logoutPath itself.
 func requireToken(token string, ss *sessions, h http.Handler) http.Handler {
-	ok := func(got string) bool {
+	isToken := func(got string) bool {
 		return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == logoutPath {
+		switch r.URL.Path {
+		case sessionPath:
+			signIn(w, r, ss, isToken)
+			return
+		case logoutPath:
 			logout(w, r, ss)
 			return
 		}
-		if bearer, found := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); found && ok(bearer) {
+		bearer, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if isToken(bearer) || ss.valid(bearer) || isEventStream(r) && ss.valid(r.URL.Query().Get("session")) || public(r) {
 			h.ServeHTTP(w, r)
-			return
-		}
-		if c, err := r.Cookie(sessionCookie); err == nil && ss.valid(c.Value) {
-			if crossSiteRead(r) {
-				fail(w, &APIError{Status: http.StatusForbidden, Code: codeCrossOrigin,
-					Message: "a page of another origin cannot use the dashboard's session: open the dashboard itself"})
-				return
-			}
-			h.ServeHTTP(w, r)
-			return
-		}
-		q := r.URL.Query()
-		if r.Method == http.MethodGet && ok(q.Get("token")) {
-			http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: ss.create(), Path: "/", MaxAge: int(sessionMax / time.Second),
-				HttpOnly: true, SameSite: http.SameSiteStrictMode})
-			q.Del("token")
-			u := *r.URL
-			u.RawQuery = q.Encode()
-			w.Header().Set("Referrer-Policy", "no-referrer")
-			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
 			return
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hearth"`)
 		fail(w, &APIError{Status: http.StatusUnauthorized, Code: "unauthorized",
-			Message: "this address needs the API token: send 'Authorization: Bearer <token>' (the token is in the daemon's api.token_file, by default <state_dir>/api.token), or open the dashboard once with ?token=<token>"})
+			Message: "this address needs the API token: send 'Authorization: Bearer <token>' (the token is in the daemon's api.token_file, by default <state_dir>/api.token), or open the dashboard once with /ui/?token=<token>"})
 	})
 }
 
-// crossSiteRead says whether a browser sent r for a page of another
-// origin (Sec-Fetch-Site same-site or cross-site: another port of the
-// host is same-site) other than by the user following a link to a page.
-// Such a page cannot read the answer, but it could still time it or
-// start a stream; the session is not for it.
-func crossSiteRead(r *http.Request) bool {
-	switch r.Header.Get("Sec-Fetch-Site") {
-	case "same-site", "cross-site":
-		return !(r.Method == http.MethodGet && r.Header.Get("Sec-Fetch-Mode") == "navigate")
+// public says whether r reads the dashboard (its page, files and the
+// root's redirect to it), which anyone who can connect may.
+func public(r *http.Request) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
 	}
-	return false
+	return r.URL.Path == "/" || strings.HasPrefix(r.URL.Path, dashboard.Prefix)
 }
 
-// logout ends the session of the request's cookie and clears the cookie.
-// Only POST, so that a link cannot sign the browser out; guardBrowsers
-// has already refused it from another origin.
+// isEventStream says whether r asks for an execution's live events.
+func isEventStream(r *http.Request) bool {
+	return r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/executions/") && strings.HasSuffix(r.URL.Path, "/events") &&
+		strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+}
+
+// signIn exchanges the API token for a new browser session: POST
+// {"token":"..."} answers {"session":"...","idle_seconds":N,"max_seconds":N}.
+// guardBrowsers has already refused it from another origin or without
+// a JSON body.
+func signIn(w http.ResponseWriter, r *http.Request, ss *sessions, isToken func(string) bool) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		fail(w, &APIError{Status: http.StatusMethodNotAllowed, Code: codeBadRequest, Message: `sign in with POST ` + sessionPath + ` {"token":"<the API token>"}`})
+		return
+	}
+	var req struct {
+		Token string `json:"token"`
+	}
+	if !decode(w, r, 4<<10, &req) {
+		return
+	}
+	if !isToken(req.Token) {
+		fail(w, &APIError{Status: http.StatusUnauthorized, Code: "unauthorized",
+			Message: "that is not the API token: it is in the daemon's api.token_file, by default <state_dir>/api.token"})
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	reply(w, http.StatusCreated, map[string]any{"session": ss.create(),
+		"idle_seconds": int(sessionIdle / time.Second), "max_seconds": int(sessionMax / time.Second)})
+}
+
+// logout ends the session the request carries as bearer token.
 func logout(w http.ResponseWriter, r *http.Request, ss *sessions) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		fail(w, &APIError{Status: http.StatusMethodNotAllowed, Code: codeBadRequest, Message: "sign out with POST " + logoutPath})
 		return
 	}
-	if c, err := r.Cookie(sessionCookie); err == nil {
-		ss.revoke(c.Value)
+	if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		ss.revoke(bearer)
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -3,8 +3,10 @@ package appliance
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -62,8 +64,9 @@ func TestSessionsExpire(t *testing.T) {
 	}
 }
 
-// TestHostileCrossOriginAPI: with the dashboard's session cookie, what a
-// page of another origin could make the browser send (its Origin or
+// TestHostileCrossOriginAPI: even with the dashboard's session attached
+// (which a browser does not do for a page of another origin: it is no
+// cookie), what a page of another origin could make the browser send (its Origin or
 // Sec-Fetch-Site, a text/plain or form body that needs no preflight) is
 // refused on every state-changing route, and changes nothing: no credits
 // added, no command run in a sandbox, no workspace session made, the
@@ -78,7 +81,7 @@ func TestHostileCrossOriginAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := "http://" + d.TCPAddr()
-	cookie := signInCookie(t, base, d.Token())
+	session := signInSession(t, base, d.Token())
 	foreign := "http://127.0.0.1:1" // another port of the same host: same site, other origin
 
 	type route struct{ name, method, path, body string }
@@ -110,7 +113,7 @@ func TestHostileCrossOriginAPI(t *testing.T) {
 			if rt.name == "upload" && !at.uploads || rt.body == "" && at.want == http.StatusUnsupportedMediaType {
 				continue
 			}
-			status, body := send(t, rt.method, base+rt.path, rt.body, cookie, at.headers)
+			status, body := send(t, rt.method, base+rt.path, rt.body, session, at.headers)
 			if status != at.want {
 				t.Errorf("%s, %s: %d %s; want %d", rt.name, at.name, status, body, at.want)
 			}
@@ -134,88 +137,97 @@ func TestHostileCrossOriginAPI(t *testing.T) {
 			t.Error("the attack made a workspace session")
 		}
 	}
-	if got := getWithCookie(t, d.TCPAddr(), cookie); got != http.StatusOK {
+	if got, _ := send(t, "GET", base+"/v1/credits", "", session, nil); got != http.StatusOK {
 		t.Errorf("after the attacks the browser's session gives %d, want 200", got)
 	}
 
 	// The dashboard's own requests (same-origin) and API clients work.
 	same := map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": base, "Content-Type": "application/json"}
-	if status, body := send(t, "POST", base+"/v1/credits", `{"usd":1}`, cookie, same); status != http.StatusOK {
+	if status, body := send(t, "POST", base+"/v1/credits", `{"usd":1}`, session, same); status != http.StatusOK {
 		t.Fatalf("same-origin add credits: %d %s", status, body)
 	}
 	if cr, err := NewTCPClient(d.TCPAddr(), d.Token()).AddCredits(ctx, 2, "cli"); err != nil || cr.Available != 3 {
 		t.Fatalf("bearer AddCredits = %+v, %v; want $3 available", cr, err)
 	}
-	if status, _ := send(t, "POST", base+logoutPath, "", cookie, map[string]string{"Sec-Fetch-Site": "same-origin"}); status != http.StatusNoContent {
+	if status, _ := send(t, "POST", base+logoutPath, "", session, map[string]string{"Sec-Fetch-Site": "same-origin"}); status != http.StatusNoContent {
 		t.Fatalf("sign out: %d, want 204", status)
 	}
-	if got := getWithCookie(t, d.TCPAddr(), cookie); got != http.StatusUnauthorized {
-		t.Errorf("after signing out the cookie gives %d, want 401", got)
+	if got, _ := send(t, "GET", base+"/v1/credits", "", session, nil); got != http.StatusUnauthorized {
+		t.Errorf("after signing out the session gives %d, want 401", got)
 	}
 }
 
-// TestHostileCrossOriginRead: a page of another origin cannot use the
-// session to start a read (a stream, a download) either, though the user
-// following a link to the API still can.
-func TestHostileCrossOriginRead(t *testing.T) {
+// TestSignIn: POST /ui/session exchanges the token for a session, and
+// only the token: a GET, a wrong token or a body that is not JSON get
+// none; the dashboard's files need nothing, the API needs the session.
+func TestSignIn(t *testing.T) {
+	token := strings.Repeat("t", 32)
 	ss := newSessions()
-	id := ss.create()
-	h := requireToken(strings.Repeat("t", 32), ss, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(299) }))
+	h := guardBrowsers(requireToken(token, ss, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(299) })))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
 	for _, tc := range []struct {
-		site, mode string
+		name, method, ctype, body string
+		want                      int
+	}{
+		{"GET", "GET", "", "", http.StatusMethodNotAllowed},
+		{"wrong token", "POST", "application/json", `{"token":"` + strings.Repeat("x", 32) + `"}`, http.StatusUnauthorized},
+		{"empty token", "POST", "application/json", `{"token":""}`, http.StatusUnauthorized},
+		{"text/plain", "POST", "text/plain", `{"token":"` + token + `"}`, http.StatusUnsupportedMediaType},
+		{"form", "POST", "application/x-www-form-urlencoded", "token=" + token, http.StatusUnsupportedMediaType},
+	} {
+		req, _ := http.NewRequest(tc.method, srv.URL+sessionPath, strings.NewReader(tc.body))
+		if tc.ctype != "" {
+			req.Header.Set("Content-Type", tc.ctype)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want || len(ss.m) != 0 {
+			t.Errorf("%s: %d, %d sessions; want %d and none", tc.name, resp.StatusCode, len(ss.m), tc.want)
+		}
+	}
+	id := signInSession(t, srv.URL, token)
+	for _, tc := range []struct {
+		name, path string
+		auth       map[string]string
 		want       int
 	}{
-		{"same-site", "cors", 403}, {"cross-site", "no-cors", 403}, {"same-site", "navigate", 299},
-		{"same-origin", "cors", 299}, {"none", "navigate", 299}, {"", "", 299},
+		{"the page", "/ui/", nil, 299},
+		{"the API without anything", "/v1/credits", nil, http.StatusUnauthorized},
+		{"the API with the session as a cookie", "/v1/credits", map[string]string{"Cookie": "hearth_session=" + id}, http.StatusUnauthorized},
+		{"the API with the session", "/v1/credits", map[string]string{"Authorization": "Bearer " + id}, 299},
+		{"a stream with ?session=", "/v1/executions/x/events?session=" + id, map[string]string{"Accept": "text/event-stream"}, 299},
+		{"a JSON read with ?session=", "/v1/executions/x/events?session=" + id, nil, http.StatusUnauthorized},
 	} {
-		r, _ := http.NewRequest("GET", "http://hearth/v1/executions/x/events", nil)
-		r.AddCookie(&http.Cookie{Name: sessionCookie, Value: id})
-		if tc.site != "" {
-			r.Header.Set("Sec-Fetch-Site", tc.site)
-			r.Header.Set("Sec-Fetch-Mode", tc.mode)
-		}
-		w := &statusRecorder{header: http.Header{}}
-		h.ServeHTTP(w, r)
-		if w.status != tc.want {
-			t.Errorf("GET with the cookie, Sec-Fetch-Site %q, mode %q: %d, want %d", tc.site, tc.mode, w.status, tc.want)
+		if status, _ := send(t, "GET", srv.URL+tc.path, "", "", tc.auth); status != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, status, tc.want)
 		}
 	}
 }
 
-type statusRecorder struct {
-	header http.Header
-	status int
-}
-
-func (w *statusRecorder) Header() http.Header         { return w.header }
-func (w *statusRecorder) Write(p []byte) (int, error) { return len(p), nil }
-func (w *statusRecorder) WriteHeader(s int)           { w.status = s }
-
-// signInCookie signs in as a browser does, with ?token=, and returns the
-// session cookie.
-func signInCookie(t *testing.T, base, token string) *http.Cookie {
+// signInSession signs in as the dashboard does and returns the session
+// id.
+func signInSession(t *testing.T, base, token string) string {
 	t.Helper()
-	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := noRedirect.Get(base + "/ui/?token=" + token)
-	if err != nil {
-		t.Fatal(err)
+	status, body := send(t, "POST", base+sessionPath, `{"token":"`+token+`"}`, "", map[string]string{"Content-Type": "application/json"})
+	var out struct{ Session string }
+	if status != http.StatusCreated || json.Unmarshal([]byte(body), &out) != nil || len(out.Session) < 32 || strings.Contains(body, token) {
+		t.Fatalf("sign in: %d %s; want 201 and a session id", status, body)
 	}
-	resp.Body.Close()
-	for _, c := range resp.Cookies() {
-		if c.Name == sessionCookie {
-			return c
-		}
-	}
-	t.Fatalf("?token= set no %s cookie: %d", sessionCookie, resp.StatusCode)
-	return nil
+	return out.Session
 }
 
-// send makes one request with cookie and headers and returns the status
-// and the start of the body.
-func send(t *testing.T, method, url, body string, cookie *http.Cookie, headers map[string]string) (int, string) {
+// send makes one request with the session (if any) as bearer token and
+// headers, and returns the status and the start of the body.
+func send(t *testing.T, method, url, body, session string, headers map[string]string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest(method, url, strings.NewReader(body))
-	req.AddCookie(cookie)
+	if session != "" {
+		req.Header.Set("Authorization", "Bearer "+session)
+	}
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
@@ -226,6 +238,6 @@ func send(t *testing.T, method, url, body string, cookie *http.Cookie, headers m
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 500))
 	return resp.StatusCode, string(b)
 }

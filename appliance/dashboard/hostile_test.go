@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"hearth/appliance"
@@ -65,10 +63,11 @@ func (a *attacker) received() string {
 // signed in to the dashboard in the same browser: it tries to act on the
 // API with the browser's cookie (fetch with credentials, text/plain and
 // JSON; forms, text/plain and urlencoded) and to learn a credential
-// (document.cookie, the API's answers, what its own server is sent). It
+// (document.cookie, its localStorage, the API's answers, what its own
+// server is sent). It
 // returns all it could see.
 const hostileScript = `(async (hearth) => {
-  const seen = { cookie: document.cookie, results: [] };
+  const seen = { cookie: document.cookie, storage: JSON.stringify({ ...localStorage }), results: [] };
   const attempt = async (name, url, init) => {
     try {
       const r = await fetch(url, init);
@@ -134,7 +133,10 @@ func TestHostileCrossOriginBrowser(t *testing.T) {
 
 	base := signIn(t, ctx, d)
 	waitFor(t, ctx, 10*time.Second, "the dashboard signed in", `document.getElementById('conn').innerText === 'connected'`)
-	session := sessionCookie(t, ctx, base)
+	session := eval[string](t, ctx, `localStorage.getItem('hearth_session')`)
+	if len(session) < 32 {
+		t.Fatalf("the dashboard holds no session (%q)", session)
+	}
 
 	evil := startAttacker(t)
 	page := newWindow(t, ctx)
@@ -148,12 +150,9 @@ func TestHostileCrossOriginBrowser(t *testing.T) {
 		if strings.Contains(seen, secret) {
 			t.Errorf("the hostile page saw %s", what)
 		}
-	}
-	if strings.Contains(received, d.Token()) {
-		t.Error("the hostile page's server received the API token")
-	}
-	if strings.Contains(received, session) { // browsers send a host's cookies to all its ports
-		t.Log("KNOWN LEAK: the hostile page's server received the session cookie")
+		if strings.Contains(received, secret) {
+			t.Errorf("the hostile page's server received %s", what)
+		}
 	}
 	if cr, err := c.Credits(bg); err != nil || cr.Available != 0 {
 		t.Errorf("credits = %+v, %v; want none added", cr, err)
@@ -164,31 +163,7 @@ func TestHostileCrossOriginBrowser(t *testing.T) {
 	}
 
 	// The dashboard itself still works in the same browser.
-	if got := eval[string](t, ctx, `fetch('/v1/credits', {method: 'POST', headers: {'Content-Type': 'application/json'}, body: '{"usd":1}'}).then((r) => r.status + '')`); got != "200" {
-		t.Errorf("the dashboard's own POST: %s, want 200", got)
+	if got := eval[float64](t, ctx, `import('/ui/api.js').then((api) => api.post('/v1/credits', {usd: 1})).then((c) => c.available)`); got != 1 {
+		t.Errorf("the dashboard's own POST: $%v available, want $1", got)
 	}
-}
-
-// sessionCookie is the value of the dashboard's session cookie in the
-// browser, read over CDP (the test's view, not a page's).
-func sessionCookie(t *testing.T, ctx context.Context, base string) string {
-	t.Helper()
-	var value string
-	get := chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
-		res, err := cdp.Call(ctx, tgt, network.GetCookies, network.GetCookiesParams{URLs: []string{base + "/"}})
-		if err != nil {
-			return err
-		}
-		for _, c := range res.Cookies {
-			if c.Name == "hearth_session" {
-				value = c.Value
-			}
-		}
-		return nil
-	})
-	do(t, ctx, 10*time.Second, "read the browser's cookies", get)
-	if len(value) < 32 {
-		t.Fatalf("the browser holds no session cookie for %s (%q)", base, value)
-	}
-	return value
 }
