@@ -149,13 +149,6 @@ func (s *sessions) revoke(id string) {
 	delete(s.m, sha256.Sum256([]byte(id)))
 }
 
-// revokeAll ends every session.
-func (s *sessions) revokeAll() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	clear(s.m)
-}
-
 func (bs *browserSession) expired(now time.Time) bool {
 	return now.Sub(bs.seen) >= sessionIdle || now.Sub(bs.created) >= sessionMax
 }

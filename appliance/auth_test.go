@@ -64,6 +64,14 @@ func TestAPIOverTCP(t *testing.T) {
 	if got, _ := send(t, "GET", "http://"+addr+"/v1/workspace/sessions?token="+token, "", "", nil); got != http.StatusUnauthorized {
 		t.Fatalf("?token= on an API address: %d, want 401", got)
 	}
+	// An event stream (EventSource sends no header) takes ?session=.
+	sse := map[string]string{"Accept": "text/event-stream"}
+	if got, body := send(t, "GET", "http://"+addr+"/v1/executions/nope/events?session="+session, "", "", sse); got != http.StatusNotFound {
+		t.Fatalf("an event stream with ?session=: %d %s, want the API's 404", got, body)
+	}
+	if got, _ := send(t, "GET", "http://"+addr+"/v1/executions/nope/events?session="+strings.Repeat("x", 43), "", "", sse); got != http.StatusUnauthorized {
+		t.Fatalf("an event stream with a made-up ?session=: %d, want 401", got)
+	}
 
 	// The session survives no restart; the token does.
 	if err := d.Close(); err != nil {
