@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"hearth/appliance"
@@ -138,6 +140,17 @@ func TestHostileCrossOriginBrowser(t *testing.T) {
 		t.Fatalf("the dashboard holds no session (%q)", session)
 	}
 
+	// Nothing a browser attaches by itself to requests for any port of
+	// the host: no cookie at all.
+	cookies := chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
+		res, err := cdp.Call(ctx, tgt, network.GetCookies, network.GetCookiesParams{URLs: []string{base + "/", "http://127.0.0.1:1/"}})
+		if err == nil && len(res.Cookies) > 0 {
+			err = fmt.Errorf("the browser holds cookies for the host after signing in: %+v", res.Cookies[0])
+		}
+		return err
+	})
+	do(t, ctx, 10*time.Second, "the browser's cookies", cookies)
+
 	evil := startAttacker(t)
 	page := newWindow(t, ctx)
 	do(t, page, 20*time.Second, "open the page of another origin", chromedp.Navigate(evil.url+"/"))
@@ -146,6 +159,9 @@ func TestHostileCrossOriginBrowser(t *testing.T) {
 	received := evil.received()
 	t.Logf("the hostile page's server received:\n%s", received)
 
+	if n := strings.Count(seen, `: `); n < 10 || !strings.Contains(received, "GET /steal") {
+		t.Fatalf("the hostile page made %d of its 10 attempts, its server saw /steal: %v", n, strings.Contains(received, "GET /steal"))
+	}
 	for what, secret := range map[string]string{"the API token": d.Token(), "the session id": session} {
 		if strings.Contains(seen, secret) {
 			t.Errorf("the hostile page saw %s", what)
