@@ -399,6 +399,17 @@ func (l *live) executionPage(id string) {
 	if got := eval[string](t, l.page, `import('/ui/api.js').then((api) => api.authFetch(document.querySelector('`+report+` a.download').dataset.url)).then(r => r.text())`); got != "# Q2 report\n\ntotal 30\n" {
 		t.Errorf("the download link gives %q", got)
 	}
+	// Clicking it fetches the file with the session and hands the browser
+	// a blob of bytes (never of the file's own type).
+	got := eval[string](t, l.page, `new Promise((done) => {
+	  const made = URL.createObjectURL;
+	  URL.createObjectURL = (b) => { URL.createObjectURL = made; b.text().then((text) => done(b.type + ' ' + text)); return made(b); };
+	  document.querySelector('`+report+` a.download').click();
+	  setTimeout(() => done('no blob: ' + (document.querySelector('#outputs .error')?.innerText || '')), 5000);
+	})`)
+	if got != "application/octet-stream # Q2 report\n\ntotal 30\n" {
+		t.Errorf("clicking download made %q", got)
+	}
 	if n := eval[int](t, l.page, `document.querySelectorAll('#actions button').length`); n != 0 {
 		t.Errorf("a completed execution offers %d buttons, want neither Cancel nor Retry", n)
 	}

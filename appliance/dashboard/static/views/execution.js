@@ -197,7 +197,9 @@ async function download(e, f) {
   try {
     const resp = await authFetch(link.dataset.url);
     if (!resp.ok) throw new Error(`${resp.status}: ${oneLine(await resp.text())}`);
-    const url = URL.createObjectURL(await resp.blob());
+    // Typed as bytes whatever the file: a blob: URL is this origin's, and
+    // an agent's HTML opened from it would run with the session.
+    const url = URL.createObjectURL(new Blob([await resp.arrayBuffer()], { type: 'application/octet-stream' }));
     const a = h('a', { href: url, download: f.path.split('/').pop() });
     a.click();
     setTimeout(() => URL.revokeObjectURL(url), 60000);
