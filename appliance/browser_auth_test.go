@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -236,4 +237,58 @@ func send(t *testing.T, method, url, body, session string, headers map[string]st
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 500))
 	return resp.StatusCode, string(b)
+}
+
+// FuzzGuardBrowsers: whatever the method, path, headers and body, a
+// state-changing request gets past guardBrowsers only if no browser
+// sent it for another origin and, unless it is an upload, its body is
+// JSON or absent.
+func FuzzGuardBrowsers(f *testing.F) {
+	f.Add("POST", "/v1/credits", "text/plain", "", "", "127.0.0.1:8080", 11)
+	f.Add("POST", "/v1/credits", "application/json", "same-site", "http://127.0.0.1:1", "127.0.0.1:8080", 11)
+	f.Add("POST", "/v1/credits", "application/json; charset=utf-8", "", "http://127.0.0.1:8080", "127.0.0.1:8080", 11)
+	f.Add("PUT", "/v1/sandboxes/x/files", "text/plain", "same-origin", "", "127.0.0.1:8080", 5)
+	f.Add("DELETE", "/v1/schedules/x", "", "", "null", "h", 0)
+	f.Add("post", "/v1/sandboxes//files", "Application/JSON", "none", "", "h", -1)
+	f.Fuzz(func(t *testing.T, method, path, ctype, site, origin, host string, length int) {
+		if !validMethod(method) || strings.ContainsAny(path+ctype+site+origin+host, "\r\n\x00") || !strings.HasPrefix(path, "/") {
+			return
+		}
+		r := httptest.NewRequest("GET", "http://h/", nil)
+		r.Method, r.URL.Path, r.Host, r.ContentLength = method, path, host, int64(length)
+		for k, v := range map[string]string{"Content-Type": ctype, "Sec-Fetch-Site": site, "Origin": origin} {
+			if v != "" {
+				r.Header.Set(k, v)
+			}
+		}
+		reached := false
+		guardBrowsers(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached = true })).ServeHTTP(httptest.NewRecorder(), r)
+		if !reached || safeMethod(method) {
+			return
+		}
+		if site != "" && site != "same-origin" && site != "none" {
+			t.Errorf("%s %s with Sec-Fetch-Site %q got through", method, path, site)
+		}
+		if site == "" && origin != "" {
+			if u, err := url.Parse(origin); err != nil || u.Host != host {
+				t.Errorf("%s %s from Origin %q to Host %q got through", method, path, origin, host)
+			}
+		}
+		if !isUpload(r) && !isJSON(ctype) && (ctype != "" || length != 0) {
+			t.Errorf("%s %s with a %q body of %d bytes got through", method, path, ctype, length)
+		}
+	})
+}
+
+// validMethod is an HTTP token, as a server would read one.
+func validMethod(m string) bool {
+	if m == "" {
+		return false
+	}
+	for _, c := range m {
+		if c <= ' ' || c >= 0x7f || strings.ContainsRune(`()<>@,;:\"/[]?={}`, c) {
+			return false
+		}
+	}
+	return true
 }
