@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
+	"strings"
 	"sync"
 
 	"hearth/agents"
@@ -39,6 +41,8 @@ const (
 	codeBuildFailed = "build_failed"
 	codeUnsupported = "unsupported" // the machine's tier cannot do it
 	codeNoCredits   = "insufficient_credits"
+	codeCrossOrigin = "cross_origin"           // a browser's request for a page of another origin
+	codeMediaType   = "unsupported_media_type" // a JSON route sent something else
 )
 
 var codeStatus = map[string]int{
@@ -135,6 +139,46 @@ func (d *Daemon) routes() http.Handler {
 	})
 }
 
+// guardBrowsers refuses what a page of another origin can make a browser
+// send without asking (no CORS preflight) along with the dashboard's
+// cookie: a state-changing request from another origin (by Sec-Fetch-Site
+// or Origin, which API clients do not send; another port of the same
+// host is another origin), and a body that is not JSON (a form or
+// text/plain) on a route that takes JSON. Uploads keep their own type.
+func guardBrowsers(h http.Handler) http.Handler {
+	cop := http.NewCrossOriginProtection()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := cop.Check(r); err != nil {
+			fail(w, &APIError{Status: http.StatusForbidden, Code: codeCrossOrigin,
+				Message: "a browser's " + r.Method + " from another origin is refused: use the dashboard of this address, or an API client"})
+			return
+		}
+		if !safeMethod(r.Method) && !isUpload(r) && (r.ContentLength != 0 || r.Header.Get("Content-Type") != "") && !isJSON(r.Header.Get("Content-Type")) {
+			fail(w, &APIError{Status: http.StatusUnsupportedMediaType, Code: codeMediaType,
+				Message: fmt.Sprintf("%s %s takes a JSON body: send it with 'Content-Type: application/json', not %q", r.Method, r.URL.Path, r.Header.Get("Content-Type"))})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func safeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
+}
+
+func isJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == "application/json"
+}
+
+// isUpload says whether r is one of the routes whose body is not JSON
+// (openapi.yaml: PUT /v1/sandboxes/{id}/files, application/octet-stream).
+func isUpload(r *http.Request) bool {
+	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/sandboxes/")
+	id, tail, _ := strings.Cut(rest, "/")
+	return ok && r.Method == http.MethodPut && id != "" && tail == "files"
+}
+
 // decode reads a JSON body strictly: size-limited, unknown fields refused.
 func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
@@ -161,6 +205,7 @@ func result(w http.ResponseWriter, status int, v any, err error) {
 
 func reply(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(v)
 }

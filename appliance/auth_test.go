@@ -12,8 +12,8 @@ import (
 
 // TestAPIOverTCP serves the API on loopback TCP: without the token every
 // path is refused with a JSON 401 (nothing is done), the bearer token and
-// the dashboard's cookie get through, the token survives a restart, and
-// the unix socket needs none.
+// a browser session made with it get through, the token survives a
+// restart (the sessions do not), and the unix socket needs none.
 func TestAPIOverTCP(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the daemon mounts the workspace with FUSE, which needs root")
@@ -55,31 +55,25 @@ func TestAPIOverTCP(t *testing.T) {
 		t.Fatalf("unix socket: %v", err)
 	}
 
-	// A browser: ?token= sets the cookie and redirects to the same page
-	// without it; the cookie then opens the API.
-	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := noRedirect.Get("http://" + addr + "/v1/workspace/sessions?token=" + token + "&x=1")
-	if err != nil {
-		t.Fatal(err)
+	// A browser (the dashboard) exchanges the token for a session, which
+	// then opens the API; a ?token= in an API address opens nothing.
+	session := signInSession(t, "http://"+addr, token)
+	if got, _ := send(t, "GET", "http://"+addr+"/v1/workspace/sessions", "", session, nil); got != http.StatusOK {
+		t.Fatalf("with the session: %d", got)
 	}
-	resp.Body.Close()
-	var cookie *http.Cookie
-	for _, c := range resp.Cookies() {
-		if c.Name == tokenCookie {
-			cookie = c
-		}
+	if got, _ := send(t, "GET", "http://"+addr+"/v1/workspace/sessions?token="+token, "", "", nil); got != http.StatusUnauthorized {
+		t.Fatalf("?token= on an API address: %d, want 401", got)
 	}
-	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/v1/workspace/sessions?x=1" || cookie == nil || !cookie.HttpOnly {
-		t.Fatalf("?token= gave %d to %q, cookie %+v; want 303 to the page without the token and an HttpOnly cookie", resp.StatusCode, resp.Header.Get("Location"), cookie)
+	// An event stream (EventSource sends no header) takes ?session=.
+	sse := map[string]string{"Accept": "text/event-stream"}
+	if got, body := send(t, "GET", "http://"+addr+"/v1/executions/nope/events?session="+session, "", "", sse); got != http.StatusNotFound {
+		t.Fatalf("an event stream with ?session=: %d %s, want the API's 404", got, body)
 	}
-	req, _ := http.NewRequest("GET", "http://"+addr+"/v1/workspace/sessions", nil)
-	req.AddCookie(cookie)
-	if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("with the cookie: %v %v", resp.Status, err)
+	if got, _ := send(t, "GET", "http://"+addr+"/v1/executions/nope/events?session="+strings.Repeat("x", 43), "", "", sse); got != http.StatusUnauthorized {
+		t.Fatalf("an event stream with a made-up ?session=: %d, want 401", got)
 	}
-	resp.Body.Close()
 
-	// The same token after a restart.
+	// The session survives no restart; the token does.
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -90,14 +84,7 @@ func TestAPIOverTCP(t *testing.T) {
 	if d.Token() != token {
 		t.Error("the token changed across a restart")
 	}
-}
-
-// TestTokenFileTooShort: a token file someone wrote by hand with a weak
-// token stops the daemon with a message that says what to do.
-func TestTokenFileTooShort(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "api.token")
-	os.WriteFile(path, []byte("secret\n"), 0o600)
-	if _, err := loadToken(path); err == nil || !strings.Contains(err.Error(), "shorter than 16") {
-		t.Fatalf("loadToken = %v, want it refused as too short", err)
+	if got, _ := send(t, "GET", "http://"+addr+"/v1/workspace/sessions", "", session, nil); got != http.StatusUnauthorized {
+		t.Errorf("a session from before the restart: %d, want 401", got)
 	}
 }

@@ -34,7 +34,9 @@ type Daemon struct {
 	tcpSrv *http.Server
 	tcpLn  net.Listener
 	token  string
-	log    *log.Logger
+	// browsers are the dashboard's sessions on tcp, signed in with token.
+	browsers *sessions
+	log      *log.Logger
 
 	// driver makes the machines of sandboxes and agent executions alike;
 	// nil (and driverErr says why) when there can be none.
@@ -115,7 +117,7 @@ func (d *Daemon) listenTCP() error {
 	if err != nil {
 		return fmt.Errorf("api.tcp: %w", err)
 	}
-	d.token, d.tcpLn = token, ln
+	d.token, d.tcpLn, d.browsers = token, ln, newSessions()
 	return nil
 }
 
@@ -189,9 +191,9 @@ func (d *Daemon) closeDriver() {
 
 func (d *Daemon) serve() {
 	h := d.routes()
-	d.srv = d.serveOn(d.ln, h)
-	if d.tcpLn != nil {
-		d.tcpSrv = d.serveOn(d.tcpLn, requireToken(d.token, h))
+	d.srv = d.serveOn(d.ln, guardBrowsers(h))
+	if d.tcpLn != nil { // outermost, the guard covers signing in and out too
+		d.tcpSrv = d.serveOn(d.tcpLn, guardBrowsers(requireToken(d.token, d.browsers, h)))
 		d.log.Printf("api: also on http://%s (token in %s)", d.tcpLn.Addr(), d.cfg.TokenPath())
 	}
 }

@@ -23,8 +23,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"hearth/agents/modeltest"
@@ -234,6 +232,7 @@ func signIn(t *testing.T, ctx context.Context, d *appliance.Daemon) string {
 	t.Helper()
 	base := "http://" + d.TCPAddr()
 	do(t, ctx, 20*time.Second, "open the dashboard with the token", chromedp.Navigate(base+"/ui/?token="+d.Token()))
+	waitFor(t, ctx, 10*time.Second, "a session for the token", `localStorage.getItem('hearth_session')?.length >= 32`)
 	if loc := eval[string](t, ctx, `location.href`); loc != base+"/ui/" {
 		t.Fatalf("after ?token= the page is at %s, want %s/ui/ (the token out of the address)", loc, base)
 	}
@@ -397,8 +396,19 @@ func (l *live) executionPage(id string) {
 	waitFor(t, l.page, 10*time.Second, "the report in the output files", `document.querySelector('`+report+`')`)
 	do(t, l.page, 10*time.Second, "open the report", chromedp.Click(chromedp.CSS(report+" button.open")))
 	waitFor(t, l.page, 10*time.Second, "the report shown", `document.querySelector('#viewer pre')?.textContent === '# Q2 report\n\ntotal 30\n'`)
-	if got := eval[string](t, l.page, `fetch(document.querySelector('`+report+` a.download').href).then(r => r.text())`); got != "# Q2 report\n\ntotal 30\n" {
+	if got := eval[string](t, l.page, `import('/ui/api.js').then((api) => api.authFetch(document.querySelector('`+report+` a.download').dataset.url)).then(r => r.text())`); got != "# Q2 report\n\ntotal 30\n" {
 		t.Errorf("the download link gives %q", got)
+	}
+	// Clicking it fetches the file with the session and hands the browser
+	// a blob of bytes (never of the file's own type).
+	got := eval[string](t, l.page, `new Promise((done) => {
+	  const made = URL.createObjectURL;
+	  URL.createObjectURL = (b) => { URL.createObjectURL = made; b.text().then((text) => done(b.type + ' ' + text)); return made(b); };
+	  document.querySelector('`+report+` a.download').click();
+	  setTimeout(() => done('no blob: ' + (document.querySelector('#outputs .error')?.innerText || '')), 5000);
+	})`)
+	if got != "application/octet-stream # Q2 report\n\ntotal 30\n" {
+		t.Errorf("clicking download made %q", got)
 	}
 	if n := eval[int](t, l.page, `document.querySelectorAll('#actions button').length`); n != 0 {
 		t.Errorf("a completed execution offers %d buttons, want neither Cancel nor Retry", n)
@@ -495,11 +505,12 @@ func comma(n int64) string {
 	return s
 }
 
-// TestDashboardAuth: on TCP the dashboard needs the token: without it
-// (or with a wrong one) the page is a 401; ?token= signs the browser in
-// (a cookie), after which the page and its API calls work and the root
-// leads to the dashboard; a browser whose cookie is gone is told how to
-// sign in again.
+// TestDashboardAuth: on TCP the dashboard's page holds no secret and
+// loads for anyone, but without a session (no token, or a wrong one)
+// its API calls get a 401 and it says how to sign in; ?token= signs the
+// browser in (a session), after which the page and its API calls work
+// and the root leads to the dashboard; a browser whose session is gone
+// is told how to sign in again, and so is one that signed out.
 func TestDashboardAuth(t *testing.T) {
 	ctx := browser(t)
 	d := startDaemon(t, daemonConfig(t))
@@ -507,18 +518,23 @@ func TestDashboardAuth(t *testing.T) {
 	for _, tc := range []struct{ name, url string }{
 		{"no token", base + "/ui/"},
 		{"wrong token", base + "/ui/?token=" + strings.Repeat("0", 64)},
-		{"an asset", base + "/ui/app.js"},
 	} {
-		c, cancel := context.WithTimeout(ctx, 20*time.Second)
-		resp, err := chromedp.Run(c, chromedp.NavigateResponse(tc.url))
-		cancel()
-		if err != nil {
-			t.Fatalf("%s: open %s: %v", tc.name, tc.url, err)
+		do(t, ctx, 20*time.Second, tc.name+": open "+tc.url, chromedp.Navigate(tc.url))
+		waitFor(t, ctx, 10*time.Second, tc.name+": the sign-in banner", `!document.getElementById('banner').hidden && document.getElementById('banner').innerText.includes('/ui/?token=')`)
+		if loc := eval[string](t, ctx, `location.href`); loc != base+"/ui/" {
+			t.Errorf("%s: the page is at %s, want %s/ui/ (no token in the address)", tc.name, loc, base)
 		}
-		body := eval[string](t, ctx, `document.body.innerText`)
-		if resp.Status != 401 || !strings.Contains(body, `"code":"unauthorized"`) || !strings.Contains(body, "?token=") {
-			t.Errorf("%s: %s = %d %q, want a 401 saying how to sign in", tc.name, tc.url, resp.Status, body)
+		if got := eval[string](t, ctx, `localStorage.getItem('hearth_session') || ''`); got != "" {
+			t.Errorf("%s: the browser holds a session %q", tc.name, got)
 		}
+	}
+	resp, err := http.Get(base + "/v1/executions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
+		t.Errorf("the API without a session: %d, want 401", resp.StatusCode)
 	}
 
 	signIn(t, ctx, d)
@@ -535,7 +551,7 @@ func TestDashboardAuth(t *testing.T) {
 	req, _ := http.NewRequest("GET", base+"/", nil)
 	req.Header.Set("Authorization", "Bearer "+d.Token())
 	req.Header.Set("Accept", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -545,16 +561,29 @@ func TestDashboardAuth(t *testing.T) {
 		t.Errorf("GET / as an API client = %d %s, want the API's JSON 404", resp.StatusCode, body)
 	}
 
-	// Signed out (the cookie gone), the page's next call gets a 401 and
-	// the page says what to do.
-	clear := chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
-		_, err := cdp.Call(ctx, tgt, network.ClearBrowserCookies, cdp.Empty{})
-		return err
-	})
-	do(t, ctx, 10*time.Second, "clear the cookies", clear)
+	// The session gone (a daemon restart), the page's next call gets a
+	// 401 and the page says what to do.
+	stale := strings.Repeat("x", 43)
+	eval[string](t, ctx, `localStorage.setItem('hearth_session', `+js(stale)+`) || ''`)
 	waitFor(t, ctx, 10*time.Second, "the sign-in banner", `!document.getElementById('banner').hidden && document.getElementById('banner').innerText.includes('/ui/?token=')`)
 	if got := eval[string](t, ctx, `document.getElementById('conn').innerText`); got != "disconnected" {
 		t.Errorf("connection indicator %q after a 401, want disconnected", got)
 	}
 	screenshot(t, ctx, "signed-out.png")
+
+	// Sign out: the session ends on the daemon, not just in the page.
+	signIn(t, ctx, d)
+	session := eval[string](t, ctx, `localStorage.getItem('hearth_session')`)
+	waitFor(t, ctx, 10*time.Second, "the sign-out button", `!document.getElementById('signout').hidden`)
+	do(t, ctx, 10*time.Second, "sign out", chromedp.Click(chromedp.CSS("#signout")))
+	waitFor(t, ctx, 10*time.Second, "signed out", `!localStorage.getItem('hearth_session') && !document.getElementById('banner').hidden`)
+	req, _ = http.NewRequest("GET", base+"/v1/executions", nil)
+	req.Header.Set("Authorization", "Bearer "+session)
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
+		t.Errorf("the session after signing out: %d, want 401", resp.StatusCode)
+	}
 }

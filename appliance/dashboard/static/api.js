@@ -1,6 +1,12 @@
 // The /v1 API of the same origin. Errors are the API's
-// {"error":{"code","message"}}, thrown as APIError; a 401 (the token
-// cookie is missing or stale on TCP) also shows the sign-in banner.
+// {"error":{"code","message"}}, thrown as APIError; a 401 (no session,
+// or a stale one, on TCP) also shows the sign-in banner.
+//
+// On TCP the page signs in by exchanging the API token (?token= in its
+// address) for a session id, kept in this origin's localStorage and sent
+// as a bearer token. Never a cookie: a browser sends a host's cookies to
+// every port of it, so a page served on another port of the same host
+// would be sent it; localStorage is this origin's alone.
 
 export class APIError extends Error {
   constructor(status, code, message) {
@@ -22,15 +28,66 @@ function report(ok, err) {
   for (const fn of listeners) fn(ok, err);
 }
 
+const sessionKey = 'hearth_session';
+
+// session is the id this browser signed in with, '' if none (the unix
+// socket needs none).
+export const session = () => localStorage.getItem(sessionKey) || '';
+
+// sessionQuery is "?session=ID" for an EventSource, which cannot send a
+// header; '' without a session.
+export const sessionQuery = () => (session() ? `?session=${encodeURIComponent(session())}` : '');
+
+// authFetch is fetch with the session as bearer token and no cookies.
+export function authFetch(path, init = {}) {
+  const headers = { ...(init.headers || {}) };
+  if (session()) headers.Authorization = `Bearer ${session()}`;
+  return fetch(path, { ...init, headers, credentials: 'omit' });
+}
+
+// signIn exchanges a ?token= in the page's address for a session; the
+// token leaves the address (and its history entry) first.
+export async function signIn() {
+  const params = new URLSearchParams(location.search);
+  const token = params.get('token');
+  if (token === null) return;
+  params.delete('token');
+  const rest = params.toString();
+  history.replaceState(null, '', location.pathname + (rest ? `?${rest}` : '') + location.hash);
+  try {
+    const resp = await fetch('/ui/session', {
+      method: 'POST', credentials: 'omit', headers: { 'Content-Type': 'application/json', Accept: 'application/json' },
+      body: JSON.stringify({ token }),
+    });
+    if (resp.ok) {
+      localStorage.setItem(sessionKey, (await resp.json()).session);
+      return;
+    }
+    report(false, new APIError(resp.status, 'unauthorized', 'the token in the address was refused'));
+  } catch (e) {
+    report(false, new APIError(0, 'unreachable', `the daemon did not answer (${e.message})`));
+  }
+}
+
+// signOut ends this browser's session.
+export async function signOut() {
+  try {
+    await authFetch('/ui/logout', { method: 'POST' });
+  } finally {
+    localStorage.removeItem(sessionKey);
+    report(false, new APIError(401, 'unauthorized', 'signed out'));
+  }
+}
+
 async function request(method, path, body) {
-  const init = { method, headers: { Accept: 'application/json' }, credentials: 'same-origin' };
+  const init = { method, headers: { Accept: 'application/json' } };
   if (body !== undefined) {
     init.headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);
   }
   let resp;
   try {
-    resp = await fetch(path, init);
+    resp = await authFetch(path, init);
   } catch (e) {
     const err = new APIError(0, 'unreachable', `the daemon did not answer (${e.message}): is hearth up running?`);
     report(false, err);

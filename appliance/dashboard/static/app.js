@@ -1,7 +1,7 @@
 // The dashboard's entry point: a hash router over the views, the
 // connection indicator and the sign-in banner.
 
-import { onStatus } from './api.js';
+import { onStatus, signIn, signOut, session } from './api.js';
 import { h, replace } from './dom.js';
 import * as executions from './views/executions.js';
 import * as execution from './views/execution.js';
@@ -52,5 +52,14 @@ onStatus((ok, err) => {
   }
 });
 
+const out = document.getElementById('signout');
+out.hidden = !session();
+out.addEventListener('click', async () => {
+  await signOut();
+  out.hidden = true;
+});
+
+await signIn();
+out.hidden = !session();
 window.addEventListener('hashchange', route);
 route();

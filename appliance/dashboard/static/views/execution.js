@@ -3,7 +3,7 @@
 // Events from the API, resumed with Last-Event-ID if the connection
 // drops).
 
-import { get, post, executionPath, outputURL } from '../api.js';
+import { get, post, executionPath, outputURL, authFetch, sessionQuery } from '../api.js';
 import { h, replace, badge, poll, errorBox } from '../dom.js';
 import { usd, turnsOf, spendOf, ranFor, terminal, bytes, count, when, oneLine } from '../format.js';
 import { renderEvent, attachResult } from './events.js';
@@ -51,7 +51,7 @@ export function mount(el, id) {
 // order; it closes the stream after the execution's final status, since
 // the server ends it there and EventSource would otherwise reconnect.
 function follow(v, onEvent) {
-  const es = new EventSource(`${executionPath(v.id)}/events`);
+  const es = new EventSource(`${executionPath(v.id)}/events${sessionQuery()}`);
   const handle = (msg) => {
     let ev;
     try {
@@ -186,7 +186,26 @@ async function loadOutputs(v) {
       h('td', {}, bytes(f.size)),
       h('td', {}, when(f.modified)),
       h('td', {}, h('button', { class: 'link open', onclick: () => openFile(v, f) }, 'open')),
-      h('td', {}, h('a', { class: 'download', href: outputURL(v.id, f.path), download: f.path.split('/').pop() }, 'download')))))));
+      h('td', {}, h('a', { class: 'download', href: '#', dataset: { url: outputURL(v.id, f.path) }, onclick: (e) => download(e, f) }, 'download')))))));
+}
+
+// download saves an output: fetched with the session (a plain link
+// would carry none), then handed to the browser as a blob.
+async function download(e, f) {
+  e.preventDefault();
+  const link = e.currentTarget;
+  try {
+    const resp = await authFetch(link.dataset.url);
+    if (!resp.ok) throw new Error(`${resp.status}: ${oneLine(await resp.text())}`);
+    // Typed as bytes whatever the file: a blob: URL is this origin's, and
+    // an agent's HTML opened from it would run with the session.
+    const url = URL.createObjectURL(new Blob([await resp.arrayBuffer()], { type: 'application/octet-stream' }));
+    const a = h('a', { href: url, download: f.path.split('/').pop() });
+    a.click();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+  } catch (err) {
+    link.replaceWith(errorBox(err));
+  }
 }
 
 const images = { png: 'image/png', jpg: 'image/jpeg', jpeg: 'image/jpeg', gif: 'image/gif', webp: 'image/webp', svg: 'image/svg+xml' };
@@ -204,7 +223,7 @@ async function openFile(v, f) {
     return;
   }
   try {
-    const resp = await fetch(outputURL(v.id, f.path), { credentials: 'same-origin' });
+    const resp = await authFetch(outputURL(v.id, f.path));
     if (!resp.ok) throw new Error(`${resp.status}: ${oneLine(await resp.text())}`);
     const type = images[f.path.split('.').pop().toLowerCase()];
     const body = type
