@@ -35,10 +35,13 @@ const attestTimeout = 3 * time.Minute
 
 // Attestation is what one tier's attestation found.
 type Attestation struct {
-	Tier   string        `json:"tier"`
-	OK     bool          `json:"ok"`
-	Checks []Check       `json:"checks"`
-	Took   time.Duration `json:"took_ns"`
+	Tier string `json:"tier"`
+	OK   bool   `json:"ok"`
+	// Skipped says why the tier was not attested: the host cannot run
+	// it (hearth doctor --isolation only).
+	Skipped string        `json:"skipped,omitempty"`
+	Checks  []Check       `json:"checks"`
+	Took    time.Duration `json:"took_ns"`
 }
 
 // Failed names the checks that failed, with what they saw.

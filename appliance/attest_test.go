@@ -2,11 +2,15 @@ package appliance
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"hearth/fs"
+	"hearth/image"
 	"hearth/vmm/jail"
+	"hearth/vmm/qemu"
 )
 
 // TestAttestIsolationJail attests the jail tier for real: a machine
@@ -38,5 +42,46 @@ func TestAttestIsolationJail(t *testing.T) {
 	}
 	if len(want) > 0 {
 		t.Errorf("checks not made: %v", want)
+	}
+}
+
+// TestAttestIsolationQEMU attests the qemu tier: a real VM under TCG
+// (what is under test is the attestation, not KVM; it takes about a
+// minute), the workspace over virtio-fs.
+func TestAttestIsolationQEMU(t *testing.T) {
+	cfg := agentConfig(t)
+	for _, tool := range []string{"qemu-system-x86_64", "mkfs.ext4", "apt-cache"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("the qemu tier needs %s", tool)
+		}
+	}
+	if _, err := os.Stat("/usr/lib/qemu/virtiofsd"); err != nil {
+		t.Skip("/usr/lib/qemu/virtiofsd missing: apt-get install qemu-system-common")
+	}
+	b, err := image.NewBuilder(filepath.Join(os.TempDir(), "hearth-test-vm-boot"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot, err := b.Boot(context.Background(), cfg.Sandbox.Agent)
+	if err != nil {
+		t.Fatalf("VM kernel and initramfs: %v", err)
+	}
+	d, err := qemu.New(qemu.Config{Dir: filepath.Join(cfg.StateDir, "qemu"), Kernel: boot.Kernel, Initramfs: boot.Initramfs, AllowTCG: true, NoKVM: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	store, err := fs.Open(fs.Options{Dir: filepath.Join(cfg.StateDir, "workspace")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	a := AttestIsolation(context.Background(), d, TierQEMU, cfg.Sandbox.Agent, filepath.Join(cfg.StateDir, "attest"), store)
+	for _, c := range a.Checks {
+		t.Logf("%s: ok=%v %s", c.Name, c.OK, c.Detail)
+	}
+	t.Logf("qemu attestation took %v", a.Took)
+	if !a.OK {
+		t.Fatalf("qemu attestation failed: %s", a.Failed())
 	}
 }
