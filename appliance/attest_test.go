@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"hearth/fs"
@@ -83,5 +84,24 @@ func TestAttestIsolationQEMU(t *testing.T) {
 	t.Logf("qemu attestation took %v", a.Took)
 	if !a.OK {
 		t.Fatalf("qemu attestation failed: %s", a.Failed())
+	}
+}
+
+// TestDaemonAttestsTier: a daemon attests its tier when it starts, and
+// hearth doctor shows the result.
+func TestDaemonAttestsTier(t *testing.T) {
+	cfg := agentConfig(t)
+	startSandboxDaemon(t, cfg)
+	var found bool
+	for _, c := range Doctor(cfg).Checks {
+		if c.Name == "isolation (jail)" {
+			found = true
+			if !c.OK || !strings.Contains(c.Detail, "attested when the daemon last started") {
+				t.Errorf("doctor's isolation check = %+v, want the jail attested", c)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("doctor after a daemon start shows no isolation check: %+v", Doctor(cfg).Checks)
 	}
 }

@@ -61,6 +61,13 @@ func Doctor(cfg Config) Diagnosis {
 	agent, agentErr := guestAgentPath(cfg)
 	add("guest agent", agentErr == nil, "%s", orOK(agentErr, agent))
 	add("images", true, "%s", imagesDetail(cfg))
+	for _, a := range lastAttestations(cfg.StateDir) {
+		detail := fmt.Sprintf("attested when the daemon last started, in %v", a.Took.Round(time.Millisecond))
+		if !a.OK {
+			detail = "failed when the daemon last started, so not used: " + a.Failed()
+		}
+		add("isolation ("+a.Tier+")", a.OK, "%s", detail)
+	}
 	want := cfg.Sandbox.Tier
 	last, haveLast := lastTierChoice(cfg.StateDir)
 	switch {
