@@ -55,6 +55,10 @@ func (a Attestation) Failed() string {
 	return strings.Join(bad, "; ")
 }
 
+// attestPids is the process limit of the probe's machine, checked from
+// inside a jail.
+const attestPids = 64
+
 // attestMemory is the memory limit of the probe's machine, checked from
 // the host (the jail's cgroup) or from inside (a VM's memory).
 const attestMemory = 256 << 20
@@ -88,7 +92,7 @@ func attest(ctx context.Context, d vmm.Driver, agent, dir string, store *fs.Stor
 		return err
 	}
 	defer os.RemoveAll(filepath.Join(dir, id))
-	spec := vmm.Spec{ID: id, RootFS: root, Memory: attestMemory, Pids: 64}
+	spec := vmm.Spec{ID: id, RootFS: root, Memory: attestMemory, Pids: attestPids}
 	other := ""
 	if store != nil {
 		view, otherID, cleanup, err := attestSessions(store, filepath.Join(dir, id, "view"), id)
@@ -104,6 +108,11 @@ func attest(ctx context.Context, d vmm.Driver, agent, dir string, store *fs.Stor
 	}
 	defer m.Destroy(context.Background())
 	args := []string{"--host-path", marker, "--host-path", dir}
+	if tier := a.Tier; tier == TierJail {
+		// A VM's processes live in its own kernel, bounded by its memory;
+		// a jail's share the host's, so its pids limit must hold.
+		args = append(args, "--pids", strconv.FormatInt(spec.Pids, 10))
+	}
 	if other != "" {
 		args = append(args, "--other-session", path.Join("/workspace/agents", other))
 	}

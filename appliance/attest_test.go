@@ -37,7 +37,7 @@ func TestAttestIsolationJail(t *testing.T) {
 		t.Fatalf("jail attestation failed: %s", a.Failed())
 	}
 	want := map[string]bool{"network": true, "host paths": true, "vsock": true, "seccomp": true,
-		"capabilities": true, "other session": true, "limits": true}
+		"capabilities": true, "other session": true, "limits": true, "pids": true}
 	for _, c := range a.Checks {
 		delete(want, c.Name)
 	}
@@ -47,8 +47,8 @@ func TestAttestIsolationJail(t *testing.T) {
 }
 
 // TestAttestIsolationQEMU attests the qemu tier: a real VM under TCG
-// (what is under test is the attestation, not KVM; it takes about a
-// minute), the workspace over virtio-fs.
+// (what is under test is the attestation, not KVM; it takes several
+// seconds), the workspace over virtio-fs.
 func TestAttestIsolationQEMU(t *testing.T) {
 	cfg := agentConfig(t)
 	for _, tool := range []string{"qemu-system-x86_64", "mkfs.ext4", "apt-cache"} {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -26,8 +27,13 @@ import (
 // AttestIsolation.)
 
 // attestArg, as the first argument, makes hearth-guest the probe:
-// hearth-guest --attest [--host-path P]... [--other-session DIR].
-const attestArg = "--attest"
+// hearth-guest --attest [--host-path P]... [--other-session DIR]
+// [--pids N]. attestIdleArg makes it one of the idle children the pids
+// check starts: it waits for its stdin to close.
+const (
+	attestArg     = "--attest"
+	attestIdleArg = "--attest-idle"
+)
 
 // AttestCheck is one result of the probe.
 type AttestCheck struct {
@@ -47,6 +53,10 @@ var forbiddenCaps = map[int]string{
 }
 
 func init() {
+	if len(os.Args) > 1 && os.Args[1] == attestIdleArg {
+		io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}
 	if len(os.Args) > 1 && os.Args[1] == attestArg {
 		if err := runAttest(os.Args[2:], os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "hearth-guest: attest:", err)
@@ -66,12 +76,16 @@ func runAttest(args []string, out io.Writer) error {
 	var hostPaths pathList
 	fl.Var(&hostPaths, "host-path", "a host path that must not be reachable (repeatable)")
 	other := fl.String("other-session", "", "another session's directory in the workspace: must be read-only, its .home hidden")
+	pids := fl.Int("pids", 0, "the machine's process limit: starting this many processes must fail")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
 	checks := []AttestCheck{attestNetwork(), attestHostPaths(hostPaths), attestVsock(), attestSeccomp(), attestCaps()}
 	if *other != "" {
 		checks = append(checks, attestOtherSession(*other))
+	}
+	if *pids > 0 {
+		checks = append(checks, attestPids(*pids))
 	}
 	checks = append(checks, attestMemory())
 	return json.NewEncoder(out).Encode(struct {
@@ -208,6 +222,40 @@ func attestMemory() AttestCheck {
 		return check("memory", err, "")
 	}
 	return check("memory", nil, strconv.FormatUint(si.Totalram*uint64(si.Unit), 10))
+}
+
+// attestPids starts idle children until the kernel refuses one: it must
+// refuse before limit of them run (this probe counts too).
+func attestPids(limit int) AttestCheck {
+	var kids []*exec.Cmd
+	var stdins []io.Closer
+	var err error
+	for len(kids) < limit+8 {
+		cmd := exec.Command("/proc/self/exe", attestIdleArg)
+		in, perr := cmd.StdinPipe()
+		if perr != nil {
+			err = perr
+			break
+		}
+		if err = cmd.Start(); err != nil {
+			in.Close()
+			break
+		}
+		kids, stdins = append(kids, cmd), append(stdins, in)
+	}
+	for _, in := range stdins {
+		in.Close()
+	}
+	for _, k := range kids {
+		k.Wait()
+	}
+	if err == nil {
+		return check("pids", fmt.Errorf("started %d processes under a limit of %d", len(kids), limit), "")
+	}
+	if len(kids) >= limit {
+		return check("pids", fmt.Errorf("started %d processes under a limit of %d before %v", len(kids), limit, err), "")
+	}
+	return check("pids", nil, fmt.Sprintf("the %dth process was refused (%v), limit %d", len(kids)+1, err, limit))
 }
 
 func procStatus() (map[string]string, error) {

@@ -20,7 +20,8 @@ func TestAttestUnconfined(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := runAttest([]string{"--host-path", marker, "--other-session", dir}, &out); err != nil {
+	// No process limit holds here: starting 8 children past 4 succeeds.
+	if err := runAttest([]string{"--host-path", marker, "--other-session", dir, "--pids", "4"}, &out); err != nil {
 		t.Fatal(err)
 	}
 	var res struct{ Checks []AttestCheck }
@@ -31,7 +32,7 @@ func TestAttestUnconfined(t *testing.T) {
 	for _, c := range res.Checks {
 		got[c.Name] = c.OK
 	}
-	for _, name := range []string{"host paths", "seccomp", "capabilities", "other session"} {
+	for _, name := range []string{"host paths", "seccomp", "capabilities", "other session", "pids"} {
 		if ok, found := got[name]; !found || ok {
 			t.Errorf("unconfined probe: %s ok = %v (reported: %v), want a failure", name, ok, found)
 		}
