@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"hearth/fs"
 	"hearth/image"
+	"hearth/vmm"
 	"hearth/vmm/jail"
 	"hearth/vmm/qemu"
 )
@@ -103,5 +105,49 @@ func TestDaemonAttestsTier(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("doctor after a daemon start shows no isolation check: %+v", Doctor(cfg).Checks)
+	}
+}
+
+// TestFailedTierNotUsed: a tier whose attestation fails (here a qemu
+// driver whose kernel is no kernel, so no machine of it ever answers) is
+// not used: auto falls back to an attested jail, a forced tier keeps the
+// daemon from starting.
+func TestFailedTierNotUsed(t *testing.T) {
+	cfg := agentConfig(t)
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("qemu-system-x86_64 not on PATH: apt-get install qemu-system-x86")
+	}
+	notKernel := filepath.Join(t.TempDir(), "not-a-kernel")
+	if err := os.WriteFile(notKernel, []byte("not a kernel\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	store, err := fs.Open(fs.Options{Dir: filepath.Join(cfg.StateDir, "workspace")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	broken := func() vmm.Driver {
+		d, err := qemu.New(qemu.Config{Dir: filepath.Join(cfg.StateDir, "qemu"), Kernel: notKernel, Initramfs: notKernel, AllowTCG: true, NoKVM: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	cfg.Sandbox.Tier = TierAuto
+	d, c, err := attestTier(cfg, broken(), tierChoice{Tier: TierQEMU}, cfg.Sandbox.Agent, store, testLogger(t))
+	if err != nil || d == nil || d.Name() != "jail" || c.Tier != TierJail || !strings.Contains(c.Why, "isolation attestation failed") {
+		t.Fatalf("auto with a failing qemu tier: %v, %+v, %v; want the jail, saying why", d, c, err)
+	}
+	closeDriver(d)
+	got := map[string]bool{}
+	for _, a := range lastAttestations(cfg.StateDir) {
+		got[a.Tier] = a.OK
+	}
+	if ok, found := got[TierQEMU]; !found || ok || !got[TierJail] {
+		t.Errorf("saved attestations %v, want qemu failed and jail passed", got)
+	}
+	cfg.Sandbox.Tier = TierQEMU
+	if d, _, err := attestTier(cfg, broken(), tierChoice{Tier: TierQEMU}, cfg.Sandbox.Agent, store, testLogger(t)); d != nil || !errors.Is(err, errTierUnavailable) || !errors.Is(err, errIsolationFailed) {
+		t.Errorf("forced qemu failing its attestation: %v, %v; want no driver and the daemon refused", d, err)
 	}
 }
