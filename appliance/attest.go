@@ -106,9 +106,13 @@ func attest(ctx context.Context, d vmm.Driver, agent, dir string, store *fs.Stor
 	if err != nil {
 		return fmt.Errorf("boot a machine: %w", err)
 	}
-	defer m.Destroy(context.Background())
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		m.Destroy(ctx)
+	}()
 	args := []string{"--host-path", marker, "--host-path", dir}
-	if tier := a.Tier; tier == TierJail {
+	if a.Tier == TierJail {
 		// A VM's processes live in its own kernel, bounded by its memory;
 		// a jail's share the host's, so its pids limit must hold.
 		args = append(args, "--pids", strconv.FormatInt(spec.Pids, 10))
