@@ -136,6 +136,9 @@ func (d *Daemon) open() error {
 	if d.images, err = newImageService(d.cfg.StateDir, d.log); err == nil {
 		var agent string
 		d.driver, agent, d.tier, d.driverErr = newDriver(d.cfg, d.images, d.log)
+		if d.driver != nil {
+			d.driver, d.tier, d.driverErr = attestTier(d.cfg, d.driver, d.tier, agent, store, d.log)
+		}
 		switch {
 		case errors.Is(d.driverErr, errTierUnavailable):
 			err = d.driverErr // the config asks for what this host cannot run

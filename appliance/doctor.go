@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,7 +12,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"hearth/fs"
 	"hearth/image"
+	"hearth/vmm"
+	"hearth/vmm/chv"
+	"hearth/vmm/jail"
 	"hearth/vmm/qemu"
 )
 
@@ -57,6 +62,13 @@ func Doctor(cfg Config) Diagnosis {
 	add("guest agent", agentErr == nil, "%s", orOK(agentErr, agent))
 	add("images", true, "%s", imagesDetail(cfg))
 	d.Checks = append(d.Checks, daemonStoreCheck(cfg))
+	for _, a := range lastAttestations(cfg.StateDir) {
+		detail := fmt.Sprintf("attested when the daemon last started, in %v", a.Took.Round(time.Millisecond))
+		if !a.OK {
+			detail = "failed when the daemon last started, so not used: " + a.Failed()
+		}
+		add("isolation ("+a.Tier+")", a.OK, "%s", detail)
+	}
 	want := cfg.Sandbox.Tier
 	last, haveLast := lastTierChoice(cfg.StateDir)
 	switch {
@@ -156,4 +168,82 @@ func orNone(s string) string {
 		return "unknown"
 	}
 	return s
+}
+
+// DoctorIsolation attests every tier this host can run (AttestIsolation),
+// each in a scratch state directory of its own so a running daemon is
+// not disturbed: the jail always, qemu when it is installed (under
+// software emulation only with sandbox.allow_tcg), chv when Cloud
+// Hypervisor is. The VM kernel comes from cfg's image cache. Needs root.
+func DoctorIsolation(ctx context.Context, cfg Config) ([]Attestation, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("doctor --isolation boots machines: run it as root")
+	}
+	agent, err := guestAgentPath(cfg)
+	if err != nil {
+		return nil, err
+	}
+	scratch, err := os.MkdirTemp("", "hearth-attest-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(scratch)
+	store, err := fs.Open(fs.Options{Dir: filepath.Join(scratch, "workspace")})
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	var out []Attestation
+	for _, tier := range []string{TierJail, TierQEMU, TierCHV} {
+		d, err := doctorDriver(ctx, cfg, tier, agent, filepath.Join(scratch, tier))
+		switch {
+		case d == nil && err == nil:
+			continue // not installed here
+		case err != nil:
+			out = append(out, Attestation{Tier: tier, Skipped: err.Error()})
+			continue
+		}
+		out = append(out, AttestIsolation(ctx, d, tier, agent, filepath.Join(scratch, tier, "attest"), store))
+		closeDriver(d)
+	}
+	return out, nil
+}
+
+// doctorDriver makes a driver of tier in dir, or nil if the host does
+// not have what it needs.
+func doctorDriver(ctx context.Context, cfg Config, tier, agent, dir string) (vmm.Driver, error) {
+	if tier == TierJail {
+		return jail.New(dir, agent)
+	}
+	if tier == TierCHV {
+		if _, err := exec.LookPath("cloud-hypervisor"); err != nil {
+			return nil, nil
+		}
+	} else if p := qemu.ProbeHost(ctx, qemu.Config{}); p.QEMU == "" || p.Virtiofsd == "" {
+		return nil, nil
+	}
+	b, err := image.NewBuilder(filepath.Join(cfg.StateDir, "images"), nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	boot, err := b.Boot(ctx, agent)
+	if err != nil {
+		return nil, fmt.Errorf("no VM kernel: %w", err)
+	}
+	if tier == TierCHV {
+		c := chv.DefaultConfig(dir)
+		c.Kernel, c.Initramfs = boot.Kernel, boot.Initramfs
+		if r := chv.Probe(ctx, c); !r.Usable {
+			return nil, errors.New(r.Reason)
+		}
+		return chv.New(c)
+	}
+	c := qemu.Config{Dir: dir, Kernel: boot.Kernel, Initramfs: boot.Initramfs, AllowTCG: cfg.Sandbox.AllowTCG}
+	if err := qemu.BootsWithKVM(ctx, c); err != nil {
+		if !cfg.Sandbox.AllowTCG {
+			return nil, fmt.Errorf("%v, and sandbox.allow_tcg is off", err)
+		}
+		c.NoKVM = true
+	}
+	return qemu.New(c)
 }

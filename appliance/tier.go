@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"hearth/fs"
 	"hearth/image"
 	"hearth/vmm"
 	"hearth/vmm/chv"
@@ -203,4 +204,71 @@ func lastTierChoice(stateDir string) (tierChoice, bool) {
 	var c tierChoice
 	b, err := os.ReadFile(filepath.Join(stateDir, "tier.json"))
 	return c, err == nil && json.Unmarshal(b, &c) == nil
+}
+
+// attestTier attests the tier newDriver picked (AttestIsolation) before
+// it runs anything. A tier that fails is not used: when auto picked a VM
+// tier the daemon falls back to the jail, attested in turn; a forced
+// tier that fails keeps the daemon from starting (errTierUnavailable);
+// a failed jail leaves the daemon without machines. Each result is kept
+// for hearth doctor.
+func attestTier(cfg Config, d vmm.Driver, c tierChoice, agent string, store *fs.Store, logger interface{ Printf(string, ...any) }) (vmm.Driver, tierChoice, error) {
+	a := attestDriver(cfg, d, c.Tier, agent, store, logger)
+	if a.OK {
+		return d, c, nil
+	}
+	closeDriver(d)
+	err := fmt.Errorf("%w: the %s tier: %s", errIsolationFailed, c.Tier, a.Failed())
+	if want := cfg.Sandbox.Tier; want != "" && want != TierAuto {
+		return nil, c, fmt.Errorf("%w: %w", errTierUnavailable, err)
+	}
+	if c.Tier == TierJail {
+		return nil, c, err
+	}
+	logger.Printf("machines: %v; falling back to the jail", err)
+	jd, jerr := jail.New(filepath.Join(cfg.StateDir, "jail"), agent)
+	if jerr != nil {
+		return nil, c, fmt.Errorf("%w; and the jail: %w", err, jerr)
+	}
+	jc := tierChoice{Tier: TierJail, Why: err.Error(), When: time.Now()}
+	if a := attestDriver(cfg, jd, TierJail, agent, store, logger); !a.OK {
+		jd.Close()
+		return nil, jc, fmt.Errorf("%w; and the jail: %s", err, a.Failed())
+	}
+	saveTierChoice(cfg.StateDir, jc)
+	return jd, jc, nil
+}
+
+func attestDriver(cfg Config, d vmm.Driver, tier, agent string, store *fs.Store, logger interface{ Printf(string, ...any) }) Attestation {
+	a := AttestIsolation(context.Background(), d, tier, agent, filepath.Join(cfg.StateDir, "attest"), store)
+	if a.OK {
+		logger.Printf("machines: the %s tier's isolation attested in %v", tier, a.Took.Round(time.Millisecond))
+	}
+	saveAttestation(cfg.StateDir, a)
+	return a
+}
+
+func closeDriver(d vmm.Driver) {
+	if c, ok := d.(interface{ Close() error }); ok {
+		c.Close()
+	}
+}
+
+// saveAttestation keeps a tier's last attestation for hearth doctor,
+// in <state>/isolation-<tier>.json.
+func saveAttestation(stateDir string, a Attestation) {
+	b, _ := json.MarshalIndent(a, "", "  ")
+	os.WriteFile(filepath.Join(stateDir, "isolation-"+a.Tier+".json"), append(b, '\n'), 0o600)
+}
+
+// lastAttestations are the attestations the daemon saved, by tier.
+func lastAttestations(stateDir string) []Attestation {
+	var out []Attestation
+	for _, tier := range []string{TierCHV, TierQEMU, TierJail} {
+		var a Attestation
+		if b, err := os.ReadFile(filepath.Join(stateDir, "isolation-"+tier+".json")); err == nil && json.Unmarshal(b, &a) == nil {
+			out = append(out, a)
+		}
+	}
+	return out
 }

@@ -8,6 +8,9 @@
 //
 // Usage: hearth-guest --channel fd:N|unix:PATH|dev:PATH|listen:PATH|listen-fd:N
 // [--jail-fd N] [--hostname NAME] [--root DIR]... [--uid N --gid N]
+//
+// Copied into a machine and run there with --attest, it is the probe that
+// attests the machine's isolation (attest_linux.go).
 package main
 
 import (

@@ -15,29 +15,49 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"unsafe"
 
 	"github.com/creack/pty"
+	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
 func TestSeccompFilterAssembles(t *testing.T) {
 	for _, pid1 := range []bool{true, false} {
-		raw, err := bpf.Assemble(seccompFilter(pid1))
+		prog, err := seccompFilter(pid1)
+		if err != nil {
+			t.Fatalf("seccompFilter(%v) = %v", pid1, err)
+		}
+		raw, err := bpf.Assemble(prog)
 		if err != nil {
 			t.Fatalf("Assemble(seccompFilter(%v)) = %v", pid1, err)
 		}
 		if len(raw) > unix.BPF_MAXINSNS {
 			t.Errorf("seccompFilter(%v) has %d instructions, want at most %d", pid1, len(raw), unix.BPF_MAXINSNS)
 		}
-		seen := map[uint32]string{}
-		for _, r := range seccompRules(pid1) {
-			if prev, ok := seen[r.nr]; ok {
-				t.Errorf("rules %s and %s both answer number %d: only the first would run", prev, r.name, r.nr)
+	}
+	allowed := map[string]bool{}
+	for _, name := range allowedSyscalls {
+		allowed[name] = true
+	}
+	for _, g := range deniedSyscalls {
+		for _, name := range g.calls {
+			if allowed[name] {
+				t.Errorf("%s is both allowed and denied (%s)", name, g.why)
 			}
-			seen[r.nr] = r.name
 		}
 	}
+}
+
+// nr is the x86_64 number of a system call by name.
+func nr(t *testing.T, name string) uint32 {
+	t.Helper()
+	n, ok := arch.X86_64.SyscallNames[name]
+	if !ok {
+		t.Fatalf("no x86_64 system call %q", name)
+	}
+	return uint32(n)
 }
 
 // seccompData lays out struct seccomp_data for bpf.VM, which loads words
@@ -57,7 +77,11 @@ func seccompData(arch, nr uint32, args ...uint64) []byte {
 
 func runFilter(t *testing.T, pid1 bool, in []byte) uint32 {
 	t.Helper()
-	vm, err := bpf.NewVM(seccompFilter(pid1))
+	prog, err := seccompFilter(pid1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := bpf.NewVM(prog)
 	if err != nil {
 		t.Fatalf("NewVM: %v", err)
 	}
@@ -72,9 +96,11 @@ func runFilter(t *testing.T, pid1 bool, in []byte) uint32 {
 // what the kernel test below cannot try safely or at all.
 func TestSeccompPolicy(t *testing.T) {
 	const (
-		allow = unix.SECCOMP_RET_ALLOW
-		eperm = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
-		kill  = unix.SECCOMP_RET_KILL_PROCESS
+		allow  = unix.SECCOMP_RET_ALLOW
+		eperm  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+		enosys = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
+		noafs  = unix.SECCOMP_RET_ERRNO | uint32(unix.EAFNOSUPPORT)
+		kill   = unix.SECCOMP_RET_KILL_PROCESS
 	)
 	x86 := uint32(unix.AUDIT_ARCH_X86_64)
 	fork := uint64(unix.SIGCHLD | unix.CLONE_VFORK | unix.CLONE_VM | unix.CLONE_PIDFD)
@@ -88,8 +114,8 @@ func TestSeccompPolicy(t *testing.T) {
 	}{
 		{"getpid", false, seccompData(x86, unix.SYS_GETPID), allow},
 		{"i386 getpid", false, seccompData(unix.AUDIT_ARCH_I386, 20), kill},
-		{"x32 getpid", false, seccompData(x86, x32SyscallBit|unix.SYS_GETPID), eperm},
-		{"x32 mount", false, seccompData(x86, x32SyscallBit|unix.SYS_MOUNT), eperm},
+		{"x32 getpid", false, seccompData(x86, x32SyscallBit|unix.SYS_GETPID), enosys},
+		{"x32 mount", false, seccompData(x86, x32SyscallBit|unix.SYS_MOUNT), enosys},
 		{"clone fork", false, seccompData(x86, unix.SYS_CLONE, fork), allow},
 		{"clone thread", false, seccompData(x86, unix.SYS_CLONE, thread), allow},
 		{"clone high bits only", false, seccompData(x86, unix.SYS_CLONE, fork|1<<40), allow},
@@ -97,7 +123,7 @@ func TestSeccompPolicy(t *testing.T) {
 		{"clone CLONE_NEWUSER", false, seccompData(x86, unix.SYS_CLONE, uint64(unix.SIGCHLD)|unix.CLONE_NEWUSER), eperm},
 		{"clone CLONE_NEWNET", false, seccompData(x86, unix.SYS_CLONE, fork|unix.CLONE_NEWNET), eperm},
 		{"clone CLONE_NEWCGROUP", false, seccompData(x86, unix.SYS_CLONE, fork|unix.CLONE_NEWCGROUP), eperm},
-		{"clone3", false, seccompData(x86, unix.SYS_CLONE3), unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
+		{"clone3", false, seccompData(x86, unix.SYS_CLONE3), enosys},
 		{"unshare CLONE_FS", false, seccompData(x86, unix.SYS_UNSHARE, unix.CLONE_FS|unix.CLONE_FILES), allow},
 		{"unshare CLONE_NEWUSER", false, seccompData(x86, unix.SYS_UNSHARE, unix.CLONE_NEWUSER), eperm},
 		{"unshare CLONE_NEWTIME", false, seccompData(x86, unix.SYS_UNSHARE, unix.CLONE_NEWTIME), eperm},
@@ -124,7 +150,24 @@ func TestSeccompPolicy(t *testing.T) {
 		{"execve", false, seccompData(x86, unix.SYS_EXECVE), allow},
 		{"wait4", false, seccompData(x86, unix.SYS_WAIT4), allow},
 		{"prctl", false, seccompData(x86, unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG), allow},
-		{"sethostname", false, seccompData(x86, unix.SYS_SETHOSTNAME), allow},
+		{"sethostname", false, seccompData(x86, unix.SYS_SETHOSTNAME), enosys},
+		{"an unlisted call", false, seccompData(x86, unix.SYS_FILE_GETATTR), enosys},
+		{"a number past the table", false, seccompData(x86, 4000), enosys},
+		{"arch_prctl", false, seccompData(x86, unix.SYS_ARCH_PRCTL, 0x1002), allow},
+		{"socket AF_UNIX", false, seccompData(x86, unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM), allow},
+		{"socket AF_INET", false, seccompData(x86, unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM), allow},
+		{"socket AF_INET6", false, seccompData(x86, unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_DGRAM), allow},
+		{"socket AF_NETLINK route", false, seccompData(x86, unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE), allow},
+		{"socket AF_NETLINK audit", false, seccompData(x86, unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_AUDIT), noafs},
+		{"socket AF_NETLINK uevent", false, seccompData(x86, unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_DGRAM, unix.NETLINK_KOBJECT_UEVENT), noafs},
+		{"socket AF_VSOCK", false, seccompData(x86, unix.SYS_SOCKET, unix.AF_VSOCK, unix.SOCK_STREAM), noafs},
+		// The kernel reads an int's low half only: this is AF_INET.
+		{"socket AF_INET with high bits", false, seccompData(x86, unix.SYS_SOCKET, 1<<32|unix.AF_INET, unix.SOCK_STREAM), allow},
+		{"socket AF_VSOCK with high bits", false, seccompData(x86, unix.SYS_SOCKET, 1<<32|unix.AF_VSOCK, unix.SOCK_STREAM), noafs},
+		{"socket AF_PACKET", false, seccompData(x86, unix.SYS_SOCKET, unix.AF_PACKET, unix.SOCK_RAW), noafs},
+		{"socket AF_ALG", false, seccompData(x86, unix.SYS_SOCKET, unix.AF_ALG, unix.SOCK_SEQPACKET), noafs},
+		{"socketpair AF_UNIX", false, seccompData(x86, unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_STREAM), allow},
+		{"socketpair AF_VSOCK", false, seccompData(x86, unix.SYS_SOCKETPAIR, unix.AF_VSOCK, unix.SOCK_STREAM), noafs},
 	}
 	for _, g := range deniedSyscalls {
 		for _, c := range g.calls {
@@ -133,7 +176,7 @@ func TestSeccompPolicy(t *testing.T) {
 				pid1 bool
 				in   []byte
 				want uint32
-			}{c.name, true, seccompData(x86, c.nr), eperm})
+			}{c, true, seccompData(x86, nr(t, c)), eperm})
 		}
 	}
 	for _, tc := range tests {
@@ -159,24 +202,9 @@ var seccompProbes = []struct {
 }{
 	{"mount tmpfs", "EPERM", "", probeMount},
 	{"unshare CLONE_NEWUSER", "EPERM", "", func() error { return unix.Unshare(unix.CLONE_NEWUSER) }},
-	{"setns", "EPERM", "", probeSetns},
 	{"clone CLONE_NEWNS", "EPERM", "", func() error { return runTrue(&syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNS}) }},
 	{"clone CLONE_NEWUSER", "EPERM", "", func() error { return runTrue(&syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER}) }},
-	{"clone3", "ENOSYS", "", func() error {
-		// A zero size makes an unconfined kernel fail with EINVAL rather
-		// than fork.
-		_, _, e := unix.RawSyscall(unix.SYS_CLONE3, 0, 0, 0)
-		return errnoOrNil(e)
-	}},
-	{"keyctl", "EPERM", "", func() error {
-		_, err := unix.KeyctlInt(unix.KEYCTL_GET_KEYRING_ID, unix.KEY_SPEC_SESSION_KEYRING, 0, 0, 0)
-		return err
-	}},
-	{"bpf", "EPERM", "", func() error {
-		_, _, e := unix.RawSyscall(unix.SYS_BPF, 0xffff, 0, 0) // an unknown command: EINVAL unconfined
-		return errnoOrNil(e)
-	}},
-	{"x32 getpid", "EPERM", "", func() error {
+	{"x32 getpid", "ENOSYS", "", func() error {
 		_, _, e := unix.RawSyscall(x32SyscallBit|unix.SYS_GETPID, 0, 0, 0)
 		return errnoOrNil(e)
 	}},
@@ -215,6 +243,111 @@ var seccompProbes = []struct {
 		return nil
 	}},
 	{"every thread filtered", "ok", "", probeThreads},
+	{"socket AF_INET", "ok", "", probeSocket(unix.AF_INET, unix.SOCK_STREAM, 0)},
+	{"socket AF_INET6", "ok", "", probeSocket(unix.AF_INET6, unix.SOCK_DGRAM, 0)},
+	{"socket AF_NETLINK route", "ok", "", probeSocket(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE)},
+	{"network interfaces", "ok", "", func() error { _, err := net.Interfaces(); return err }},
+	{"socketpair AF_UNIX", "ok", "", func() error {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+		if err == nil {
+			unix.Close(fds[0])
+			unix.Close(fds[1])
+		}
+		return err
+	}},
+	// A call the filter's lists do not know answers ENOSYS, as on an
+	// older kernel (unconfined: EBADF).
+	{"file_getattr", "ENOSYS", "", rawProbe(unix.SYS_FILE_GETATTR, ^uintptr(0), 0, 0, 0, 0, 0)},
+}
+
+// hostileProbes are attacks from inside a machine (TestHostileSyscalls):
+// each must fail with the filter's answer. Unconfined, as root, every one
+// of them succeeds or fails otherwise.
+var hostileProbes = []struct {
+	name           string
+	want, wantPID1 string
+	run            func() error
+}{
+	// vsock is not namespaced: a jail could bind or reach the host's
+	// ports.
+	{"socket AF_VSOCK", "EAFNOSUPPORT", "", probeSocket(unix.AF_VSOCK, unix.SOCK_STREAM, 0)},
+	{"socket AF_PACKET", "EAFNOSUPPORT", "", probeSocket(unix.AF_PACKET, unix.SOCK_RAW, 0x0300)},
+	{"socket AF_BLUETOOTH", "EAFNOSUPPORT", "", probeSocket(unix.AF_BLUETOOTH, unix.SOCK_RAW, 1)},
+	{"socket AF_ALG", "EAFNOSUPPORT", "", probeSocket(unix.AF_ALG, unix.SOCK_SEQPACKET, 0)},
+	{"socket AF_KEY", "EAFNOSUPPORT", "", probeSocket(unix.AF_KEY, unix.SOCK_RAW, 2)},
+	{"socket AF_XDP", "EAFNOSUPPORT", "", probeSocket(unix.AF_XDP, unix.SOCK_RAW, 0)},
+	{"socket AF_NETLINK audit", "EAFNOSUPPORT", "", probeSocket(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_AUDIT)},
+	{"socket AF_NETLINK uevent", "EAFNOSUPPORT", "", probeSocket(unix.AF_NETLINK, unix.SOCK_DGRAM, unix.NETLINK_KOBJECT_UEVENT)},
+	{"socket AF_NETLINK netfilter", "EAFNOSUPPORT", "", probeSocket(unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_NETFILTER)},
+	{"kcmp", "EPERM", "", func() error {
+		pid := uintptr(unix.Getpid())
+		return rawProbe(unix.SYS_KCMP, pid, pid, 0 /* KCMP_FILE */, 0, 0, 0)()
+	}},
+	{"pidfd_getfd", "EPERM", "", func() error {
+		pidfd, err := unix.PidfdOpen(unix.Getpid(), 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(pidfd)
+		fd, err := unix.PidfdGetfd(pidfd, 0, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return err
+	}},
+	{"process_madvise", "EPERM", "", func() error {
+		pidfd, err := unix.PidfdOpen(unix.Getpid(), 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(pidfd)
+		return rawProbe(unix.SYS_PROCESS_MADVISE, uintptr(pidfd), 0, 0, unix.MADV_COLD, 0, 0)()
+	}},
+	{"mbind", "EPERM", "", rawProbe(unix.SYS_MBIND, 0, 0, 0 /* MPOL_DEFAULT */, 0, 0, 0)},
+	{"set_mempolicy", "EPERM", "", rawProbe(unix.SYS_SET_MEMPOLICY, 0 /* MPOL_DEFAULT */, 0, 0, 0, 0, 0)},
+	{"move_pages", "EPERM", "", rawProbe(unix.SYS_MOVE_PAGES, 0, 0, 0, 0, 0, 0)},
+	{"migrate_pages", "EPERM", "", rawProbe(unix.SYS_MIGRATE_PAGES, 0, 0, 0, 0, 0, 0)},
+	{"sysfs", "EPERM", "", rawProbe(unix.SYS_SYSFS, 3, 0, 0, 0, 0, 0)},
+	{"ustat", "EPERM", "", func() error {
+		var st unix.Stat_t
+		if err := unix.Stat("/", &st); err != nil {
+			return err
+		}
+		var buf [64]byte
+		return rawProbe(unix.SYS_USTAT, uintptr(st.Dev), uintptr(unsafe.Pointer(&buf[0])), 0, 0, 0, 0)()
+	}},
+	{"mount", "EPERM", "", probeMount},
+	{"bpf", "EPERM", "", rawProbe(unix.SYS_BPF, 0xffff, 0, 0, 0, 0, 0)},
+	{"keyctl", "EPERM", "", func() error {
+		_, err := unix.KeyctlInt(unix.KEYCTL_GET_KEYRING_ID, unix.KEY_SPEC_SESSION_KEYRING, 0, 0, 0)
+		return err
+	}},
+	{"userfaultfd", "EPERM", "", rawProbe(unix.SYS_USERFAULTFD, unix.O_CLOEXEC, 0, 0, 0, 0, 0)},
+	{"io_uring_setup", "EPERM", "", rawProbe(unix.SYS_IO_URING_SETUP, 1, 0, 0, 0, 0, 0)},
+	{"open_by_handle_at", "EPERM", "", rawProbe(unix.SYS_OPEN_BY_HANDLE_AT, ^uintptr(0), 0, 0, 0, 0, 0)},
+	{"setns", "EPERM", "", probeSetns},
+	{"unshare CLONE_NEWNET", "EPERM", "", func() error { return unix.Unshare(unix.CLONE_NEWNET) }},
+	{"clone3", "ENOSYS", "", rawProbe(unix.SYS_CLONE3, 0, 0, 0, 0, 0, 0)},
+	{"modify_ldt", "ENOSYS", "", rawProbe(unix.SYS_MODIFY_LDT, 0, 0, 0, 0, 0, 0)},
+}
+
+// rawProbe makes a call with the arguments given, which should make it
+// harmless if it gets through.
+func rawProbe(nr uintptr, a ...uintptr) func() error {
+	return func() error {
+		_, _, e := unix.RawSyscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5])
+		return errnoOrNil(e)
+	}
+}
+
+func probeSocket(family, typ, proto int) func() error {
+	return func() error {
+		fd, err := unix.Socket(family, typ|unix.SOCK_CLOEXEC, proto)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return err
+	}
 }
 
 func errnoOrNil(e syscall.Errno) error {
@@ -347,7 +480,7 @@ func TestSeccompChild(t *testing.T) {
 	if err := applySeccomp(); err != nil {
 		t.Fatalf("applySeccomp() = %v", err)
 	}
-	for _, p := range seccompProbes {
+	for _, p := range append(seccompProbes, hostileProbes...) {
 		fmt.Printf("probe\t%s\t%s\n", p.name, probeResult(p.run()))
 	}
 }
@@ -369,7 +502,27 @@ func setNoNewPrivs(t *testing.T) {
 	}
 }
 
-func TestSeccompInKernel(t *testing.T) {
+// TestHostileSyscalls performs, under the filter, attacks a machine's
+// workload could try, and fails if any gets through.
+func TestHostileSyscalls(t *testing.T) {
+	requireSeccompChild(t)
+	for _, mode := range []struct {
+		name string
+		pid1 bool
+	}{{"as PID 1", true}, {"not PID 1", false}} {
+		t.Run(mode.name, func(t *testing.T) {
+			got := runSeccompChild(t, mode.pid1)
+			for _, p := range hostileProbes {
+				if got[p.name] != p.want {
+					t.Errorf("attack %q = %q, want %q", p.name, got[p.name], p.want)
+				}
+			}
+		})
+	}
+}
+
+func requireSeccompChild(t *testing.T) {
+	t.Helper()
 	if runtime.GOARCH != "amd64" {
 		t.Skipf("the filter's table is for linux/amd64, not linux/%s", runtime.GOARCH)
 	}
@@ -379,6 +532,10 @@ func TestSeccompInKernel(t *testing.T) {
 	if _, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err != nil {
 		t.Skipf("kernel without seccomp: prctl(PR_GET_SECCOMP) = %v", err)
 	}
+}
+
+func TestSeccompInKernel(t *testing.T) {
+	requireSeccompChild(t)
 	canBoot := hasCapability(t, unix.CAP_SYS_BOOT)
 	for _, mode := range []struct {
 		name string
@@ -426,8 +583,8 @@ func runSeccompChild(t *testing.T, pid1 bool) map[string]string {
 			got[f[1]] = f[2]
 		}
 	}
-	if len(got) != len(seccompProbes) {
-		t.Fatalf("child reported %d probes, want %d; output:\n%s", len(got), len(seccompProbes), out)
+	if want := len(seccompProbes) + len(hostileProbes); len(got) != want {
+		t.Fatalf("child reported %d probes, want %d; output:\n%s", len(got), want, out)
 	}
 	return got
 }

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"hearth/appliance"
 )
@@ -15,6 +18,7 @@ func cmdDoctor(args []string, stdout io.Writer) error {
 	fl := flag.NewFlagSet("doctor", flag.ContinueOnError)
 	config := fl.String("config", "", "config file")
 	asJSON := fl.Bool("json", false, "print JSON")
+	isolation := fl.Bool("isolation", false, "also boot a machine of every tier this host can run and check its isolation from inside (needs root; QEMU under software emulation takes a while)")
 	if _, err := parseFlags(fl, args); err != nil {
 		return err
 	}
@@ -23,7 +27,19 @@ func cmdDoctor(args []string, stdout io.Writer) error {
 		return err
 	}
 	d := appliance.Doctor(cfg)
+	var atts []appliance.Attestation
+	if *isolation {
+		if atts, err = appliance.DoctorIsolation(context.Background(), cfg); err != nil {
+			return err
+		}
+	}
 	if *asJSON {
+		if *isolation {
+			return printJSON(stdout, struct {
+				appliance.Diagnosis
+				Isolation []appliance.Attestation `json:"isolation"`
+			}{d, atts})
+		}
 		return printJSON(stdout, d)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
@@ -36,5 +52,39 @@ func cmdDoctor(args []string, stdout io.Writer) error {
 	}
 	tw.Flush()
 	fmt.Fprintf(stdout, "\ntier: %s (%s)\n", d.Tier, d.Why)
+	if *isolation {
+		return printIsolation(stdout, atts)
+	}
+	return nil
+}
+
+// printIsolation shows each tier's attestation and fails if one failed:
+// the daemon would not use that tier.
+func printIsolation(w io.Writer, atts []appliance.Attestation) error {
+	var failed []string
+	for _, a := range atts {
+		if a.Skipped != "" {
+			fmt.Fprintf(w, "\nisolation of the %s tier: not runnable here: %s\n", a.Tier, a.Skipped)
+			continue
+		}
+		verdict := "isolated"
+		if !a.OK {
+			verdict = "NOT USABLE"
+			failed = append(failed, a.Tier)
+		}
+		fmt.Fprintf(w, "\nisolation of the %s tier: %s (%v)\n", a.Tier, verdict, a.Took.Round(time.Millisecond))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, c := range a.Checks {
+			mark := "ok"
+			if !c.OK {
+				mark = "FAILED"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", c.Name, mark, c.Detail)
+		}
+		tw.Flush()
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("isolation check failed for the %s tier: the daemon will not use it", strings.Join(failed, ", "))
+	}
 	return nil
 }

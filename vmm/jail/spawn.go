@@ -56,6 +56,7 @@ func (m *machine) spawn() (*agentProc, error) {
 		"--exe-fd", "5", "--hostname", hostname, "--root", "/",
 		"--uid", strconv.FormatUint(uint64(spec.UID), 10), "--gid", strconv.FormatUint(uint64(spec.GID), 10)}}
 	cmd.ExtraFiles = []*os.File{ctrlChild, ln, exe}
+	cmd.Env = agentEnv
 	cmd.Stdout, cmd.Stderr = logf, logf
 	idmap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: IDBase, Size: IDCount}}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -83,6 +84,13 @@ func (m *machine) spawn() (*agentProc, error) {
 	}()
 	return p, nil
 }
+
+// agentEnv is the whole environment of a machine's PID 1. The daemon's
+// own environment holds secrets (the provider's API key among them) and
+// must never reach a machine, so nothing of it is passed on: the agent
+// needs no variable, and gives the processes it starts an environment of
+// its own (guest.ServerOptions.BaseEnv).
+var agentEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/", "TERM=dumb"}
 
 // configure puts the waiting agent in its cgroups, then sends it its jail
 // config with the mounts it needs.
