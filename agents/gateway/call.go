@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -107,6 +108,14 @@ func (c *call) finish(err error) {
 		if c.status >= 400 {
 			usage = Usage{} // an error answer costs nothing
 		}
+		// A message that started but did not end was cut: it is metered
+		// from what was delivered, and says so.
+		cut := c.status < 400 && c.m.id != "" && !c.m.stopped
+		estimated := cut && !c.m.final
+		if estimated {
+			usage.OutputTokens = c.m.estimatedOutput()
+			msg = join(msg, fmt.Sprintf("output tokens estimated from what was delivered (%d content deltas, %d bytes)", c.m.deltas, c.m.content))
+		}
 		dup := c.m.id != "" && c.ex.markSeen(c.m.id)
 		if dup {
 			usage = Usage{}
@@ -130,7 +139,7 @@ func (c *call) finish(err error) {
 			InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens,
 			CacheReadTokens: usage.CacheReadTokens, CacheCreationTokens: usage.CacheCreationTokens,
 			USD: usd, LatencyMS: time.Since(c.start).Milliseconds(),
-			Status: status, Error: msg, Duplicate: dup,
+			Status: status, Error: msg, Duplicate: dup, Cut: cut, OutputEstimated: estimated,
 		})
 	})
 }
@@ -169,8 +178,8 @@ func (c *call) outcome(err error) (status int, msg string) {
 }
 
 func join(msg, detail string) string {
-	if detail == "" {
-		return msg
+	if detail == "" || msg == "" {
+		return msg + detail
 	}
 	return msg + ": " + detail
 }

@@ -21,6 +21,14 @@ type ModelCallPayload struct {
 	// Duplicate says the message id was metered before: usage counts
 	// once per message id, so this call's tokens are zero.
 	Duplicate bool `json:"duplicate,omitempty"`
+	// Cut says the message started but its answer ended before the
+	// message did (the provider or the agent broke off): it is metered
+	// from what was delivered.
+	Cut bool `json:"cut,omitempty"`
+	// OutputEstimated says the final usage never came, so OutputTokens
+	// is an estimate from the content delivered (see Error for the
+	// figures it is based on), never below what the provider reported.
+	OutputEstimated bool `json:"output_estimated,omitempty"`
 }
 
 // BudgetPayload is the payload of a budget event.

@@ -88,3 +88,35 @@ func TestMeterJSON(t *testing.T) {
 		t.Errorf("error body: %+v", m)
 	}
 }
+
+// TestMeterCutEstimate: a stream cut after a hundred deltas but before
+// message_delta is metered from the deltas, not from message_start's
+// placeholder output count of 1.
+func TestMeterCutEstimate(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(sampleSSE[:strings.Index(sampleSSE, "event: content_block_delta")])
+	b.WriteString("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"\"}}\n\n")
+	for range 101 {
+		b.WriteString("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"wo\"}}\n\n")
+	}
+	m := meter{kind: kindSSE}
+	m.write([]byte(b.String()))
+	m.end()
+	if m.final || m.stopped || m.deltas != 101 || m.content != 202 || m.usage.OutputTokens != 1 {
+		t.Fatalf("meter after the cut: final %v stopped %v deltas %d content %d usage %+v", m.final, m.stopped, m.deltas, m.content, m.usage)
+	}
+	if got := m.estimatedOutput(); got != 101 {
+		t.Errorf("estimated output %d, want 101 (one per delta with content; 202 bytes are only 51 at 4 a token)", got)
+	}
+	m.content = 4000
+	if got := m.estimatedOutput(); got != 1000 {
+		t.Errorf("estimated output of 4000 bytes in 101 deltas: %d, want 1000", got)
+	}
+
+	m = meter{kind: kindSSE}
+	m.write([]byte(sampleSSE))
+	m.end()
+	if !m.final || m.usage.OutputTokens != 25 || m.deltas != 1 {
+		t.Errorf("whole stream: final %v usage %+v deltas %d", m.final, m.usage, m.deltas)
+	}
+}
