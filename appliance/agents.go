@@ -48,6 +48,7 @@ type agentService struct {
 	runner      *agents.Runner
 	unavailable error
 
+	gw     *gateway.Gateway
 	gwSrv  *http.Server
 	gwSock string
 	egress *egress.Proxy
@@ -174,6 +175,7 @@ func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gatewa
 	if err != nil {
 		return err
 	}
+	a.gw = gw
 	if a.gwSrv, err = a.serveUnix("model gateway", a.gwSock, gw); err != nil {
 		return err
 	}
@@ -490,6 +492,7 @@ func (a *agentService) Close() {
 		}
 	}
 	if n := a.running(); n > 0 && a.cfg.Agents.OnShutdown == OnShutdownLeave && a.runner != nil {
+		a.drainGateway()
 		a.log.Printf("agents: leaving %d running execution(s) in their machines; the next start takes them up", n)
 		a.runner.Detach()
 		a.waitRuns()
@@ -511,8 +514,39 @@ func (a *agentService) Close() {
 	}
 }
 
-// Hurry ends the wait of a Close under on_shutdown = "finish": the
-// executions still running are stopped at once.
+// leaveDrain bounds how long a daemon leaving its executions running
+// waits for their model calls in flight; a second signal (Hurry) ends it
+// sooner.
+const leaveDrain = 5 * time.Minute
+
+// drainGateway lets the model calls in flight finish, before a daemon
+// leaves its executions running: their answers reach the agents whole
+// and are metered, while new calls are answered with a retryable 529
+// (the agents retry into the next daemon). Cutting them instead would
+// fail the agent's call and lose the metering of what it was sent.
+func (a *agentService) drainGateway() {
+	ctx, cancel := context.WithTimeout(context.Background(), leaveDrain)
+	defer cancel()
+	go func() {
+		select {
+		case <-a.hurry:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	t0 := time.Now()
+	if err := a.gw.Drain(ctx); err != nil {
+		a.log.Printf("agents: model calls in flight did not finish, they are cut: %v", err)
+		return
+	}
+	if took := time.Since(t0); took > time.Second {
+		a.log.Printf("agents: waited %v for the model calls in flight to finish", took.Round(time.Millisecond))
+	}
+}
+
+// Hurry ends the wait of a Close under on_shutdown = "finish" (the
+// executions still running are stopped at once) or "leave" (model calls
+// still in flight are cut).
 func (a *agentService) Hurry() { a.hurryOnce.Do(func() { close(a.hurry) }) }
 
 // running counts the executions this daemon runs.

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -71,14 +72,17 @@ type Execution struct {
 }
 
 // Gateway is the metering proxy, an http.Handler. It is safe for
-// concurrent use; it starts no goroutines of its own.
+// concurrent use; it starts no goroutines of its own but the one Drain
+// waits with.
 type Gateway struct {
 	cfg      Config
 	upstream *url.URL
 	proxy    *httputil.ReverseProxy
 
-	mu    sync.RWMutex
-	execs map[string]*execution // by token
+	mu       sync.RWMutex
+	execs    map[string]*execution // by token
+	draining bool                  // Drain was called: new requests are refused
+	inflight sync.WaitGroup        // requests being served; Add only while !draining
 }
 
 // execution is a registered Execution and its gateway-side state.
@@ -172,6 +176,11 @@ func (g *Gateway) lookup(h http.Header) *execution {
 // /v1/messages/count_tokens (free: forwarded only); any other path is
 // answered 404, as the API does, without reaching the provider.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !g.enter() {
+		refuseDraining(w)
+		return
+	}
+	defer g.inflight.Done()
 	metered := r.URL.Path == "/v1/messages"
 	if !metered && r.URL.Path != "/v1/messages/count_tokens" {
 		writeAPIError(w, http.StatusNotFound, "not_found_error", "Not Found")
@@ -204,6 +213,11 @@ func (g *Gateway) serveMessages(w http.ResponseWriter, r *http.Request, ex *exec
 	case ex.slot <- struct{}{}:
 	case <-r.Context().Done():
 		return // the agent gave up waiting
+	}
+	if g.isDraining() { // it waited for a call that the drain let finish
+		<-ex.slot
+		refuseDraining(w)
+		return
 	}
 	c := &call{g: g, ex: ex, ctx: r.Context(), model: model, price: price, start: time.Now()}
 	defer c.finish(errNoResponse) // if nothing else finished it
@@ -309,6 +323,58 @@ func fmtAmount(limit string, v float64) string {
 		return fmt.Sprintf("$%.4f", v)
 	}
 	return fmt.Sprintf("%g", v)
+}
+
+// DrainRetryAfter is the Retry-After, in seconds, of the answer to a
+// request refused while the gateway drains.
+const DrainRetryAfter = 5
+
+// Drain stops the gateway taking requests and waits, until ctx ends, for
+// the ones in flight to finish: their answers reach the agent whole and
+// are metered. A request that arrives from now on is answered 529
+// overloaded_error with Retry-After and x-should-retry: true, which the
+// Anthropic SDKs and Claude Code retry, so an agent whose daemon stops
+// (leaving it running) retries into the next daemon's gateway rather
+// than failing. Drain returns ctx's error, with the count still in
+// flight, if they did not finish in time. There is no undrain: a drained
+// gateway is one whose daemon is stopping.
+func (g *Gateway) Drain(ctx context.Context) error {
+	g.mu.Lock()
+	g.draining = true
+	g.mu.Unlock()
+	done := make(chan struct{})
+	go func() { g.inflight.Wait(); close(done) }() // no Add after draining is set: see enter
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("gateway: drain: calls still in flight: %w", ctx.Err())
+	}
+}
+
+// enter counts a request in, unless the gateway drains.
+func (g *Gateway) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.draining {
+		return false
+	}
+	g.inflight.Add(1)
+	return true
+}
+
+func (g *Gateway) isDraining() bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.draining
+}
+
+// refuseDraining answers a request that came while the gateway drains,
+// in the shape of the API's own overload answer, asking for a retry.
+func refuseDraining(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", strconv.Itoa(DrainRetryAfter))
+	w.Header().Set("x-should-retry", "true")
+	writeAPIError(w, 529, "overloaded_error", "model gateway: the daemon is restarting; retry shortly")
 }
 
 // rewrite aims a request at the upstream and swaps the token for the
