@@ -78,8 +78,11 @@ func (ru *run) connect(ctx context.Context, gc *guest.Client) (listen, proxy, to
 	if cfg.Credits {
 		budget = ledgerBudget{ru.budget, cfg.Store, ru.exec.ID}
 	}
-	token = cfg.Gateway.Register(gateway.Execution{Session: ru.exec.Session, ID: ru.exec.ID, Budget: budget, Token: ru.r.token("gateway", ru.exec.ID)})
-	gc.Serve("gateway", cfg.GatewayDial)
+	// The token is admitted only through this machine's channel: one
+	// that leaks from its outputs cannot be spent from another machine.
+	token = cfg.Gateway.Register(gateway.Execution{Session: ru.exec.Session, ID: ru.exec.ID, Budget: budget,
+		Token: ru.r.token("gateway", ru.exec.ID), Channel: ru.exec.ID})
+	gc.Serve("gateway", gateway.DialChannel(cfg.GatewayDial, ru.exec.ID))
 	listen = "127.0.0.1:" + strconv.Itoa(cfg.GatewayPort)
 	if _, err := gc.Forward(ctx, listen, "gateway"); err != nil {
 		cfg.Gateway.Unregister(token)

@@ -176,13 +176,13 @@ func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gatewa
 		return err
 	}
 	a.gw = gw
-	if a.gwSrv, err = a.serveUnix("model gateway", a.gwSock, gw); err != nil {
+	if a.gwSrv, err = a.serveUnix("model gateway", a.gwSock, gw, true); err != nil {
 		return err
 	}
 	// Each agent reaches only the domains its definition's network list
 	// names; with an empty list it has no network at all.
 	a.egress = egress.New(egress.Config{OnEvent: func(ev evstream.Event) { a.runner.Event(ev) }})
-	if a.egSrv, err = a.serveUnix("egress proxy", a.egSock, a.egress); err != nil {
+	if a.egSrv, err = a.serveUnix("egress proxy", a.egSock, a.egress, false); err != nil {
 		return err
 	}
 	dial := func(sock string) func(ctx context.Context) (net.Conn, error) {
@@ -205,8 +205,10 @@ func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gatewa
 	return nil
 }
 
-// serveUnix serves h on a unix socket only root can reach, until Close.
-func (a *agentService) serveUnix(what, sock string, h http.Handler) (*http.Server, error) {
+// serveUnix serves h on a unix socket only root can reach, until Close;
+// channels: to connections that name the machine channel they come
+// through (the gateway's, see gateway.DialChannel).
+func (a *agentService) serveUnix(what, sock string, h http.Handler, channels bool) (*http.Server, error) {
 	os.Remove(sock) // left by a daemon that died
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -214,6 +216,9 @@ func (a *agentService) serveUnix(what, sock string, h http.Handler) (*http.Serve
 	}
 	os.Chmod(sock, 0o600)
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
+	if channels {
+		ln, srv.ConnContext = gateway.Listener(ln), gateway.ConnContext
+	}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()

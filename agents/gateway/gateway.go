@@ -69,6 +69,9 @@ type Execution struct {
 	// Token, if set, is the token to admit: an execution re-attached after
 	// a daemon restart keeps the one its agent holds. Empty: a new one.
 	Token string
+	// Channel, if set, is the only channel (see DialChannel) the token is
+	// admitted on: that of the execution's machine.
+	Channel string
 }
 
 // Gateway is the metering proxy, an http.Handler. It is safe for
@@ -159,7 +162,22 @@ func (g *Gateway) Unregister(token string) {
 	g.mu.Unlock()
 }
 
-func (g *Gateway) lookup(h http.Header) *execution {
+// lookup finds the execution whose token r carries, admitted on the
+// channel r came through.
+func (g *Gateway) lookup(r *http.Request) *execution {
+	ex := g.byToken(r.Header)
+	if ex == nil || ex.Channel == "" {
+		return ex
+	}
+	if ch := channelOf(r.Context()); ch != ex.Channel {
+		g.emit(ex, stream.Error, errorPayload{Message: fmt.Sprintf(
+			"a model call with this execution's gateway token came through another channel (%q) and was refused: the token may have leaked", ch)})
+		return nil
+	}
+	return ex
+}
+
+func (g *Gateway) byToken(h http.Header) *execution {
 	token := h.Get("x-api-key")
 	if token == "" {
 		token, _ = strings.CutPrefix(h.Get("Authorization"), "Bearer ")
@@ -186,7 +204,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusNotFound, "not_found_error", "Not Found")
 		return
 	}
-	ex := g.lookup(r.Header)
+	ex := g.lookup(r)
 	if ex == nil {
 		writeAPIError(w, http.StatusUnauthorized, "authentication_error", "invalid x-api-key: not a token of a running execution")
 		return
