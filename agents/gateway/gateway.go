@@ -47,6 +47,12 @@ type Config struct {
 	// OnEvent receives model_call, budget and error events. It is called
 	// from request goroutines, possibly concurrently, and should not block.
 	OnEvent func(stream.Event)
+	// Record, if set, stores model_call records durably (see
+	// ModelCallPayload): a call whose start cannot be recorded is refused
+	// with a retryable 529, so none is served unrecorded. Those records
+	// then do not go to OnEvent, unless a finish cannot be recorded (it
+	// was served: OnEvent gets it, and an error event says so).
+	Record func(stream.Event) error
 	// WrapUp is the instruction added at 90%; empty means DefaultWrapUp.
 	WrapUp string
 	// Transport reaches the upstream; nil means a clone of
@@ -237,7 +243,7 @@ func (g *Gateway) serveMessages(w http.ResponseWriter, r *http.Request, ex *exec
 		refuseDraining(w)
 		return
 	}
-	c := &call{g: g, ex: ex, ctx: r.Context(), model: model, price: price, start: time.Now()}
+	c := &call{g: g, ex: ex, ctx: r.Context(), model: model, price: price, start: time.Now(), id: "call_" + rand.Text()[:16]}
 	defer c.finish(errNoResponse) // if nothing else finished it
 	d := ex.Budget.Check()
 	if d.Level == Deny {
@@ -250,6 +256,15 @@ func (g *Gateway) serveMessages(w http.ResponseWriter, r *http.Request, ex *exec
 		if b, err := injectWrapUp(body, g.cfg.WrapUp); err == nil {
 			body = b
 		}
+	}
+	maxUSD := price.Cost(Usage{InputTokens: int64(len(body)+3) / 4, OutputTokens: peekMaxTokens(body)})
+	if err := g.record(ex, ModelCallPayload{Phase: PhaseStart, Call: c.id, Model: model, MaxUSD: maxUSD}); err != nil {
+		g.emit(ex, stream.Error, errorPayload{Message: "a model call was refused: its start could not be recorded: " + err.Error(), Model: model})
+		w.Header().Set("Retry-After", strconv.Itoa(DrainRetryAfter))
+		w.Header().Set("x-should-retry", "true")
+		writeAPIError(w, 529, "overloaded_error", "model gateway: the call could not be recorded; retry shortly")
+		c.abandon()
+		return
 	}
 	r = r.WithContext(context.WithValue(r.Context(), callKey{}, c))
 	r.Body = io.NopCloser(bytes.NewReader(body))
