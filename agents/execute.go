@@ -3,7 +3,6 @@ package agents
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -404,19 +403,7 @@ func (ru *run) fail(cause error) (Result, error) {
 // tokens adds up the model calls' tokens, from the gateway's events.
 func (ru *run) tokens() store.Tokens {
 	evs, _ := allEvents(context.Background(), ru.r.cfg.Store, ru.exec.ID)
-	var t store.Tokens
-	for _, ev := range evs {
-		if ev.Type != stream.ModelCall {
-			continue
-		}
-		var p gateway.ModelCallPayload
-		if json.Unmarshal(ev.Payload, &p) == nil {
-			t.Input += p.InputTokens
-			t.Output += p.OutputTokens
-			t.CacheRead += p.CacheReadTokens
-			t.CacheCreation += p.CacheCreationTokens
-		}
-	}
+	_, _, t := CallTotals(evs)
 	return t
 }
 

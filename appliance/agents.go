@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -171,7 +172,8 @@ func (m ModelConfig) prices() (*gateway.Prices, error) {
 // startRunner serves the gateway and the egress proxy on their sockets
 // and makes the runner.
 func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gateway.Prices) error {
-	gw, err := gateway.New(gateway.Config{Upstream: a.cfg.model().Upstream, APIKey: key, Prices: prices, OnEvent: a.gatewayEvent})
+	gw, err := gateway.New(gateway.Config{Upstream: a.cfg.model().Upstream, APIKey: key, Prices: prices,
+		OnEvent: a.gatewayEvent, Record: a.recordCall})
 	if err != nil {
 		return err
 	}
@@ -242,27 +244,49 @@ func (a *agentService) image(name string) (agents.Image, error) {
 	return agents.Image{RootFS: img.Rootfs(), UID: acct.uid, GID: acct.gid}, nil
 }
 
-// gatewayEvent keeps the running tally, then hands the event to the
-// runner (which stores it and stops an execution at a refused call).
+// gatewayEvent hands the event to the runner (which stores it and stops
+// an execution at a refused call); a model_call one comes here only when
+// recordCall could not store it, and is tallied too.
 func (a *agentService) gatewayEvent(ev evstream.Event) {
-	if ev.Type == evstream.ModelCall {
-		var p gateway.ModelCallPayload
-		if json.Unmarshal(ev.Payload, &p) == nil {
-			a.mu.Lock()
-			if lr := a.runs[ev.Execution]; lr != nil {
-				if p.MessageID != "" && !p.Duplicate {
-					lr.turns++
-				}
-				lr.usd += p.USD
-				lr.tokens.Input += p.InputTokens
-				lr.tokens.Output += p.OutputTokens
-				lr.tokens.CacheRead += p.CacheReadTokens
-				lr.tokens.CacheCreation += p.CacheCreationTokens
-			}
-			a.mu.Unlock()
-		}
-	}
+	a.tally(ev)
 	a.runner.Event(ev)
+}
+
+// recordCall stores a model call's start or finish record before the
+// gateway goes on (forwards the call, charges its budget), so that a
+// daemon that dies leaves what the next start needs to settle it
+// (agents.SettleCalls), and keeps the running tally.
+func (a *agentService) recordCall(ev evstream.Event) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := a.store.Append(ctx, ev); err != nil {
+		return err
+	}
+	a.tally(ev)
+	return nil
+}
+
+// tally adds a model call's finish record to its run's running totals.
+func (a *agentService) tally(ev evstream.Event) {
+	if ev.Type != evstream.ModelCall {
+		return
+	}
+	var p gateway.ModelCallPayload
+	if json.Unmarshal(ev.Payload, &p) != nil || p.Phase == gateway.PhaseStart {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if lr := a.runs[ev.Execution]; lr != nil {
+		if p.MessageID != "" && !p.Duplicate {
+			lr.turns++
+		}
+		lr.usd += p.USD
+		lr.tokens.Input += p.InputTokens
+		lr.tokens.Output += p.OutputTokens
+		lr.tokens.CacheRead += p.CacheReadTokens
+		lr.tokens.CacheCreation += p.CacheCreationTokens
+	}
 }
 
 // recover ends what a daemon that stopped or died left: executions still
@@ -280,11 +304,17 @@ func (a *agentService) recover(driver vmm.Driver) {
 	for id := range left {
 		keep = append(keep, id)
 	}
+	a.settleCalls(ctx, keep)
 	list, err := a.store.InterruptRunning(ctx, keep...)
 	if err != nil {
 		a.log.Printf("agents: mark interrupted executions: %v", err)
 	}
 	for _, e := range list {
+		if got, err := agents.RecordTotals(ctx, a.store, e.ID, a.cfg.Credits.Enabled); err != nil {
+			a.log.Printf("execution %s: %v", e.ID, err)
+		} else {
+			e = got
+		}
 		if def := a.def(e.Agent); def != nil {
 			e = a.keepOutputs(ctx, e, def.Outputs)
 		}
@@ -315,6 +345,32 @@ func (a *agentService) recover(driver vmm.Driver) {
 	a.ws.cleanStaleViews()
 	for id, m := range left {
 		a.reattach(id, m)
+	}
+}
+
+// settleCalls settles the model calls of the executions a daemon that
+// died was running (all but those in keep, left running on purpose): a
+// call it had started and not finished is recorded as cut and charged,
+// and the ledger is brought level with the records, before the
+// executions' reservations are released.
+func (a *agentService) settleCalls(ctx context.Context, keep []string) {
+	list, err := a.store.ListExecutions(ctx, store.ExecutionFilter{Status: []store.Status{store.Pending, store.Running}, Limit: 10000})
+	if err != nil {
+		a.log.Printf("agents: settle the model calls of interrupted executions: %v", err)
+		return
+	}
+	for _, e := range list {
+		if slices.Contains(keep, e.ID) {
+			continue
+		}
+		s, err := agents.SettleCalls(ctx, a.store, e, a.cfg.Credits.Enabled)
+		switch {
+		case err != nil:
+			a.log.Printf("execution %s: %v", e.ID, err)
+		case s.Cut > 0 || s.Charged > 0:
+			a.log.Printf("execution %s: %d model call(s) were in flight when the daemon stopped: recorded as cut, charged $%.6f; $%.6f charged to credits to match the records",
+				e.ID, s.Cut, s.CutUSD, s.Charged)
+		}
 	}
 }
 
