@@ -368,9 +368,9 @@ const DrainRetryAfter = 5
 // overloaded_error with Retry-After and x-should-retry: true, which the
 // Anthropic SDKs and Claude Code retry, so an agent whose daemon stops
 // (leaving it running) retries into the next daemon's gateway rather
-// than failing. Drain returns ctx's error, with the count still in
-// flight, if they did not finish in time. There is no undrain: a drained
-// gateway is one whose daemon is stopping.
+// than failing. Drain returns an error wrapping ctx's if they did not
+// finish in time. There is no undrain: a drained gateway is one whose
+// daemon is stopping.
 func (g *Gateway) Drain(ctx context.Context) error {
 	g.mu.Lock()
 	g.draining = true
