@@ -4,7 +4,12 @@
 // passes streams through unbuffered, meters tokens and dollars from the
 // bytes the provider returned, asks the execution's Budget before each
 // call (adding a wrap-up instruction at 90%, refusing at 100%) and reports
-// model_call and budget events. Importers: agents and appliance.
+// model_call and budget events. A token is admitted only through the
+// channel of the machine it was issued to (DialChannel, Listener); each
+// call's start and finish can be recorded durably (Config.Record) so that
+// calls a dead daemon left in flight are settled at the next start; and
+// Drain lets the calls in flight finish before a daemon stops. Importers:
+// agents and appliance.
 package gateway
 
 import (
