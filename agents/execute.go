@@ -3,7 +3,6 @@ package agents
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -79,8 +78,11 @@ func (ru *run) connect(ctx context.Context, gc *guest.Client) (listen, proxy, to
 		budget = ledgerBudget{ru.budget, cfg.Store, ru.exec.ID}
 	}
 	budget = storeGate{budget, ru}
-	token = cfg.Gateway.Register(gateway.Execution{Session: ru.exec.Session, ID: ru.exec.ID, Budget: budget, Token: ru.r.token("gateway", ru.exec.ID)})
-	gc.Serve("gateway", cfg.GatewayDial)
+	// The token is admitted only through this machine's channel: one
+	// that leaks from its outputs cannot be spent from another machine.
+	token = cfg.Gateway.Register(gateway.Execution{Session: ru.exec.Session, ID: ru.exec.ID, Budget: budget,
+		Token: ru.r.token("gateway", ru.exec.ID), Channel: ru.exec.ID})
+	gc.Serve("gateway", gateway.DialChannel(cfg.GatewayDial, ru.exec.ID))
 	listen = "127.0.0.1:" + strconv.Itoa(cfg.GatewayPort)
 	if _, err := gc.Forward(ctx, listen, "gateway"); err != nil {
 		cfg.Gateway.Unregister(token)
@@ -411,19 +413,7 @@ func (ru *run) fail(cause error) (Result, error) {
 // tokens adds up the model calls' tokens, from the gateway's events.
 func (ru *run) tokens() store.Tokens {
 	evs, _ := allEvents(context.Background(), ru.r.cfg.Store, ru.exec.ID)
-	var t store.Tokens
-	for _, ev := range evs {
-		if ev.Type != stream.ModelCall {
-			continue
-		}
-		var p gateway.ModelCallPayload
-		if json.Unmarshal(ev.Payload, &p) == nil {
-			t.Input += p.InputTokens
-			t.Output += p.OutputTokens
-			t.CacheRead += p.CacheReadTokens
-			t.CacheCreation += p.CacheCreationTokens
-		}
-	}
+	_, _, t := CallTotals(evs)
 	return t
 }
 

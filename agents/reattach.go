@@ -187,16 +187,7 @@ func spentSoFar(ctx context.Context, st *store.Store, execution string) (usd flo
 	if err != nil {
 		return 0, 0, err
 	}
-	for _, ev := range evs {
-		var p gateway.ModelCallPayload
-		if ev.Type != stream.ModelCall || json.Unmarshal(ev.Payload, &p) != nil {
-			continue
-		}
-		usd += p.USD
-		if p.MessageID != "" && !p.Duplicate { // as the gateway counts them
-			turns++
-		}
-	}
+	usd, turns, _ = CallTotals(evs)
 	return usd, turns, nil
 }
 

@@ -53,8 +53,10 @@ type RunnerConfig struct {
 	Workspace Workspace
 	Store     *store.Store
 	Gateway   *gateway.Gateway
-	// GatewayDial connects to where the gateway is served on the host;
-	// each machine's agent forwards 127.0.0.1:GatewayPort to it.
+	// GatewayDial connects to where the gateway is served on the host
+	// (through gateway.Listener, with gateway.ConnContext); each
+	// machine's agent forwards 127.0.0.1:GatewayPort to it, its
+	// connections named by gateway.DialChannel.
 	GatewayDial func(ctx context.Context) (net.Conn, error)
 	GatewayPort int // default 4000
 	// Egress is the proxy through which an agent reaches the domains its

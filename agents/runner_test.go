@@ -204,8 +204,8 @@ func newHarnessStore(t *testing.T, turns []modeltest.Turn, limits Limits, storeD
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: gw}
-	go srv.Serve(ln)
+	srv := &http.Server{Handler: gw, ConnContext: gateway.ConnContext}
+	go srv.Serve(gateway.Listener(ln))
 	t.Cleanup(func() { srv.Close() })
 	eg, egressDial := h.egress(t, dir, func(ev stream.Event) { runner.Event(ev) })
 	def := &Definition{Name: "analyst", Image: "claude-code", Model: "claude-sonnet-4-5", Prompt: "{{.Prompt}}",

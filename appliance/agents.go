@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -48,6 +49,7 @@ type agentService struct {
 	runner      *agents.Runner
 	unavailable error
 
+	gw     *gateway.Gateway
 	gwSrv  *http.Server
 	gwSock string
 	egress *egress.Proxy
@@ -170,17 +172,19 @@ func (m ModelConfig) prices() (*gateway.Prices, error) {
 // startRunner serves the gateway and the egress proxy on their sockets
 // and makes the runner.
 func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gateway.Prices) error {
-	gw, err := gateway.New(gateway.Config{Upstream: a.cfg.model().Upstream, APIKey: key, Prices: prices, OnEvent: a.gatewayEvent})
+	gw, err := gateway.New(gateway.Config{Upstream: a.cfg.model().Upstream, APIKey: key, Prices: prices,
+		OnEvent: a.gatewayEvent, Record: a.recordCall})
 	if err != nil {
 		return err
 	}
-	if a.gwSrv, err = a.serveUnix("model gateway", a.gwSock, gw); err != nil {
+	a.gw = gw
+	if a.gwSrv, err = a.serveUnix("model gateway", a.gwSock, gw, true); err != nil {
 		return err
 	}
 	// Each agent reaches only the domains its definition's network list
 	// names; with an empty list it has no network at all.
 	a.egress = egress.New(egress.Config{OnEvent: func(ev evstream.Event) { a.runner.Event(ev) }})
-	if a.egSrv, err = a.serveUnix("egress proxy", a.egSock, a.egress); err != nil {
+	if a.egSrv, err = a.serveUnix("egress proxy", a.egSock, a.egress, false); err != nil {
 		return err
 	}
 	dial := func(sock string) func(ctx context.Context) (net.Conn, error) {
@@ -203,8 +207,10 @@ func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gatewa
 	return nil
 }
 
-// serveUnix serves h on a unix socket only root can reach, until Close.
-func (a *agentService) serveUnix(what, sock string, h http.Handler) (*http.Server, error) {
+// serveUnix serves h on a unix socket only root can reach, until Close;
+// channels: to connections that name the machine channel they come
+// through (the gateway's, see gateway.DialChannel).
+func (a *agentService) serveUnix(what, sock string, h http.Handler, channels bool) (*http.Server, error) {
 	os.Remove(sock) // left by a daemon that died
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -212,6 +218,9 @@ func (a *agentService) serveUnix(what, sock string, h http.Handler) (*http.Serve
 	}
 	os.Chmod(sock, 0o600)
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
+	if channels {
+		ln, srv.ConnContext = gateway.Listener(ln), gateway.ConnContext
+	}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -235,27 +244,49 @@ func (a *agentService) image(name string) (agents.Image, error) {
 	return agents.Image{RootFS: img.Rootfs(), UID: acct.uid, GID: acct.gid}, nil
 }
 
-// gatewayEvent keeps the running tally, then hands the event to the
-// runner (which stores it and stops an execution at a refused call).
+// gatewayEvent hands the event to the runner (which stores it and stops
+// an execution at a refused call); a model_call one comes here only when
+// recordCall could not store it, and is tallied too.
 func (a *agentService) gatewayEvent(ev evstream.Event) {
-	if ev.Type == evstream.ModelCall {
-		var p gateway.ModelCallPayload
-		if json.Unmarshal(ev.Payload, &p) == nil {
-			a.mu.Lock()
-			if lr := a.runs[ev.Execution]; lr != nil {
-				if p.MessageID != "" && !p.Duplicate {
-					lr.turns++
-				}
-				lr.usd += p.USD
-				lr.tokens.Input += p.InputTokens
-				lr.tokens.Output += p.OutputTokens
-				lr.tokens.CacheRead += p.CacheReadTokens
-				lr.tokens.CacheCreation += p.CacheCreationTokens
-			}
-			a.mu.Unlock()
-		}
-	}
+	a.tally(ev)
 	a.runner.Event(ev)
+}
+
+// recordCall stores a model call's start or finish record before the
+// gateway goes on (forwards the call, charges its budget), so that a
+// daemon that dies leaves what the next start needs to settle it
+// (agents.SettleCalls), and keeps the running tally.
+func (a *agentService) recordCall(ev evstream.Event) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := a.store.Append(ctx, ev); err != nil {
+		return err
+	}
+	a.tally(ev)
+	return nil
+}
+
+// tally adds a model call's finish record to its run's running totals.
+func (a *agentService) tally(ev evstream.Event) {
+	if ev.Type != evstream.ModelCall {
+		return
+	}
+	var p gateway.ModelCallPayload
+	if json.Unmarshal(ev.Payload, &p) != nil || p.Phase == gateway.PhaseStart {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if lr := a.runs[ev.Execution]; lr != nil {
+		if p.MessageID != "" && !p.Duplicate {
+			lr.turns++
+		}
+		lr.usd += p.USD
+		lr.tokens.Input += p.InputTokens
+		lr.tokens.Output += p.OutputTokens
+		lr.tokens.CacheRead += p.CacheReadTokens
+		lr.tokens.CacheCreation += p.CacheCreationTokens
+	}
 }
 
 // recover ends what a daemon that stopped or died left: executions still
@@ -273,11 +304,17 @@ func (a *agentService) recover(driver vmm.Driver) {
 	for id := range left {
 		keep = append(keep, id)
 	}
+	a.settleCalls(ctx, keep)
 	list, err := a.store.InterruptRunning(ctx, keep...)
 	if err != nil {
 		a.log.Printf("agents: mark interrupted executions: %v", err)
 	}
 	for _, e := range list {
+		if got, err := agents.RecordTotals(ctx, a.store, e.ID, a.cfg.Credits.Enabled); err != nil {
+			a.log.Printf("execution %s: %v", e.ID, err)
+		} else {
+			e = got
+		}
 		if def := a.def(e.Agent); def != nil {
 			e = a.keepOutputs(ctx, e, def.Outputs)
 		}
@@ -308,6 +345,32 @@ func (a *agentService) recover(driver vmm.Driver) {
 	a.ws.cleanStaleViews()
 	for id, m := range left {
 		a.reattach(id, m)
+	}
+}
+
+// settleCalls settles the model calls of the executions a daemon that
+// died was running (all but those in keep, left running on purpose): a
+// call it had started and not finished is recorded as cut and charged,
+// and the ledger is brought level with the records, before the
+// executions' reservations are released.
+func (a *agentService) settleCalls(ctx context.Context, keep []string) {
+	list, err := a.store.ListExecutions(ctx, store.ExecutionFilter{Status: []store.Status{store.Pending, store.Running}, Limit: 10000})
+	if err != nil {
+		a.log.Printf("agents: settle the model calls of interrupted executions: %v", err)
+		return
+	}
+	for _, e := range list {
+		if slices.Contains(keep, e.ID) {
+			continue
+		}
+		s, err := agents.SettleCalls(ctx, a.store, e, a.cfg.Credits.Enabled)
+		switch {
+		case err != nil:
+			a.log.Printf("execution %s: %v", e.ID, err)
+		case s.Cut > 0 || s.Charged > 0:
+			a.log.Printf("execution %s: %d model call(s) were in flight when the daemon stopped: recorded as cut, charged $%.6f; $%.6f charged to credits to match the records",
+				e.ID, s.Cut, s.CutUSD, s.Charged)
+		}
 	}
 }
 
@@ -490,6 +553,7 @@ func (a *agentService) Close() {
 		}
 	}
 	if n := a.running(); n > 0 && a.cfg.Agents.OnShutdown == OnShutdownLeave && a.runner != nil {
+		a.drainGateway()
 		a.log.Printf("agents: leaving %d running execution(s) in their machines; the next start takes them up", n)
 		a.runner.Detach()
 		a.waitRuns()
@@ -511,8 +575,39 @@ func (a *agentService) Close() {
 	}
 }
 
-// Hurry ends the wait of a Close under on_shutdown = "finish": the
-// executions still running are stopped at once.
+// leaveDrain bounds how long a daemon leaving its executions running
+// waits for their model calls in flight; a second signal (Hurry) ends it
+// sooner.
+const leaveDrain = 5 * time.Minute
+
+// drainGateway lets the model calls in flight finish, before a daemon
+// leaves its executions running: their answers reach the agents whole
+// and are metered, while new calls are answered with a retryable 529
+// (the agents retry into the next daemon). Cutting them instead would
+// fail the agent's call and lose the metering of what it was sent.
+func (a *agentService) drainGateway() {
+	ctx, cancel := context.WithTimeout(context.Background(), leaveDrain)
+	defer cancel()
+	go func() {
+		select {
+		case <-a.hurry:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	t0 := time.Now()
+	if err := a.gw.Drain(ctx); err != nil {
+		a.log.Printf("agents: model calls in flight did not finish, they are cut: %v", err)
+		return
+	}
+	if took := time.Since(t0); took > time.Second {
+		a.log.Printf("agents: waited %v for the model calls in flight to finish", took.Round(time.Millisecond))
+	}
+}
+
+// Hurry ends the wait of a Close under on_shutdown = "finish" (the
+// executions still running are stopped at once) or "leave" (model calls
+// still in flight are cut).
 func (a *agentService) Hurry() { a.hurryOnce.Do(func() { close(a.hurry) }) }
 
 // running counts the executions this daemon runs.

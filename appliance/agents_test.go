@@ -697,11 +697,63 @@ func TestAgentsShutdownLeave(t *testing.T) {
 		!slices.Contains(got.Outputs, "outputs/left.md") {
 		t.Fatalf("after the next start: %+v, %v\n%s", got, err, eventDump(evs))
 	}
-	if countEvents(evs, "status", `"detached"`) != 1 || countEvents(evs, "status", `"reattached":true`) != 1 || countEvents(evs, "model_call", "") != 3 {
+	if countEvents(evs, "status", `"detached"`) != 1 || countEvents(evs, "status", `"reattached":true`) != 1 || countEvents(evs, "model_call", `"status":200`) != 3 {
 		t.Errorf("want one detach, one take-up and three model calls:\n%s", eventDump(evs))
 	}
 	cr, _ := c.Credits(ctx)
 	if cr.Reserved != 0 || math.Abs(cr.Spent-got.Usd) > 1e-9 || math.Abs(cr.Available-(10-got.Usd)) > 1e-9 {
+		t.Errorf("credits after the run: %+v, want $%.4f spent and nothing reserved", cr, got.Usd)
+	}
+}
+
+// TestAgentsShutdownLeaveMidCall: a daemon stopped under on_shutdown =
+// "leave" while a model answer is streaming (slowly) lets it finish:
+// the agent gets it whole and does not retry it, it is metered once and
+// not cut, and the execution goes on under the next daemon to its end.
+func TestAgentsShutdownLeaveMidCall(t *testing.T) {
+	slow := bashTurn("mkdir -p outputs; echo done > outputs/left.md", modeltest.Usage{InputTokens: 200, OutputTokens: 102})
+	slow.Delay = 400 * time.Millisecond // about 4 s for the whole answer
+	env := startAgentDaemon(t, modeltest.Config{PerConversation: true, Turns: []modeltest.Turn{
+		bashTurn("echo started", modeltest.Usage{InputTokens: 100}), slow, textTurn("finished")}},
+		func(c *Config) { c.Agents.OnShutdown = OnShutdownLeave; c.Credits.Enabled = true })
+	ctx := context.Background()
+	if _, err := env.c.AddCredits(ctx, 10, "test"); err != nil {
+		t.Fatal(err)
+	}
+	e, err := env.c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "work", Limits: Limits{Usd: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); len(env.model.MessageRequests()) < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the slow call never came: %d calls", len(env.model.MessageRequests()))
+		}
+	}
+	t0 := time.Now()
+	if err := env.d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(t0)
+	_, c := startSandboxDaemon(t, env.cfg)
+	var got Execution
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if got, err = c.Execution(ctx, e.Id); err != nil || Ended(got) || time.Now().After(deadline) {
+			break
+		}
+	}
+	evs := allEvents(t, c, e.Id)
+	if err != nil || got.Status != "completed" || got.Turns != 3 || got.Tokens.Output != 102+100 {
+		t.Fatalf("after the next start: %+v, %v\n%s", got, err, eventDump(evs))
+	}
+	if n := len(env.model.MessageRequests()); n != 3 || countEvents(evs, "model_call", `"status":200`) != 3 ||
+		countEvents(evs, "model_call", `"cut":true`) != 0 || countEvents(evs, "model_call", `"status":499`) != 0 {
+		t.Errorf("%d calls reached the provider; want 3, each metered once and none cut (Close took %v)\n%s", n, took, eventDump(evs))
+	}
+	if took < time.Second || took > time.Minute {
+		t.Errorf("Close took %v: want it to wait for the answer in flight (seconds), and no longer", took)
+	}
+	cr, _ := c.Credits(ctx)
+	if cr.Reserved != 0 || math.Abs(cr.Spent-got.Usd) > 1e-9 {
 		t.Errorf("credits after the run: %+v, want $%.4f spent and nothing reserved", cr, got.Usd)
 	}
 }

@@ -82,7 +82,7 @@ func BenchmarkAgentFirstEvent(b *testing.B) {
 			if len(first) < len(end)+1 {
 				first = append(first, time.Since(start))
 			}
-			if ev.Type == "model_call" && !sawCall {
+			if ev.Type == "model_call" && !strings.Contains(string(ev.Payload), `"phase":"start"`) && !sawCall {
 				sawCall = true
 				call = append(call, time.Since(start))
 			}

@@ -194,7 +194,14 @@ func (v *View) abortAfter(d time.Duration) (stop func() bool) {
 		return func() bool { return false }
 	}
 	t := time.AfterFunc(d, func() {
-		os.WriteFile(filepath.Join("/sys/fs/fuse/connections", strconv.Itoa(v.conn), "abort"), []byte("1"), 0)
+		const ctl = "/sys/fs/fuse/connections"
+		abort := filepath.Join(ctl, strconv.Itoa(v.conn), "abort")
+		// Without fusectl mounted (a host that does not mount it at boot)
+		// there is no abort file, and the unmount would wait forever.
+		if _, err := os.Stat(abort); errors.Is(err, os.ErrNotExist) {
+			unix.Mount("fusectl", ctl, "fusectl", 0, "")
+		}
+		os.WriteFile(abort, []byte("1"), 0)
 	})
 	return t.Stop
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -27,6 +28,7 @@ type call struct {
 	model string          // as requested
 	price Price           // of the requested model
 	start time.Time
+	id    string // shared by its start and finish records
 
 	status int // the upstream's HTTP status; 0 until it answered
 	m      meter
@@ -107,6 +109,14 @@ func (c *call) finish(err error) {
 		if c.status >= 400 {
 			usage = Usage{} // an error answer costs nothing
 		}
+		// A message that started but did not end was cut: it is metered
+		// from what was delivered, and says so.
+		cut := c.status < 400 && c.m.id != "" && !c.m.stopped
+		estimated := cut && !c.m.final
+		if estimated {
+			usage.OutputTokens = c.m.estimatedOutput()
+			msg = join(msg, fmt.Sprintf("output tokens estimated from what was delivered (%d content deltas, %d bytes)", c.m.deltas, c.m.content))
+		}
 		dup := c.m.id != "" && c.ex.markSeen(c.m.id)
 		if dup {
 			usage = Usage{}
@@ -122,16 +132,23 @@ func (c *call) finish(err error) {
 		if c.m.id != "" && !dup {
 			turns = 1
 		}
-		if usd > 0 || turns > 0 {
-			c.ex.Budget.Charge(usd, turns)
-		}
-		c.g.emit(c.ex, stream.ModelCall, ModelCallPayload{
-			Model: model, MessageID: c.m.id,
+		p := ModelCallPayload{
+			Call: c.id, Model: model, MessageID: c.m.id,
 			InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens,
 			CacheReadTokens: usage.CacheReadTokens, CacheCreationTokens: usage.CacheCreationTokens,
 			USD: usd, LatencyMS: time.Since(c.start).Milliseconds(),
-			Status: status, Error: msg, Duplicate: dup,
-		})
+			Status: status, Error: msg, Duplicate: dup, Cut: cut, OutputEstimated: estimated,
+		}
+		// Recorded before it is charged: a daemon that dies in between
+		// leaves a record the next start charges from (RecoverCalls),
+		// never a charge without its record.
+		if err := c.g.record(c.ex, p); err != nil {
+			c.g.emit(c.ex, stream.Error, errorPayload{Message: "a model call's metering could not be recorded: " + err.Error(), Model: model})
+			c.g.emit(c.ex, stream.ModelCall, p)
+		}
+		if usd > 0 || turns > 0 {
+			c.ex.Budget.Charge(usd, turns)
+		}
 	})
 }
 
@@ -169,8 +186,8 @@ func (c *call) outcome(err error) (status int, msg string) {
 }
 
 func join(msg, detail string) string {
-	if detail == "" {
-		return msg
+	if detail == "" || msg == "" {
+		return msg + detail
 	}
 	return msg + ": " + detail
 }

@@ -3,8 +3,18 @@ package gateway
 import "hearth/agents/stream"
 
 // ModelCallPayload is the payload of a model_call event: one call, metered
-// from what the provider returned.
+// from what the provider returned. With Config.Record, each call has two
+// records with the same Call id: a start record (Phase "start", no
+// figures), stored before the call is forwarded, and the finish record
+// (Phase ""), stored before the budget is charged. A start without a
+// finish is a call a dead daemon was serving: RecoverCalls settles it.
 type ModelCallPayload struct {
+	Phase string `json:"phase,omitempty"` // "start" for a start record, else ""
+	Call  string `json:"call,omitempty"`  // the call's id, shared by its two records
+	// MaxUSD, on a start record, is the most the call can plausibly cost:
+	// its body's bytes/4 as input tokens at the full input price, and its
+	// max_tokens as output. A call never finished is charged up to it.
+	MaxUSD              float64 `json:"max_usd,omitempty"`
 	Model               string  `json:"model"`
 	MessageID           string  `json:"message_id"`
 	InputTokens         int64   `json:"input_tokens"`
@@ -21,7 +31,22 @@ type ModelCallPayload struct {
 	// Duplicate says the message id was metered before: usage counts
 	// once per message id, so this call's tokens are zero.
 	Duplicate bool `json:"duplicate,omitempty"`
+	// Cut says the message started but its answer ended before the
+	// message did (the provider or the agent broke off): it is metered
+	// from what was delivered.
+	Cut bool `json:"cut,omitempty"`
+	// OutputEstimated says the final usage never came, so OutputTokens
+	// is an estimate from the content delivered (see Error for the
+	// figures it is based on), never below what the provider reported.
+	OutputEstimated bool `json:"output_estimated,omitempty"`
+	// Recovered says the daemon serving the call died before it finished:
+	// this record was written at the next start, with the charge it was
+	// settled at, and no token figures (they were never seen).
+	Recovered bool `json:"recovered,omitempty"`
 }
+
+// PhaseStart is the Phase of a start record.
+const PhaseStart = "start"
 
 // BudgetPayload is the payload of a budget event.
 type BudgetPayload struct {
@@ -39,6 +64,19 @@ func budgetPayload(u LimitUse) BudgetPayload {
 type errorPayload struct {
 	Message string `json:"message"`
 	Model   string `json:"model,omitempty"`
+}
+
+// record stores a model_call record with Config.Record, or, without one,
+// hands a finish record to OnEvent (a start record is of use only when
+// stored durably, so there is none).
+func (g *Gateway) record(ex *execution, p ModelCallPayload) error {
+	if g.cfg.Record == nil {
+		if p.Phase != PhaseStart {
+			g.emit(ex, stream.ModelCall, p)
+		}
+		return nil
+	}
+	return g.cfg.Record(stream.New(ex.Session, ex.ID, stream.ModelCall, p))
 }
 
 func (g *Gateway) emit(ex *execution, t stream.Type, payload any) {

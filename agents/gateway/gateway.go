@@ -4,7 +4,12 @@
 // passes streams through unbuffered, meters tokens and dollars from the
 // bytes the provider returned, asks the execution's Budget before each
 // call (adding a wrap-up instruction at 90%, refusing at 100%) and reports
-// model_call and budget events. Importers: agents and appliance.
+// model_call and budget events. A token is admitted only through the
+// channel of the machine it was issued to (DialChannel, Listener); each
+// call's start and finish can be recorded durably (Config.Record) so that
+// calls a dead daemon left in flight are settled at the next start; and
+// Drain lets the calls in flight finish before a daemon stops. Importers:
+// agents and appliance.
 package gateway
 
 import (
@@ -19,6 +24,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -46,6 +52,12 @@ type Config struct {
 	// OnEvent receives model_call, budget and error events. It is called
 	// from request goroutines, possibly concurrently, and should not block.
 	OnEvent func(stream.Event)
+	// Record, if set, stores model_call records durably (see
+	// ModelCallPayload): a call whose start cannot be recorded is refused
+	// with a retryable 529, so none is served unrecorded. Those records
+	// then do not go to OnEvent, unless a finish cannot be recorded (it
+	// was served: OnEvent gets it, and an error event says so).
+	Record func(stream.Event) error
 	// WrapUp is the instruction added at 90%; empty means DefaultWrapUp.
 	WrapUp string
 	// Transport reaches the upstream; nil means a clone of
@@ -68,17 +80,23 @@ type Execution struct {
 	// Token, if set, is the token to admit: an execution re-attached after
 	// a daemon restart keeps the one its agent holds. Empty: a new one.
 	Token string
+	// Channel, if set, is the only channel (see DialChannel) the token is
+	// admitted on: that of the execution's machine.
+	Channel string
 }
 
 // Gateway is the metering proxy, an http.Handler. It is safe for
-// concurrent use; it starts no goroutines of its own.
+// concurrent use; it starts no goroutines of its own but the one Drain
+// waits with.
 type Gateway struct {
 	cfg      Config
 	upstream *url.URL
 	proxy    *httputil.ReverseProxy
 
-	mu    sync.RWMutex
-	execs map[string]*execution // by token
+	mu       sync.RWMutex
+	execs    map[string]*execution // by token
+	draining bool                  // Drain was called: new requests are refused
+	inflight sync.WaitGroup        // requests being served; Add only while !draining
 }
 
 // execution is a registered Execution and its gateway-side state.
@@ -155,7 +173,22 @@ func (g *Gateway) Unregister(token string) {
 	g.mu.Unlock()
 }
 
-func (g *Gateway) lookup(h http.Header) *execution {
+// lookup finds the execution whose token r carries, admitted on the
+// channel r came through.
+func (g *Gateway) lookup(r *http.Request) *execution {
+	ex := g.byToken(r.Header)
+	if ex == nil || ex.Channel == "" {
+		return ex
+	}
+	if ch := channelOf(r.Context()); ch != ex.Channel {
+		g.emit(ex, stream.Error, errorPayload{Message: fmt.Sprintf(
+			"a model call with this execution's gateway token came through another channel (%q) and was refused: the token may have leaked", ch)})
+		return nil
+	}
+	return ex
+}
+
+func (g *Gateway) byToken(h http.Header) *execution {
 	token := h.Get("x-api-key")
 	if token == "" {
 		token, _ = strings.CutPrefix(h.Get("Authorization"), "Bearer ")
@@ -172,12 +205,17 @@ func (g *Gateway) lookup(h http.Header) *execution {
 // /v1/messages/count_tokens (free: forwarded only); any other path is
 // answered 404, as the API does, without reaching the provider.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !g.enter() {
+		refuseDraining(w)
+		return
+	}
+	defer g.inflight.Done()
 	metered := r.URL.Path == "/v1/messages"
 	if !metered && r.URL.Path != "/v1/messages/count_tokens" {
 		writeAPIError(w, http.StatusNotFound, "not_found_error", "Not Found")
 		return
 	}
-	ex := g.lookup(r.Header)
+	ex := g.lookup(r)
 	if ex == nil {
 		writeAPIError(w, http.StatusUnauthorized, "authentication_error", "invalid x-api-key: not a token of a running execution")
 		return
@@ -205,7 +243,12 @@ func (g *Gateway) serveMessages(w http.ResponseWriter, r *http.Request, ex *exec
 	case <-r.Context().Done():
 		return // the agent gave up waiting
 	}
-	c := &call{g: g, ex: ex, ctx: r.Context(), model: model, price: price, start: time.Now()}
+	if g.isDraining() { // it waited for a call that the drain let finish
+		<-ex.slot
+		refuseDraining(w)
+		return
+	}
+	c := &call{g: g, ex: ex, ctx: r.Context(), model: model, price: price, start: time.Now(), id: "call_" + rand.Text()[:16]}
 	defer c.finish(errNoResponse) // if nothing else finished it
 	d := ex.Budget.Check()
 	if d.Level == Deny {
@@ -218,6 +261,15 @@ func (g *Gateway) serveMessages(w http.ResponseWriter, r *http.Request, ex *exec
 		if b, err := injectWrapUp(body, g.cfg.WrapUp); err == nil {
 			body = b
 		}
+	}
+	maxUSD := price.Cost(Usage{InputTokens: int64(len(body)+3) / 4, OutputTokens: peekMaxTokens(body)})
+	if err := g.record(ex, ModelCallPayload{Phase: PhaseStart, Call: c.id, Model: model, MaxUSD: maxUSD}); err != nil {
+		g.emit(ex, stream.Error, errorPayload{Message: "a model call was refused: its start could not be recorded: " + err.Error(), Model: model})
+		w.Header().Set("Retry-After", strconv.Itoa(DrainRetryAfter))
+		w.Header().Set("x-should-retry", "true")
+		writeAPIError(w, 529, "overloaded_error", "model gateway: the call could not be recorded; retry shortly")
+		c.abandon()
+		return
 	}
 	r = r.WithContext(context.WithValue(r.Context(), callKey{}, c))
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -309,6 +361,58 @@ func fmtAmount(limit string, v float64) string {
 		return fmt.Sprintf("$%.4f", v)
 	}
 	return fmt.Sprintf("%g", v)
+}
+
+// DrainRetryAfter is the Retry-After, in seconds, of the answer to a
+// request refused while the gateway drains.
+const DrainRetryAfter = 5
+
+// Drain stops the gateway taking requests and waits, until ctx ends, for
+// the ones in flight to finish: their answers reach the agent whole and
+// are metered. A request that arrives from now on is answered 529
+// overloaded_error with Retry-After and x-should-retry: true, which the
+// Anthropic SDKs and Claude Code retry, so an agent whose daemon stops
+// (leaving it running) retries into the next daemon's gateway rather
+// than failing. Drain returns an error wrapping ctx's if they did not
+// finish in time. There is no undrain: a drained gateway is one whose
+// daemon is stopping.
+func (g *Gateway) Drain(ctx context.Context) error {
+	g.mu.Lock()
+	g.draining = true
+	g.mu.Unlock()
+	done := make(chan struct{})
+	go func() { g.inflight.Wait(); close(done) }() // no Add after draining is set: see enter
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("gateway: drain: calls still in flight: %w", ctx.Err())
+	}
+}
+
+// enter counts a request in, unless the gateway drains.
+func (g *Gateway) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.draining {
+		return false
+	}
+	g.inflight.Add(1)
+	return true
+}
+
+func (g *Gateway) isDraining() bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.draining
+}
+
+// refuseDraining answers a request that came while the gateway drains,
+// in the shape of the API's own overload answer, asking for a retry.
+func refuseDraining(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", strconv.Itoa(DrainRetryAfter))
+	w.Header().Set("x-should-retry", "true")
+	writeAPIError(w, 529, "overloaded_error", "model gateway: the daemon is restarting; retry shortly")
 }
 
 // rewrite aims a request at the upstream and swaps the token for the

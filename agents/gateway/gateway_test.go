@@ -533,8 +533,14 @@ func TestBrokenUpstream(t *testing.T) {
 	if len(calls) != 3 {
 		t.Fatalf("%d model_call events, want 3", len(calls))
 	}
-	if c := calls[0]; c.Status != 502 || !strings.Contains(c.Error, "broke") || c.InputTokens != 1000 || c.OutputTokens != 1 {
-		t.Errorf("cut stream: %+v, want 502 with the usage seen before the cut", c)
+	// The stream broke after its first delta ("cut" of "cut short"): the
+	// call says it is cut and its output estimated from that delta.
+	if c := calls[0]; c.Status != 502 || !strings.Contains(c.Error, "broke") || c.InputTokens != 1000 || c.OutputTokens < 1 ||
+		!c.Cut || !c.OutputEstimated || !strings.Contains(c.Error, "1 content deltas") || !approx(c.USD, (1000*10+float64(c.OutputTokens)*100)/1e6) {
+		t.Errorf("cut stream: %+v, want 502, cut, with the input seen before the cut and output estimated from one delta", c)
+	}
+	if c := calls[2]; c.Cut || c.OutputEstimated {
+		t.Errorf("a whole message with a malformed line: %+v, want neither cut nor estimated", c)
 	}
 	if c := calls[1]; c.Status != 529 || !strings.HasPrefix(c.Error, "overloaded_error") {
 		t.Errorf("error event: %+v, want 529 overloaded_error", c)

@@ -73,7 +73,10 @@ type meter struct {
 
 	id, model string
 	usage     Usage
+	final     bool   // a message_delta (the final usage) seen, or a whole JSON message read
 	stopped   bool   // message_stop seen, or a whole JSON message read
+	deltas    int64  // content_block_delta events seen that carried content
+	content   int64  // bytes of text, thinking and tool input they carried
 	errType   string // the provider's error type, if it sent one
 	errMsg    string
 	problem   string // the first thing that could not be parsed
@@ -139,10 +142,11 @@ func (m *meter) lineDone() {
 	switch string(field) {
 	case "event":
 		m.event = string(value)
-		// Content and ping events carry no usage; most events are these,
-		// so their data is not even kept.
+		// Content deltas carry no usage, but are what a cut stream's
+		// output is estimated from; other content and ping events are
+		// not even kept.
 		m.skip = m.event != "message_start" && m.event != "message_delta" &&
-			m.event != "message_stop" && m.event != "error"
+			m.event != "message_stop" && m.event != "error" && m.event != "content_block_delta"
 	case "data":
 		if m.skip {
 			return
@@ -164,6 +168,11 @@ type sseEvent struct {
 	} `json:"message"`
 	Usage *usageJSON `json:"usage"`
 	Error *apiError  `json:"error"`
+	Delta *struct {
+		Text        string `json:"text"`
+		Thinking    string `json:"thinking"`
+		PartialJSON string `json:"partial_json"`
+	} `json:"delta"`
 }
 
 type apiError struct {
@@ -190,6 +199,15 @@ func (m *meter) dispatch() {
 		}
 	case "message_delta":
 		ev.Usage.apply(&m.usage)
+		m.final = m.final || ev.Usage != nil
+	case "content_block_delta":
+		if ev.Delta != nil {
+			// A tool's input starts with an empty delta: not a token.
+			if n := int64(len(ev.Delta.Text) + len(ev.Delta.Thinking) + len(ev.Delta.PartialJSON)); n > 0 {
+				m.deltas++
+				m.content += n
+			}
+		}
 	case "message_stop":
 		m.stopped = true
 	case "error":
@@ -232,7 +250,17 @@ func (m *meter) end() {
 		m.errType, m.errMsg = msg.Error.Type, msg.Error.Message
 	}
 	if m.kind == kindJSON && msg.Type == "message" {
-		m.id, m.model, m.stopped = msg.ID, msg.Model, true
+		m.id, m.model, m.stopped, m.final = msg.ID, msg.Model, true, true
 		msg.Usage.apply(&m.usage)
 	}
+}
+
+// estimatedOutput is the output tokens of a message whose final usage
+// never came (its stream was cut): at least what message_start reported,
+// at least one token per content delta that carried content, and
+// at least a token per four bytes of delivered text, the usual ratio for
+// English and code. The provider bills what it generated, which is at
+// least what was delivered, so this errs low, never high.
+func (m *meter) estimatedOutput() int64 {
+	return max(m.usage.OutputTokens, m.deltas, (m.content+3)/4)
 }

@@ -12,43 +12,62 @@ import (
 // does not validate the rest of the body: the provider does that, and
 // refuses a malformed request for free.
 func peekModel(b []byte) (model string, ok bool) {
+	raw, ok := peekKey(b, "model")
+	ok = ok && json.Unmarshal(raw, &model) == nil
+	return model, ok && model != ""
+}
+
+// peekMaxTokens returns the request's max_tokens, 0 if it has none that
+// is a positive integer.
+func peekMaxTokens(b []byte) int64 {
+	raw, ok := peekKey(b, "max_tokens")
+	var n int64
+	if !ok || json.Unmarshal(raw, &n) != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// peekKey returns the raw value of the last top-level key name of a JSON
+// object, and whether b is shaped as an object that has it.
+func peekKey(b []byte, name string) (value []byte, ok bool) {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
-		return "", false
+		return nil, false
 	}
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
-		return "", false
+		return nil, false
 	}
 	for i < len(b) {
 		if b[i] != '"' {
-			return "", false
+			return nil, false
 		}
 		end := skipString(b, i)
 		key := b[i:end]
 		i = skipSpace(b, end)
 		if i >= len(b) || b[i] != ':' {
-			return "", false
+			return nil, false
 		}
 		start := skipSpace(b, i+1)
 		i = skipValue(b, start)
-		if isKey(key, "model") {
-			ok = json.Unmarshal(b[start:i], &model) == nil
+		if isKey(key, name) {
+			value, ok = b[start:i], true
 		}
 		i = skipSpace(b, i)
 		if i >= len(b) {
-			return "", false
+			return nil, false
 		}
 		switch b[i] {
 		case '}':
-			return model, ok && model != ""
+			return value, ok
 		case ',':
 			i = skipSpace(b, i+1)
 		default:
-			return "", false
+			return nil, false
 		}
 	}
-	return "", false
+	return nil, false
 }
 
 func isKey(quoted []byte, name string) bool {

@@ -137,10 +137,16 @@ func describeStatus(p map[string]any) string {
 }
 
 func describeCall(p map[string]any, str func(string) string, num func(string) float64) string {
+	if str("phase") == "start" {
+		return fmt.Sprintf("%s: call started (at most %s)", str("model"), usd(num("max_usd")))
+	}
 	s := fmt.Sprintf("%s: %s in / %s out tokens, %s, %s", str("model"), humanize.Comma(int64(num("input_tokens"))),
 		humanize.Comma(int64(num("output_tokens"))), usd(num("usd")), latency(time.Duration(num("latency_ms"))*time.Millisecond))
 	if st := num("status"); st != 200 {
 		s += fmt.Sprintf(" (HTTP %d: %s)", int(st), oneLine(str("error"), 120))
+	}
+	if p["cut"] == true {
+		s += " [cut]"
 	}
 	return s
 }

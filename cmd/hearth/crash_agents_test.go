@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -112,4 +114,84 @@ func allEventsOf(t *testing.T, c *appliance.Client, id string) []appliance.Event
 		t.Fatal(err)
 	}
 	return page.Events
+}
+
+// TestCrashDaemonKilledMidCall kills the daemon with SIGKILL while a
+// model answer streams: the restarted daemon records that call as cut
+// (it was served, but its end was never seen) and charges it, so every
+// call the provider served is metered or cut, the credit ledger charged
+// exactly what the model_call records say, and the interrupted execution
+// shows those turns, tokens and dollars rather than zero.
+func TestCrashDaemonKilledMidCall(t *testing.T) {
+	e := newCrashEnv(t)
+	appliancetest.LinkImages(t, e.cfg.StateDir, appliancetest.ClaudeCodeImages(t))
+	slow := say("a long answer that streams slowly")
+	slow.Delay = 3 * time.Second
+	model := modeltest.New(modeltest.Config{Turns: []modeltest.Turn{bash("echo one"), slow}})
+	if err := model.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(model.Close)
+	key, defs := filepath.Join(e.dir, "api-key"), filepath.Join(e.dir, "defs")
+	os.WriteFile(key, []byte(model.Key()), 0o600)
+	os.MkdirAll(defs, 0o755)
+	os.WriteFile(filepath.Join(defs, "analyst.toml"), []byte("image = \"claude-code\"\nmodel = \"claude-sonnet-4-5\"\n"), 0o644)
+	body := fmt.Sprintf("state_dir = %q\n[workspace]\nmount = %q\n[agents]\ndir = %q\n[model]\nupstream = %q\napi_key_file = %q\n[credits]\nenabled = true\n",
+		e.cfg.StateDir, e.cfg.Workspace.Mount, defs, model.URL(), key)
+	if err := os.WriteFile(e.config, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.up()
+	e.mustCLI("credits", "add", "10")
+	id := strings.TrimSpace(e.mustCLI("agents", "run", "analyst", "a task", "--budget", "2", "--detach"))
+	for deadline := time.Now().Add(2 * time.Minute); len(model.MessageRequests()) < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the slow call never came: %d calls", len(model.MessageRequests()))
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // into the stream
+	e.crash()
+	served := len(model.MessageRequests())
+	e.up()
+	defer e.stop()
+
+	c := appliance.NewClient(e.cfg.SocketPath())
+	got, err := c.Execution(context.Background(), id)
+	if err != nil || got.Status != "interrupted" {
+		t.Fatalf("after the restart: %+v, %v; want interrupted", got, err)
+	}
+	var metered, cut int
+	var recorded float64
+	for _, ev := range allEventsOf(t, c, id) {
+		if ev.Type != "model_call" || strings.Contains(string(ev.Payload), `"phase":"start"`) {
+			continue
+		}
+		var p struct {
+			USD       float64 `json:"usd"`
+			Cut       bool    `json:"cut"`
+			Recovered bool    `json:"recovered"`
+		}
+		json.Unmarshal(ev.Payload, &p)
+		recorded += p.USD
+		if p.Recovered && p.Cut && p.USD > 0 {
+			cut++
+		} else if !p.Recovered {
+			metered++
+		}
+	}
+	cr, err := c.Credits(context.Background()) // the only execution's
+	if err != nil {
+		t.Fatal(err)
+	}
+	spent := cr.Spent
+	if cr.Reserved != 0 {
+		t.Errorf("credits after the restart: %+v, want nothing reserved", cr)
+	}
+	t.Logf("served %d, metered %d, cut %d; records $%.6f, ledger $%.6f, execution $%.6f, %d turns", served, metered, cut, recorded, spent, got.Usd, got.Turns)
+	if served != 2 || metered != 1 || cut != 1 {
+		t.Errorf("served %d calls, metered %d, cut %d: want 2 == 1 + 1", served, metered, cut)
+	}
+	if math.Abs(recorded-spent) > 1e-6 || math.Abs(got.Usd-spent) > 1e-6 || got.Turns != 1 || got.Tokens.Input != 1000 {
+		t.Errorf("records $%.6f, ledger $%.6f, execution %+v: want the same dollars, 1 turn, 1000 input tokens", recorded, spent, got)
+	}
 }

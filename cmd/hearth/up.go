@@ -50,7 +50,7 @@ func cmdUp(args []string, stderr io.Writer) error {
 	case appliance.OnShutdownFinish:
 		then = "running agent executions may finish first (signal again to stop them now)"
 	case appliance.OnShutdownLeave:
-		then = "running agent executions are left running, for the next start to take up"
+		then = "running agent executions are left running, for the next start to take up, once their model calls in flight finish (signal again to cut those)"
 	}
 	fmt.Fprintf(stderr, "hearth: %v: %s; sandboxes keep running for the next start; unmounting and saving state\n", s, then)
 	closed := make(chan error, 1)
@@ -60,7 +60,11 @@ func cmdUp(args []string, stderr io.Writer) error {
 		case err := <-closed:
 			return err
 		case s := <-sig:
-			fmt.Fprintf(stderr, "hearth: %v again: stopping running executions now\n", s)
+			now := "stopping running executions now"
+			if cfg.Agents.OnShutdown == appliance.OnShutdownLeave {
+				now = "cutting model calls in flight now"
+			}
+			fmt.Fprintf(stderr, "hearth: %v again: %s\n", s, now)
 			d.Hurry()
 		}
 	}

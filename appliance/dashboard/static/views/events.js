@@ -89,11 +89,13 @@ function toolInput(input) {
 }
 
 function modelCall(p) {
+  if (p.phase === 'start') return `${p.model}: call started (at most ${usd(p.max_usd)})`;
   let s = `${p.model}: ${count(p.input_tokens)} in / ${count(p.output_tokens)} out tokens`;
   if (p.cache_read_tokens || p.cache_creation_tokens) s += ` (cache ${count(p.cache_read_tokens)} read, ${count(p.cache_creation_tokens)} written)`;
   s += `, ${usd(p.usd)}`;
   if (p.latency_ms !== undefined) s += `, ${p.latency_ms < 1000 ? p.latency_ms + 'ms' : duration(p.latency_ms)}`;
   if (p.status && p.status !== 200) s += ` (HTTP ${p.status}: ${oneLine(p.error, 120)})`;
+  if (p.cut) s += ' [cut]';
   return s;
 }
 
