@@ -153,29 +153,68 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 // journalWriter appends framed records: uvarint length, payload, CRC-32C.
 // A torn last frame (a crash mid-append) fails its CRC and ends the replay.
+//
+// Records collect in buf until flush writes them with one write(2). A
+// failed write (a full disk) is cut back to the last whole record, so the
+// file never holds a torn frame that later records would follow (replay
+// stops at the first bad frame: they would be lost), and the writer keeps
+// no sticky error: the next flush tries again.
 type journalWriter struct {
-	f   *os.File
-	w   *bufio.Writer
-	buf []byte
-	n   int64 // bytes appended since the file was opened
+	f      *os.File
+	buf    []byte // framed records not yet written
+	enc    []byte
+	good   int64 // file offset just past the last record written whole
+	torn   bool  // a failed write left bytes past good that are not cut yet
+	n      int64 // bytes written since the file was opened
+	stream bool  // write out every MiB (checkpoints) instead of on flush only
+	err    error // first error of a streaming writer
 }
 
-func newJournalWriter(f *os.File) *journalWriter {
-	return &journalWriter{f: f, w: bufio.NewWriterSize(f, 1<<20)}
+// newJournalWriter appends to f, whose intact records end at good.
+func newJournalWriter(f *os.File, good int64) *journalWriter {
+	return &journalWriter{f: f, good: good}
 }
 
-func (j *journalWriter) append(r *record) error {
-	j.buf = r.encode(j.buf[:0])
-	var hdr [binary.MaxVarintLen64]byte
-	hn := binary.PutUvarint(hdr[:], uint64(len(j.buf)))
-	var sum [4]byte
-	binary.LittleEndian.PutUint32(sum[:], crc32.Checksum(j.buf, crcTable))
-	j.w.Write(hdr[:hn])
-	j.w.Write(j.buf)
-	_, err := j.w.Write(sum[:])
-	j.n += int64(hn + len(j.buf) + 4)
+func (j *journalWriter) append(r *record) {
+	j.enc = r.encode(j.enc[:0])
+	j.buf = binary.AppendUvarint(j.buf, uint64(len(j.enc)))
+	j.buf = append(j.buf, j.enc...)
+	j.buf = binary.LittleEndian.AppendUint32(j.buf, crc32.Checksum(j.enc, crcTable))
+	if j.stream && len(j.buf) >= 1<<20 {
+		if err := j.flush(); err != nil && j.err == nil {
+			j.err = err
+		}
+	}
+}
+
+// flush writes the buffered records. On failure the file is cut back to
+// its last whole record (or will be, before the next write) and the
+// records stay buffered: the caller retries or discards them.
+func (j *journalWriter) flush() error {
+	if j.torn {
+		if err := j.f.Truncate(j.good); err != nil {
+			return fmt.Errorf("cut torn journal record: %w", err)
+		}
+		j.torn = false
+	}
+	if len(j.buf) == 0 {
+		return nil
+	}
+	n, err := j.f.Write(j.buf) // O_APPEND: at the end, which is good
+	if err == nil {
+		j.good += int64(n)
+		j.n += int64(n)
+		j.buf = j.buf[:0]
+		return nil
+	}
+	if n > 0 {
+		j.torn = j.f.Truncate(j.good) != nil
+	}
 	return err
 }
+
+// discard drops buffered records from offset mark on.
+func (j *journalWriter) discard(mark int) { j.buf = j.buf[:mark] }
 
 // readJournal calls fn for each intact record of r in order. It returns the
 // offset just past the last intact record, so a torn tail can be cut off.

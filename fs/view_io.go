@@ -23,8 +23,13 @@ func (v *View) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, ou
 		return st(errno)
 	}
 	mode := syscall.S_IFREG | (in.Mode &^ in.Umask & 0o7777)
+	// The file and its blob are one commit (openLocked's): a create the
+	// journal cannot take leaves no empty file behind.
+	v.s.nest++
 	ino, _, errno := v.s.mknod(v, sess, dir, name, mode, in.Caller.Uid, in.Caller.Gid, 0, "")
+	v.s.nest--
 	if errno != 0 {
+		v.s.abort()
 		done()
 		return st(errno)
 	}
@@ -94,6 +99,9 @@ func (s *Store) copyUp(k nodeKey) {
 	c := cur.clone()
 	c.blob, c.birth = id, s.epoch
 	s.log(&record{op: opPut, sess: sess.name, ino: k.ino, n: c})
+	if s.commit() != 0 {
+		os.Remove(s.blobPath(id)) // ownBlob copies again under the lock
+	}
 }
 
 // openLocked prepares a handle for ino; the caller holds s.mu for writing.
@@ -111,6 +119,8 @@ func (v *View) openLocked(sess *session, ino uint64, flags uint32) (*handle, *no
 	if write || trunc {
 		var errno syscall.Errno
 		if n, errno = v.s.ownBlob(sess, ino, trunc); errno != 0 {
+			v.s.dropFresh()
+			v.s.abort()
 			return nil, nil, errno
 		}
 		if trunc && n.size > 0 {
@@ -119,6 +129,10 @@ func (v *View) openLocked(sess *session, ino uint64, flags uint32) (*handle, *no
 				return nil, nil, errno
 			}
 		}
+	}
+	if errno := v.s.commit(); errno != 0 {
+		v.s.dropFresh()
+		return nil, nil, errno
 	}
 	h.blob = n.blob
 	if h.blob != 0 {
@@ -265,7 +279,7 @@ func (v *View) grow(h *handle, end int64) syscall.Errno {
 	c := n.clone()
 	c.size, c.mtime = end, now()
 	v.s.log(&record{op: opPut, sess: sess.name, ino: h.key.ino, n: c})
-	return 0
+	return v.s.commit()
 }
 
 // Flush is not needed: sizes are settled on release. ENOSYS tells the
@@ -318,7 +332,9 @@ func (v *View) settle(h *handle) bool {
 		return h.wrote
 	}
 	v.s.log(&record{op: opPut, sess: sess.name, ino: h.key.ino, n: c})
-	return true
+	// If the journal cannot take it, the size stays what it was; the next
+	// settle, or a restart (fixSizes), takes it from the blob.
+	return v.s.commit() == 0
 }
 
 func (v *View) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
@@ -381,7 +397,9 @@ func (s *Store) releaseCounts(h *handle) (*session, *node) {
 	}
 	n := sess.t.get(ino)
 	if n != nil && n.nlink == 0 && sess.open[ino] == 0 {
+		s.freeing = true
 		s.dropInode(sess, ino, n)
+		s.commit() // if not, the unnamed inode stays until a restart drops it
 		return nil, nil
 	}
 	return sess, n
