@@ -352,6 +352,9 @@ func (s *Store) apply(r *record) error {
 		s.gcWanted = true
 	case opSessionRename:
 		sess := s.sessions[r.sess]
+		if sess == nil || s.sessions[r.name] != nil {
+			return fmt.Errorf("rename of missing session %q, or to existing %q", r.sess, r.name)
+		}
 		delete(s.sessions, r.sess)
 		s.gen++
 		sess.name, sess.gen = r.name, s.gen
@@ -365,6 +368,9 @@ func (s *Store) apply(r *record) error {
 			}
 		}
 	case opQuota:
+		if s.sessions[r.sess] == nil {
+			return fmt.Errorf("quota of missing session %q", r.sess)
+		}
 		s.sessions[r.sess].quota = Quota{Bytes: int64(r.a), Inodes: int64(r.b)}
 	case opPut, opEntry, opDrop:
 		t, err := s.target(r)
@@ -374,6 +380,9 @@ func (s *Store) apply(r *record) error {
 		switch r.op {
 		case opPut:
 			n := r.n
+			if n == nil {
+				return fmt.Errorf("node record for inode %d without a node", r.ino)
+			}
 			if n.blob >= s.nextBlob {
 				s.nextBlob = n.blob + 1
 			}
@@ -385,7 +394,7 @@ func (s *Store) apply(r *record) error {
 			}
 			t.put(r.ino, n)
 		case opEntry:
-			if t.get(r.ino) == nil {
+			if d := t.get(r.ino); d == nil || !d.isDir() || d.entries == nil {
 				return fmt.Errorf("entry %q in missing directory %d", r.name, r.ino)
 			}
 			t.setEntry(r.ino, r.name, r.child)
@@ -396,6 +405,9 @@ func (s *Store) apply(r *record) error {
 		return s.applySnapshot(r)
 	case opSnapshotTree:
 		sn := s.snaps[parseSnapKey(r.snap)]
+		if sn == nil {
+			return fmt.Errorf("tree of missing snapshot %s", r.snap)
+		}
 		st := &sessState{t: newTree(r.time, 0, 0), quota: Quota{int64(r.a), int64(r.b)}, created: r.time}
 		if live := s.sessions[r.sess]; live != nil && r.child == 1 {
 			st.t = live.t
@@ -408,6 +420,9 @@ func (s *Store) apply(r *record) error {
 		return s.applyRestore(r)
 	case opBranch:
 		sn := s.snaps[snapKey{r.sess, r.name}]
+		if sn == nil || sn.trees[r.name2] == nil || s.sessions[r.snap] != nil {
+			return fmt.Errorf("branch %q from missing snapshot %s/%s of %q", r.snap, r.sess, r.name, r.name2)
+		}
 		st := sn.trees[r.name2]
 		s.gen++
 		sess := &session{name: r.snap, gen: s.gen, created: r.time, t: st.t, quota: st.quota, shared: s.epoch}
