@@ -11,6 +11,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dustin/go-humanize"
+
+	"hearth/fs"
 	"hearth/image"
 	"hearth/vmm/qemu"
 )
@@ -56,6 +59,10 @@ func Doctor(cfg Config) Diagnosis {
 	agent, agentErr := guestAgentPath(cfg)
 	add("guest agent", agentErr == nil, "%s", orOK(agentErr, agent))
 	add("images", true, "%s", imagesDetail(cfg))
+	if ws := filepath.Join(cfg.StateDir, "workspace"); dirExists(ws) {
+		free, err := fs.SpaceHealth(ws)
+		add("workspace space", err == nil, "%s", orOK(err, humanize.IBytes(uint64(free))+" free for the workspace"))
+	}
 	want := cfg.Sandbox.Tier
 	last, haveLast := lastTierChoice(cfg.StateDir)
 	switch {
@@ -141,6 +148,11 @@ func imagesDetail(cfg Config) string {
 		names = append(names, img.Name)
 	}
 	return strings.Join(names, ", ")
+}
+
+func dirExists(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
 }
 
 func orOK(err error, ok string) string {

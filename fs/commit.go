@@ -227,7 +227,25 @@ func (s *Store) Health() error {
 	return s.health
 }
 
-func (s *Store) reservePath() string { return filepath.Join(s.dir, "journal.reserve") }
+const reserveName = "journal.reserve"
+
+func (s *Store) reservePath() string { return filepath.Join(s.dir, reserveName) }
+
+// SpaceHealth tells, without opening it, whether the store in dir could
+// write its journal when it last ran (its reserve was there), and how many
+// bytes are free on its filesystem. It is for the doctor; a running store
+// answers Health.
+func SpaceHealth(dir string) (free int64, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, fmt.Errorf("workspace state %s: %w", dir, err)
+	}
+	free = int64(st.Bavail) * st.Bsize
+	if _, err := os.Stat(filepath.Join(dir, reserveName)); errors.Is(err, os.ErrNotExist) {
+		return free, fmt.Errorf("%w on %s (its reserve is gone; %d bytes free): delete files or snapshots (hearth workspace snapshot-rm) to free space", ErrNoSpace, dir, free)
+	}
+	return free, nil
+}
 
 // makeReserve allocates the space kept for journal records of deletions.
 // The caller holds s.mu (or owns s).

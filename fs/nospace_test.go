@@ -274,3 +274,28 @@ func TestFullDiskLosesNothing(t *testing.T) {
 	}
 	t.Logf("entries lost after reopen: %d of %d", lost, len(want)+1)
 }
+
+// TestSpaceHealthOffline: the doctor's view of a stopped store says
+// read-only exactly when the journal reserve is gone.
+func TestSpaceHealthOffline(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	s := openStore(t, dir)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if free, err := SpaceHealth(dir); err != nil || free <= 0 {
+		t.Fatalf("SpaceHealth of a healthy store = %d, %v", free, err)
+	}
+	os.Remove(filepath.Join(dir, reserveName)) // as a freeing operation on a full disk does
+	if _, err := SpaceHealth(dir); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("SpaceHealth without the reserve = %v, want ErrNoSpace", err)
+	}
+	s = openStore(t, dir) // space is there: Open brings the reserve back
+	defer s.Close()
+	if h := s.Health(); h != nil {
+		t.Fatalf("Health() = %v", h)
+	}
+	if _, err := SpaceHealth(dir); err != nil {
+		t.Fatalf("SpaceHealth after a reopen = %v", err)
+	}
+}
