@@ -28,6 +28,7 @@ type txn struct {
 	gcWanted   bool
 	deletes    int // len(s.deletes) before
 	mark       int // len(s.j.buf) before
+	records    int
 	undo       []undoStep
 }
 
@@ -52,6 +53,7 @@ func (s *Store) remember(r *record) {
 		s.tx = txn{open: true, epoch: s.epoch, gen: s.gen, gcWanted: s.gcWanted,
 			deletes: len(s.deletes), mark: len(s.j.buf), undo: s.tx.undo[:0]}
 	}
+	s.tx.records++
 	switch r.op {
 	case opPut, opEntry, opDrop:
 		if t, err := s.target(r); err == nil {
@@ -133,6 +135,11 @@ func (s *Store) commit() syscall.Errno {
 	if !s.tx.open {
 		s.freeing = false
 		return 0
+	}
+	if s.tx.records > 1 {
+		// A crash (power loss) may keep part of one write(2): replay
+		// must then drop the whole operation, not apply half of it.
+		s.j.group(s.tx.mark, s.tx.records)
 	}
 	if err := s.writeJournal(); err != nil {
 		s.rollback()

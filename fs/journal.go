@@ -29,6 +29,7 @@ const (
 	opSnapshotDelete               // delete snapshot name of scope sess
 	opRestore                      // restore scope sess from snapshot name
 	opBranch                       // new session name2 from session name in snapshot (scope sess)
+	opBatch                        // the next a records are one operation: replay applies all or none
 )
 
 // record is one journal entry. Fields a kind does not use stay zero, and
@@ -176,10 +177,7 @@ func newJournalWriter(f *os.File, good int64) *journalWriter {
 }
 
 func (j *journalWriter) append(r *record) {
-	j.enc = r.encode(j.enc[:0])
-	j.buf = binary.AppendUvarint(j.buf, uint64(len(j.enc)))
-	j.buf = append(j.buf, j.enc...)
-	j.buf = binary.LittleEndian.AppendUint32(j.buf, crc32.Checksum(j.enc, crcTable))
+	j.buf = j.frame(j.buf, r)
 	if j.stream && len(j.buf) >= 1<<20 {
 		if err := j.flush(); err != nil && j.err == nil {
 			j.err = err
@@ -213,39 +211,87 @@ func (j *journalWriter) flush() error {
 	return err
 }
 
+// frame appends r, framed, to b.
+func (j *journalWriter) frame(b []byte, r *record) []byte {
+	j.enc = r.encode(j.enc[:0])
+	b = binary.AppendUvarint(b, uint64(len(j.enc)))
+	b = append(b, j.enc...)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(j.enc, crcTable))
+}
+
+// group makes the n records buffered from offset mark on one operation
+// for replay, by putting an opBatch record before them.
+func (j *journalWriter) group(mark, n int) {
+	hdr := j.frame(nil, &record{op: opBatch, a: uint64(n)})
+	j.buf = append(j.buf, hdr...)
+	copy(j.buf[mark+len(hdr):], j.buf[mark:len(j.buf)-len(hdr)])
+	copy(j.buf[mark:], hdr)
+}
+
 // discard drops buffered records from offset mark on.
 func (j *journalWriter) discard(mark int) { j.buf = j.buf[:mark] }
 
-// readJournal calls fn for each intact record of r in order. It returns the
-// offset just past the last intact record, so a torn tail can be cut off.
+// readJournal calls fn for each intact record of r in order; the records
+// of an opBatch group only once the whole group is there. It returns the
+// offset just past the last intact record or group, so a torn tail (a
+// partial group included) can be cut off.
 func readJournal(r io.Reader, fn func(*record) error) (int64, error) {
 	br := bufio.NewReaderSize(r, 1<<20)
-	var off int64
+	var off, pos int64 // past the last complete record or group; past the last frame read
+	var group []*record
+	want := 0 // records the open group still lacks
 	for {
-		l, err := binary.ReadUvarint(br)
+		rec, n, err := readFrame(br)
+		if n == 0 {
+			return off, nil // clean end, or a torn frame
+		}
 		if err != nil {
-			return off, nil // clean end, or a torn length
+			return off, fmt.Errorf("journal offset %d: %w", pos, err)
 		}
-		if l > 64<<20 {
-			return off, nil
+		pos += n
+		switch {
+		case rec.op == opBatch && want > 0:
+			return off, fmt.Errorf("journal offset %d: group inside a group: %w", pos-n, errCorrupt)
+		case rec.op == opBatch:
+			want, group = int(min(rec.a, 1<<30)), group[:0]
+			if want == 0 {
+				off = pos
+			}
+			continue
+		case want > 0:
+			group = append(group, rec)
+			if want--; want > 0 {
+				continue
+			}
+		default:
+			group = append(group[:0], rec)
 		}
-		frame := make([]byte, l+4)
-		if _, err := io.ReadFull(br, frame); err != nil {
-			return off, nil
+		for _, g := range group {
+			if err := fn(g); err != nil {
+				return off, fmt.Errorf("journal offset %d: %w", pos-n, err)
+			}
 		}
-		payload := frame[:l]
-		if crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(frame[l:]) {
-			return off, nil
-		}
-		rec, err := decodeRecord(payload)
-		if err != nil {
-			return off, fmt.Errorf("journal offset %d: %w", off, err)
-		}
-		if err := fn(rec); err != nil {
-			return off, fmt.Errorf("journal offset %d: %w", off, err)
-		}
-		off += int64(uvarintLen(l)) + int64(l) + 4
+		off = pos
 	}
+}
+
+// readFrame reads one framed record and its size; size 0 means the end of
+// the intact frames (the end of r, or a torn or damaged frame).
+func readFrame(br *bufio.Reader) (*record, int64, error) {
+	l, err := binary.ReadUvarint(br)
+	if err != nil || l > 64<<20 {
+		return nil, 0, nil
+	}
+	frame := make([]byte, l+4)
+	if _, err := io.ReadFull(br, frame); err != nil {
+		return nil, 0, nil
+	}
+	payload := frame[:l]
+	if crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(frame[l:]) {
+		return nil, 0, nil
+	}
+	rec, err := decodeRecord(payload)
+	return rec, int64(uvarintLen(l)) + int64(l) + 4, err
 }
 
 func uvarintLen(v uint64) int {

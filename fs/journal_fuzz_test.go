@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"fmt"
@@ -186,6 +187,15 @@ func FuzzJournalReplay(f *testing.F) {
 		w.append(r)
 		f.Add(w.buf, uint32(0), byte(0), uint32(len(w.buf)), false)
 	}
+	// A group cut short, and one that claims more records than follow.
+	w := &journalWriter{}
+	w.append(&record{op: opSession, sess: "a1"})
+	w.append(&record{op: opBatch, a: 3})
+	w.append(&record{op: opPut, sess: "a1", ino: 2, n: &node{mode: 0o100644, nlink: 1}})
+	w.append(&record{op: opEntry, sess: "a1", ino: rootIno, name: "f", child: 2})
+	f.Add(w.buf, uint32(0), byte(0), uint32(len(w.buf)), false)
+	w.append(&record{op: opBatch, a: 1 << 40})
+	f.Add(w.buf, uint32(0), byte(0), uint32(len(w.buf)), true)
 	f.Fuzz(func(t *testing.T, journal []byte, at uint32, xor byte, cut uint32, reframed bool) {
 		if len(journal) > 1<<16 {
 			return
@@ -252,4 +262,55 @@ func replayDir(t *testing.T, journal []byte) (*Store, error) {
 		t.Fatal(err)
 	}
 	return bareLoad(dir)
+}
+
+// TestTornGroupDroppedWhole: an operation's records are one group; a
+// crash that kept only part of it (power loss mid-write) must not replay
+// half an operation, and the cut must leave room for new records.
+func TestTornGroupDroppedWhole(t *testing.T) {
+	j := realJournal(t) // its multi-record operations are groups
+	var groups int
+	if _, err := readJournal(bytes.NewReader(j), func(*record) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for rest := bufio.NewReader(bytes.NewReader(j)); ; {
+		r, n, _ := readFrame(rest)
+		if n == 0 {
+			break
+		}
+		if r.op == opBatch {
+			groups++
+		}
+	}
+	if groups == 0 {
+		t.Fatal("no opBatch group in a journal of multi-record operations")
+	}
+	w := &journalWriter{}
+	w.append(&record{op: opSession, sess: "a1"})
+	whole := int64(len(w.buf))
+	w.append(&record{op: opBatch, a: 3})
+	w.append(&record{op: opPut, sess: "a1", ino: 2, n: &node{mode: 0o100644, nlink: 1}})
+	w.append(&record{op: opEntry, sess: "a1", ino: rootIno, name: "half", child: 2})
+	s, err := replayDir(t, w.buf) // the group's third record never came
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, n := s.sessions["a1"].t.lookup(rootIno, "half"); n != nil || s.sessions["a1"].t.get(2) != nil {
+		t.Fatal("replay applied part of a torn group")
+	}
+	if fi, err := s.j.f.Stat(); err != nil || fi.Size() != whole {
+		t.Fatalf("journal cut to %v (%v), want %d: the torn group must go", fi.Size(), err, whole)
+	}
+	if err := s.CreateSession("b1", Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	s.j.f.Close()
+	again, err := bareLoad(s.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.j.f.Close()
+	if again.sessions["b1"] == nil || again.sessions["b1"].t.files() != 4 {
+		t.Fatal("the operation after the cut did not replay whole")
+	}
 }
