@@ -238,26 +238,47 @@ func (v *View) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uin
 	h.wrote = true
 	var n int
 	var err error
-	if h.appends { // O_APPEND: write at the end, one appender at a time
+	var before, off int64 // blob size before the write, and where it writes
+	if h.appends {        // O_APPEND: write at the end, one appender at a time
 		v.appendMu.Lock()
 		defer v.appendMu.Unlock()
 		var fi os.FileInfo
 		if fi, err = h.f.Stat(); err == nil {
-			if errno := v.grow(h, fi.Size()+int64(len(data))); errno != 0 {
+			before, off = fi.Size(), fi.Size()
+			if errno := v.grow(h, off+int64(len(data))); errno != 0 {
 				return 0, st(errno)
 			}
-			n, err = h.f.WriteAt(data, fi.Size())
+			n, err = h.f.WriteAt(data, off)
 		}
 	} else {
-		if errno := v.grow(h, int64(in.Offset)+int64(len(data))); errno != 0 {
+		off = int64(in.Offset)
+		if errno := v.grow(h, off+int64(len(data))); errno != 0 {
 			return 0, st(errno)
 		}
-		n, err = h.f.WriteAt(data, int64(in.Offset))
+		if fi, serr := h.f.Stat(); serr == nil {
+			before = fi.Size()
+		}
+		n, err = h.f.WriteAt(data, off)
 	}
 	if err != nil {
-		return uint32(n), fuse.ToStatus(err)
+		v.failedWrite(h, max(before, off+int64(n)))
+		if n > 0 { // a short write: the part written stays, and says so
+			return uint32(n), fuse.OK
+		}
+		return 0, fuse.ToStatus(err)
 	}
 	return uint32(n), fuse.OK
+}
+
+// failedWrite undoes what a write that failed (a full disk) left beyond
+// keep bytes: the backing filesystem may keep part of a write it reports
+// as failed (tmpfs does), and grow recorded a size the data never
+// reached. The size is then taken back from the blob.
+func (v *View) failedWrite(h *handle, keep int64) {
+	if fi, err := h.f.Stat(); err == nil && fi.Size() > keep {
+		h.f.Truncate(keep)
+	}
+	v.settle(h)
 }
 
 // grow records that h's file now reaches end bytes, refusing growth past
