@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -143,6 +144,11 @@ func testFullDisk(t *testing.T, quota bool) {
 		t.Fatal(err)
 	}
 	want["outputs/big"] = string(bytes.Repeat([]byte("b"), 1<<20))
+	// A session to delete on the full disk.
+	mustSession(t, s, "s0")
+	if _, err := s.WriteFile("s0", "outputs/x", bytes.NewReader(make([]byte, 256<<10)), 0, Owner{}); err != nil {
+		t.Fatal(err)
+	}
 
 	var files []string
 	dirs := []string{"inputs", "outputs"}
@@ -234,7 +240,24 @@ func testFullDisk(t *testing.T, quota bool) {
 	}
 	t.Logf("filled: %d created, %d refused with ENOSPC, %d bytes free", created, refused, freeBytes(t, state))
 
-	// Get out: delete the big file and the snapshot on the full disk.
+	// Sessions and API writes are refused alike, leaving nothing, unless
+	// a deletion among the operations has made room meanwhile.
+	sessionWhileFull := false
+	if err := s.CreateSession("while-full", Owner{}); err == nil {
+		sessionWhileFull = true
+	} else if !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("CreateSession on a full disk = %v, want ErrNoSpace", err)
+	} else if slices.Contains(sessionIDs(s), "while-full") {
+		t.Fatal("CreateSession failed on a full disk but the session is there")
+	}
+	if _, err := s.WriteFile("s1", "outputs/api", bytes.NewReader(make([]byte, 64<<10)), 0, Owner{}); err == nil {
+		want["outputs/api"] = string(make([]byte, 64<<10))
+	} else if _, serr := os.Lstat(filepath.Join(root, "outputs", "api")); !errors.Is(serr, os.ErrNotExist) {
+		t.Fatalf("WriteFile failed on a full disk (%v) but left the file (lstat: %v)", err, serr)
+	}
+
+	// Get out: delete the big file, a session and the snapshot on the
+	// full disk.
 	before := freeBytes(t, state)
 	if err := os.Remove(filepath.Join(root, "outputs", "big")); err != nil {
 		t.Fatalf("delete a big file on a full disk: %v", err)
@@ -243,14 +266,17 @@ func testFullDisk(t *testing.T, quota bool) {
 	if err := s.DeleteSnapshot("s1", "keep"); err != nil {
 		t.Fatalf("delete a snapshot on a full disk: %v", err)
 	}
+	if err := s.DeleteSession("s0"); err != nil {
+		t.Fatalf("delete a session on a full disk: %v", err)
+	}
 	// The journal reserve (64 KiB) is taken back from what is freed.
-	const wantFreed = 1<<20 + 512<<10 - 128<<10
+	const wantFreed = 1<<20 + 512<<10 + 256<<10 - 128<<10
 	deadline := time.Now().Add(10 * time.Second)
 	for freeBytes(t, state)-before < wantFreed && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	freed := freeBytes(t, state) - before
-	t.Logf("deleting a 1 MiB file and a snapshot holding 512 KiB on the full disk freed %d bytes", freed)
+	t.Logf("deleting a 1 MiB file, a snapshot holding 512 KiB and a session holding 256 KiB on the full disk freed %d bytes", freed)
 	if freed < wantFreed {
 		t.Fatalf("freed %d bytes, want at least %d", freed, wantFreed)
 	}
@@ -283,6 +309,10 @@ func testFullDisk(t *testing.T, quota bool) {
 	lost := lostEntries(t, want, treeOf(t, root))
 	if _, err := os.Stat(filepath.Join(mnt, "s2", "outputs")); err != nil {
 		t.Errorf("session made after space was freed is gone after a reopen: %v", err)
+		lost++
+	}
+	if ids := sessionIDs(s); slices.Contains(ids, "s0") || slices.Contains(ids, "while-full") != sessionWhileFull {
+		t.Errorf("sessions after a reopen: %v (s0 was deleted; while-full made: %v)", ids, sessionWhileFull)
 		lost++
 	}
 	t.Logf("entries lost after reopen: %d of %d", lost, len(want)+1)
