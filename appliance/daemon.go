@@ -133,6 +133,7 @@ func (d *Daemon) open() error {
 		return err
 	}
 	d.store = store
+	d.watchWorkspaceHealth(store)
 	if d.images, err = newImageService(d.cfg.StateDir, d.log); err == nil {
 		var agent string
 		d.driver, agent, d.tier, d.driverErr = newDriver(d.cfg, d.images, d.log)
@@ -165,6 +166,31 @@ func (d *Daemon) open() error {
 		return err
 	}
 	return nil
+}
+
+// watchWorkspaceHealth logs when the workspace turns read-only (its
+// journal found no space) and when it takes writes again.
+func (d *Daemon) watchWorkspaceHealth(store *fs.Store) {
+	sub := store.Events().Subscribe(1024)
+	last := store.Health()
+	if last != nil {
+		d.log.Printf("workspace: %v", last)
+	}
+	go func() { // ends when the store closes its bus
+		for e := range sub.C {
+			if e.Op != fs.OpHealth && e.Dropped == 0 {
+				continue
+			}
+			if h := store.Health(); (h == nil) != (last == nil) {
+				last = h
+				if h == nil {
+					d.log.Printf("workspace: writable again")
+				} else {
+					d.log.Printf("workspace: %v", h)
+				}
+			}
+		}
+	}()
 }
 
 // startSchedules starts the scheduler after the runner it delegates to;

@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dustin/go-humanize"
+
 	"hearth/fs"
 	"hearth/image"
 	"hearth/vmm"
@@ -68,6 +70,10 @@ func Doctor(cfg Config) Diagnosis {
 			detail = "failed when the daemon last started, so not used: " + a.Failed()
 		}
 		add("isolation ("+a.Tier+")", a.OK, "%s", detail)
+	}
+	if ws := filepath.Join(cfg.StateDir, "workspace"); dirExists(ws) {
+		free, err := fs.SpaceHealth(ws)
+		add("workspace space", err == nil, "%s", orOK(err, humanize.IBytes(uint64(free))+" free for the workspace"))
 	}
 	want := cfg.Sandbox.Tier
 	last, haveLast := lastTierChoice(cfg.StateDir)
@@ -154,6 +160,11 @@ func imagesDetail(cfg Config) string {
 		names = append(names, img.Name)
 	}
 	return strings.Join(names, ", ")
+}
+
+func dirExists(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
 }
 
 func orOK(err error, ok string) string {

@@ -87,6 +87,7 @@ func (s *Store) CreateSession(id string, owner Owner) error {
 		return fmt.Errorf("create session %q: %w", id, ErrExists)
 	}
 	t := now()
+	end := s.batch()
 	s.log(&record{op: opSession, sess: id, time: t})
 	sess := s.sessions[id]
 	root := sess.t.get(rootIno).clone()
@@ -98,6 +99,9 @@ func (s *Store) CreateSession(id string, owner Owner) error {
 			mode = syscall.S_IFDIR | 0o700
 		}
 		s.mknod(nil, sess, rootIno, d, mode, owner.UID, owner.GID, 0, "")
+	}
+	if e := end(true); e != 0 {
+		return s.journalErr("create session "+id, e)
 	}
 	s.changedSession(id)
 	return nil
@@ -140,6 +144,9 @@ func (s *Store) RenameSession(id, newID string) error {
 		return fmt.Errorf("rename session %q to %q: %w", id, newID, ErrExists)
 	}
 	s.log(&record{op: opSessionRename, sess: id, name: newID})
+	if e := s.commit(); e != 0 {
+		return s.journalErr("rename session "+id, e)
+	}
 	s.changedSession(id)
 	s.changedSession(newID)
 	return nil
@@ -153,7 +160,11 @@ func (s *Store) DeleteSession(id string) error {
 	if _, err := s.sessionLocked(id); err != nil {
 		return fmt.Errorf("delete session: %w", err)
 	}
+	s.freeing = true
 	s.log(&record{op: opSessionDelete, sess: id})
+	if e := s.commit(); e != 0 {
+		return s.journalErr("delete session "+id, e)
+	}
 	s.changedSession(id)
 	return nil
 }
@@ -180,7 +191,7 @@ func (s *Store) SetQuota(id string, q Quota) error {
 		}
 	}
 	s.log(&record{op: opQuota, sess: id, a: uint64(q.Bytes), b: uint64(q.Inodes)})
-	return nil
+	return s.journalErr("set quota of "+id, s.commit())
 }
 
 // Snapshot takes snapshot name of session id (id "" snapshots the whole
@@ -214,12 +225,13 @@ func (s *Store) Snapshot(id, name string) error {
 				_, e := s.ownBlob(sess, ino, false)
 				s.dropFresh()
 				if e != 0 {
+					s.abort() // no snapshot without its copies
 					return errOf(fmt.Sprintf("snapshot %q of %q", name, id), e)
 				}
 			}
 		}
 	}
-	return nil
+	return s.journalErr(fmt.Sprintf("snapshot %q of %q", name, id), s.commit())
 }
 
 // Snapshots lists the snapshots of session id ("" lists whole-tree ones),
@@ -304,8 +316,9 @@ func (s *Store) DeleteSnapshot(id, name string) error {
 	if _, err := s.snapshotLocked(id, name); err != nil {
 		return fmt.Errorf("delete snapshot: %w", err)
 	}
+	s.freeing = true
 	s.log(&record{op: opSnapshotDelete, sess: id, name: name})
-	return nil
+	return s.journalErr(fmt.Sprintf("delete snapshot %q of %q", name, id), s.commit())
 }
 
 // Restore rolls session id back to its snapshot name (id "" rolls the whole
@@ -324,6 +337,9 @@ func (s *Store) Restore(id, name string) error {
 		before = append(before, n)
 	}
 	s.log(&record{op: opRestore, sess: id, name: name})
+	if e := s.commit(); e != 0 {
+		return s.journalErr(fmt.Sprintf("restore %q to %q", id, name), e)
+	}
 	for n := range sn.trees {
 		before = append(before, n)
 	}
@@ -356,6 +372,9 @@ func (s *Store) Branch(id, name, from, newID string) error {
 		return fmt.Errorf("branch to session %q: %w", newID, ErrExists)
 	}
 	s.log(&record{op: opBranch, sess: id, name: name, name2: from, snap: newID, time: now()})
+	if e := s.commit(); e != 0 {
+		return s.journalErr("branch to session "+newID, e)
+	}
 	s.changedSession(newID)
 	return nil
 }
@@ -490,18 +509,24 @@ func (s *Store) linkBlob(id, p string, blob uint64, size int64, owner Owner) err
 	if q := sess.quota.Bytes; q > 0 && sess.t.bytes-freed+size > q {
 		return fmt.Errorf("write %s: %w: session %q may hold %d bytes", p, ErrQuota, id, q)
 	}
+	end := s.batch() // the old file goes only if the new one comes
 	if old != nil {
 		if e := s.unlink(nil, sess, dir, name); e != 0 {
+			end(false)
 			return errOf("write "+p, e)
 		}
 	}
 	ino, n, e := s.mknod(nil, sess, dir, name, syscall.S_IFREG|0o644, owner.UID, owner.GID, 0, "")
 	if e != 0 {
+		end(false)
 		return errOf("write "+p, e)
 	}
 	c := n.clone()
 	c.blob, c.birth, c.size = blob, s.epoch, size
 	s.log(&record{op: opPut, sess: id, ino: ino, n: c})
+	if e := end(true); e != 0 {
+		return s.journalErr("write "+p, e)
+	}
 	s.events.publish(Event{Session: id, Path: s.relPath(sess, dir, name), Op: OpWritten})
 	s.changedInode(nil, sess, ino)
 	return s.syncLocked()
@@ -509,7 +534,7 @@ func (s *Store) linkBlob(id, p string, blob uint64, size int64, owner Owner) err
 
 // syncLocked flushes the journal to the OS; the caller holds s.mu.
 func (s *Store) syncLocked() error {
-	if err := s.j.w.Flush(); err != nil {
+	if err := s.j.flush(); err != nil {
 		return err
 	}
 	return s.j.f.Sync()

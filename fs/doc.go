@@ -10,6 +10,13 @@
 // filesystem can) only when a file shared with a snapshot is opened for
 // writing.
 //
+// An operation is applied in memory and committed to the journal with one
+// write before it returns; if the journal cannot take it (a full disk) it
+// is undone and fails with ENOSPC, so nothing acknowledged is lost and a
+// refused operation leaves no trace. Space kept in reserve lets deletions
+// commit on a full disk, and Health (and an OpHealth event) says when the
+// workspace is read-only for lack of space; it recovers by itself.
+//
 // A View mounts the tree with go-fuse for one machine: its own session is
 // writable, every other session is read-only and their private .home is
 // hidden. The host view sees and writes everything. Data of files opened

@@ -16,6 +16,9 @@ const (
 	OpRenamed EventOp = "renamed"
 	OpRemoved EventOp = "removed"
 	OpError   EventOp = "error" // the store could not do background work; Path says why
+	// OpHealth: the workspace became read-only (Path says why, e.g. no
+	// space for its journal) or writable again; see Store.Health.
+	OpHealth EventOp = "health"
 )
 
 // Event is one file event in the workspace.

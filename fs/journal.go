@@ -29,6 +29,7 @@ const (
 	opSnapshotDelete               // delete snapshot name of scope sess
 	opRestore                      // restore scope sess from snapshot name
 	opBranch                       // new session name2 from session name in snapshot (scope sess)
+	opBatch                        // the next a records are one operation: replay applies all or none
 )
 
 // record is one journal entry. Fields a kind does not use stay zero, and
@@ -153,60 +154,144 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 // journalWriter appends framed records: uvarint length, payload, CRC-32C.
 // A torn last frame (a crash mid-append) fails its CRC and ends the replay.
+//
+// Records collect in buf until flush writes them with one write(2). A
+// failed write (a full disk) is cut back to the last whole record, so the
+// file never holds a torn frame that later records would follow (replay
+// stops at the first bad frame: they would be lost), and the writer keeps
+// no sticky error: the next flush tries again.
 type journalWriter struct {
-	f   *os.File
-	w   *bufio.Writer
-	buf []byte
-	n   int64 // bytes appended since the file was opened
+	f      *os.File
+	buf    []byte // framed records not yet written
+	enc    []byte
+	good   int64 // file offset just past the last record written whole
+	torn   bool  // a failed write left bytes past good that are not cut yet
+	n      int64 // bytes written since the file was opened
+	stream bool  // write out every MiB (checkpoints) instead of on flush only
+	err    error // first error of a streaming writer
 }
 
-func newJournalWriter(f *os.File) *journalWriter {
-	return &journalWriter{f: f, w: bufio.NewWriterSize(f, 1<<20)}
+// newJournalWriter appends to f, whose intact records end at good.
+func newJournalWriter(f *os.File, good int64) *journalWriter {
+	return &journalWriter{f: f, good: good}
 }
 
-func (j *journalWriter) append(r *record) error {
-	j.buf = r.encode(j.buf[:0])
-	var hdr [binary.MaxVarintLen64]byte
-	hn := binary.PutUvarint(hdr[:], uint64(len(j.buf)))
-	var sum [4]byte
-	binary.LittleEndian.PutUint32(sum[:], crc32.Checksum(j.buf, crcTable))
-	j.w.Write(hdr[:hn])
-	j.w.Write(j.buf)
-	_, err := j.w.Write(sum[:])
-	j.n += int64(hn + len(j.buf) + 4)
+func (j *journalWriter) append(r *record) {
+	j.buf = j.frame(j.buf, r)
+	if j.stream && len(j.buf) >= 1<<20 {
+		if err := j.flush(); err != nil && j.err == nil {
+			j.err = err
+		}
+	}
+}
+
+// flush writes the buffered records. On failure the file is cut back to
+// its last whole record (or will be, before the next write) and the
+// records stay buffered: the caller retries or discards them.
+func (j *journalWriter) flush() error {
+	if j.torn {
+		if err := j.f.Truncate(j.good); err != nil {
+			return fmt.Errorf("cut torn journal record: %w", err)
+		}
+		j.torn = false
+	}
+	if len(j.buf) == 0 {
+		return nil
+	}
+	n, err := j.f.Write(j.buf) // O_APPEND: at the end, which is good
+	if err == nil {
+		j.good += int64(n)
+		j.n += int64(n)
+		j.buf = j.buf[:0]
+		return nil
+	}
+	if n > 0 {
+		j.torn = j.f.Truncate(j.good) != nil
+	}
 	return err
 }
 
-// readJournal calls fn for each intact record of r in order. It returns the
-// offset just past the last intact record, so a torn tail can be cut off.
+// frame appends r, framed, to b.
+func (j *journalWriter) frame(b []byte, r *record) []byte {
+	j.enc = r.encode(j.enc[:0])
+	b = binary.AppendUvarint(b, uint64(len(j.enc)))
+	b = append(b, j.enc...)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(j.enc, crcTable))
+}
+
+// group makes the n records buffered from offset mark on one operation
+// for replay, by putting an opBatch record before them.
+func (j *journalWriter) group(mark, n int) {
+	hdr := j.frame(nil, &record{op: opBatch, a: uint64(n)})
+	j.buf = append(j.buf, hdr...)
+	copy(j.buf[mark+len(hdr):], j.buf[mark:len(j.buf)-len(hdr)])
+	copy(j.buf[mark:], hdr)
+}
+
+// discard drops buffered records from offset mark on.
+func (j *journalWriter) discard(mark int) { j.buf = j.buf[:mark] }
+
+// readJournal calls fn for each intact record of r in order; the records
+// of an opBatch group only once the whole group is there. It returns the
+// offset just past the last intact record or group, so a torn tail (a
+// partial group included) can be cut off.
 func readJournal(r io.Reader, fn func(*record) error) (int64, error) {
 	br := bufio.NewReaderSize(r, 1<<20)
-	var off int64
+	var off, pos int64 // past the last complete record or group; past the last frame read
+	var group []*record
+	want := 0 // records the open group still lacks
 	for {
-		l, err := binary.ReadUvarint(br)
+		rec, n, err := readFrame(br)
+		if n == 0 {
+			return off, nil // clean end, or a torn frame
+		}
 		if err != nil {
-			return off, nil // clean end, or a torn length
+			return off, fmt.Errorf("journal offset %d: %w", pos, err)
 		}
-		if l > 64<<20 {
-			return off, nil
+		pos += n
+		switch {
+		case rec.op == opBatch && want > 0:
+			return off, fmt.Errorf("journal offset %d: group inside a group: %w", pos-n, errCorrupt)
+		case rec.op == opBatch:
+			want, group = int(min(rec.a, 1<<30)), group[:0]
+			if want == 0 {
+				off = pos
+			}
+			continue
+		case want > 0:
+			group = append(group, rec)
+			if want--; want > 0 {
+				continue
+			}
+		default:
+			group = append(group[:0], rec)
 		}
-		frame := make([]byte, l+4)
-		if _, err := io.ReadFull(br, frame); err != nil {
-			return off, nil
+		for _, g := range group {
+			if err := fn(g); err != nil {
+				return off, fmt.Errorf("journal offset %d: %w", pos-n, err)
+			}
 		}
-		payload := frame[:l]
-		if crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(frame[l:]) {
-			return off, nil
-		}
-		rec, err := decodeRecord(payload)
-		if err != nil {
-			return off, fmt.Errorf("journal offset %d: %w", off, err)
-		}
-		if err := fn(rec); err != nil {
-			return off, fmt.Errorf("journal offset %d: %w", off, err)
-		}
-		off += int64(uvarintLen(l)) + int64(l) + 4
+		off = pos
 	}
+}
+
+// readFrame reads one framed record and its size; size 0 means the end of
+// the intact frames (the end of r, or a torn or damaged frame).
+func readFrame(br *bufio.Reader) (*record, int64, error) {
+	l, err := binary.ReadUvarint(br)
+	if err != nil || l > 64<<20 {
+		return nil, 0, nil
+	}
+	frame := make([]byte, l+4)
+	if _, err := io.ReadFull(br, frame); err != nil {
+		return nil, 0, nil
+	}
+	payload := frame[:l]
+	if crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(frame[l:]) {
+		return nil, 0, nil
+	}
+	rec, err := decodeRecord(payload)
+	return rec, int64(uvarintLen(l)) + int64(l) + 4, err
 }
 
 func uvarintLen(v uint64) int {

@@ -8,8 +8,10 @@ import (
 )
 
 // The namespace operations below are shared by the FUSE views and the Go
-// API. Each runs with s.mu held for writing, checks everything first and
-// then logs records, so a refused operation changes nothing.
+// API. Each runs with s.mu held for writing, checks everything first,
+// logs records and commits them (see commit.go) before it tells anyone,
+// so a refused operation, or one the journal could not take, changes
+// nothing.
 
 func now() int64 { return time.Now().UnixNano() }
 
@@ -43,6 +45,9 @@ func (s *Store) mknod(origin *View, sess *session, dir uint64, name string, mode
 	s.log(&record{op: opPut, sess: sess.name, ino: ino, n: n})
 	s.log(&record{op: opEntry, sess: sess.name, ino: dir, name: name, child: ino})
 	s.touchDir(sess, dir, t, nlinkDelta(n))
+	if e := s.commit(); e != 0 {
+		return 0, nil, e
+	}
 	s.changed(origin, sess, dir, name, OpCreated, "")
 	return ino, n, 0
 }
@@ -85,9 +90,13 @@ func (s *Store) unlink(origin *View, sess *session, dir uint64, name string) sys
 		return syscall.EISDIR
 	}
 	t := now()
+	s.freeing = true
 	s.log(&record{op: opEntry, sess: sess.name, ino: dir, name: name})
 	s.dropLink(sess, ino, t)
 	s.touchDir(sess, dir, t, 0)
+	if e := s.commit(); e != 0 {
+		return e
+	}
 	s.changed(origin, sess, dir, name, OpRemoved, "")
 	return 0
 }
@@ -125,9 +134,13 @@ func (s *Store) rmdir(origin *View, sess *session, dir uint64, name string) sysc
 		return syscall.ENOTEMPTY
 	}
 	t := now()
+	s.freeing = true
 	s.log(&record{op: opEntry, sess: sess.name, ino: dir, name: name})
 	s.log(&record{op: opDrop, sess: sess.name, ino: ino})
 	s.touchDir(sess, dir, t, -1)
+	if e := s.commit(); e != 0 {
+		return e
+	}
 	s.changed(origin, sess, dir, name, OpRemoved, "")
 	return 0
 }
@@ -195,6 +208,7 @@ func (s *Store) rename(origin *View, sess *session, dir uint64, name string, new
 	}
 	t := now()
 	if tn != nil {
+		s.freeing = true // replacing a file frees it
 		if tn.isDir() {
 			s.log(&record{op: opDrop, sess: sess.name, ino: tino})
 			s.touchDir(sess, newdir, t, -1)
@@ -216,6 +230,9 @@ func (s *Store) rename(origin *View, sess *session, dir uint64, name string, new
 	s.log(&record{op: opPut, sess: sess.name, ino: ino, n: moved})
 	s.touchDir(sess, dir, t, -delta)
 	s.touchDir(sess, newdir, t, delta)
+	if e := s.commit(); e != 0 {
+		return e
+	}
 	s.changed(origin, sess, newdir, newname, OpRenamed, s.relPath(sess, dir, name))
 	s.changed(origin, sess, dir, name, "", "")
 	return 0
@@ -248,6 +265,9 @@ func (s *Store) exchange(origin *View, sess *session, dir uint64, name string, i
 		s.touchDir(sess, dir, t, 0)
 		s.touchDir(sess, newdir, t, 0)
 	}
+	if e := s.commit(); e != 0 {
+		return e
+	}
 	s.changed(origin, sess, newdir, newname, OpRenamed, s.relPath(sess, dir, name))
 	s.changed(origin, sess, dir, name, OpRenamed, s.relPath(sess, newdir, newname))
 	return 0
@@ -279,6 +299,9 @@ func (s *Store) link(origin *View, sess *session, ino, newdir uint64, newname st
 	s.log(&record{op: opPut, sess: sess.name, ino: ino, n: c})
 	s.log(&record{op: opEntry, sess: sess.name, ino: newdir, name: newname, child: ino})
 	s.touchDir(sess, newdir, t, 0)
+	if e := s.commit(); e != 0 {
+		return nil, e
+	}
 	s.changed(origin, sess, newdir, newname, OpCreated, "")
 	return c, 0
 }
@@ -312,14 +335,15 @@ func (s *Store) setattr(origin *View, sess *session, ino uint64, ch attrChange) 
 		c, errno = s.ownBlob(sess, ino, *ch.size == 0)
 		s.dropFresh()
 		if errno != 0 {
+			s.abort()
 			return nil, errno
 		}
 		c = c.clone()
-		if err := os.Truncate(s.blobPath(c.blob), *ch.size); err != nil {
-			return nil, errnoOf(err)
-		}
 		c.size = *ch.size
 		c.mtime = now()
+		if c.size < n.size {
+			s.freeing = true
+		}
 	}
 	if ch.mode != nil {
 		c.mode = n.mode&syscall.S_IFMT | *ch.mode&^uint32(syscall.S_IFMT)
@@ -338,6 +362,19 @@ func (s *Store) setattr(origin *View, sess *session, ino uint64, ch attrChange) 
 	}
 	c.ctime = now()
 	s.log(&record{op: opPut, sess: sess.name, ino: ino, n: c})
+	if e := s.commit(); e != 0 {
+		return nil, e
+	}
+	// The blob changes only once the journal holds the new size.
+	if ch.size != nil {
+		if err := os.Truncate(s.blobPath(c.blob), *ch.size); err != nil {
+			back := c.clone()
+			s.statInto(back)
+			s.log(&record{op: opPut, sess: sess.name, ino: ino, n: back})
+			s.commit()
+			return nil, errnoOf(err)
+		}
+	}
 	s.changedInode(origin, sess, ino)
 	return c, 0
 }

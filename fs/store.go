@@ -27,6 +27,11 @@ type Options struct {
 	// CheckpointBytes is the journal size that triggers a checkpoint.
 	// Default 64 MiB.
 	CheckpointBytes int64
+	// ReserveBytes of the state filesystem are kept (in the file
+	// journal.reserve) for the journal records of deletions, so that
+	// files and snapshots can still be deleted when the disk is full.
+	// Default 1 MiB.
+	ReserveBytes int64
 }
 
 // Quota limits one session's live tree. Zero means no limit.
@@ -57,6 +62,12 @@ type Store struct {
 	views    []*View
 	closed   bool
 	gcWanted bool
+
+	tx        txn   // records logged and not yet committed; see commit.go
+	nest      int   // depth of batches: commit writes only at depth 0
+	freeing   bool  // the operation being logged frees space: it may use the reserve
+	reserveOK bool  // journal.reserve holds ReserveBytes
+	health    error // nil, or why the workspace is read-only; see Health
 
 	syncMu  sync.Mutex // serialises fsync of the journal and checkpoints
 	reflink bool       // backing filesystem clones files (FICLONE)
@@ -119,6 +130,9 @@ func Open(opts Options) (*Store, error) {
 	if opts.CheckpointBytes <= 0 {
 		opts.CheckpointBytes = 64 << 20
 	}
+	if opts.ReserveBytes <= 0 {
+		opts.ReserveBytes = 1 << 20
+	}
 	for _, d := range []string{opts.Dir, filepath.Join(opts.Dir, "blobs")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("open workspace store: %w", err)
@@ -128,6 +142,9 @@ func Open(opts Options) (*Store, error) {
 		epoch: 1, nextBlob: 1, events: NewBus(), stop: make(chan struct{}), makeMore: make(chan struct{}, 1), reserved: map[uint64]bool{}}
 	if err := s.load(); err != nil {
 		return nil, fmt.Errorf("open workspace store %s: %w", opts.Dir, err)
+	}
+	if err := s.makeReserve(); err != nil {
+		s.journalFailed(err) // read-only until space is freed
 	}
 	s.reflink = probeReflink(filepath.Join(opts.Dir, "blobs"))
 	s.wg.Add(2)
@@ -188,7 +205,12 @@ func (s *Store) load() error {
 	if err != nil {
 		return err
 	}
-	s.j = newJournalWriter(f)
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return err
+	}
+	s.j = newJournalWriter(f, fi.Size())
 	return nil
 }
 
@@ -295,17 +317,18 @@ func (s *Store) referencedBlobs() map[uint64]bool {
 	return live
 }
 
-// log applies r and appends it to the journal. The caller holds s.mu for
-// writing. During load (s.j == nil) it only applies.
+// log applies r and buffers it for the journal; the operation's commit
+// writes it (see commit.go). The caller holds s.mu for writing. During
+// load (s.j == nil) it only applies.
 func (s *Store) log(r *record) {
+	if s.j != nil {
+		s.remember(r)
+	}
 	if err := s.apply(r); err != nil {
 		panic(fmt.Sprintf("workspace store: apply %v: %v", r.op, err)) // a bug: callers validate first
 	}
 	if s.j != nil {
-		// Written through to the OS at once: once an operation returns,
-		// a SIGKILL of the daemon cannot lose it.
 		s.j.append(r)
-		s.j.w.Flush()
 	}
 }
 
@@ -329,6 +352,9 @@ func (s *Store) apply(r *record) error {
 		s.gcWanted = true
 	case opSessionRename:
 		sess := s.sessions[r.sess]
+		if sess == nil || s.sessions[r.name] != nil {
+			return fmt.Errorf("rename of missing session %q, or to existing %q", r.sess, r.name)
+		}
 		delete(s.sessions, r.sess)
 		s.gen++
 		sess.name, sess.gen = r.name, s.gen
@@ -342,6 +368,9 @@ func (s *Store) apply(r *record) error {
 			}
 		}
 	case opQuota:
+		if s.sessions[r.sess] == nil {
+			return fmt.Errorf("quota of missing session %q", r.sess)
+		}
 		s.sessions[r.sess].quota = Quota{Bytes: int64(r.a), Inodes: int64(r.b)}
 	case opPut, opEntry, opDrop:
 		t, err := s.target(r)
@@ -351,6 +380,9 @@ func (s *Store) apply(r *record) error {
 		switch r.op {
 		case opPut:
 			n := r.n
+			if n == nil {
+				return fmt.Errorf("node record for inode %d without a node", r.ino)
+			}
 			if n.blob >= s.nextBlob {
 				s.nextBlob = n.blob + 1
 			}
@@ -362,7 +394,7 @@ func (s *Store) apply(r *record) error {
 			}
 			t.put(r.ino, n)
 		case opEntry:
-			if t.get(r.ino) == nil {
+			if d := t.get(r.ino); d == nil || !d.isDir() || d.entries == nil {
 				return fmt.Errorf("entry %q in missing directory %d", r.name, r.ino)
 			}
 			t.setEntry(r.ino, r.name, r.child)
@@ -373,6 +405,9 @@ func (s *Store) apply(r *record) error {
 		return s.applySnapshot(r)
 	case opSnapshotTree:
 		sn := s.snaps[parseSnapKey(r.snap)]
+		if sn == nil {
+			return fmt.Errorf("tree of missing snapshot %s", r.snap)
+		}
 		st := &sessState{t: newTree(r.time, 0, 0), quota: Quota{int64(r.a), int64(r.b)}, created: r.time}
 		if live := s.sessions[r.sess]; live != nil && r.child == 1 {
 			st.t = live.t
@@ -385,6 +420,9 @@ func (s *Store) apply(r *record) error {
 		return s.applyRestore(r)
 	case opBranch:
 		sn := s.snaps[snapKey{r.sess, r.name}]
+		if sn == nil || sn.trees[r.name2] == nil || s.sessions[r.snap] != nil {
+			return fmt.Errorf("branch %q from missing snapshot %s/%s of %q", r.snap, r.sess, r.name, r.name2)
+		}
 		st := sn.trees[r.name2]
 		s.gen++
 		sess := &session{name: r.snap, gen: s.gen, created: r.time, t: st.t, quota: st.quota, shared: s.epoch}
@@ -486,30 +524,40 @@ func (s *Store) flushAndCollect() error {
 		s.mu.Unlock()
 		return nil
 	}
-	err := s.j.w.Flush()
+	s.finish()
+	// A failed write is retried here; a full journal must not stop the
+	// deletions below, which are how space comes back.
+	err := s.j.flush()
 	deletes := s.deletes
 	s.deletes = nil
 	gc := s.gcWanted
 	s.gcWanted = false
 	big := s.j.n > s.opts.CheckpointBytes
+	refill := !s.reserveOK
 	s.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("write workspace journal: %w", err)
+		err = fmt.Errorf("write workspace journal: %w", err)
 	}
 	if len(deletes) > 0 {
 		// The records that dropped these blobs must outlive the blobs.
-		if err := s.Sync(); err != nil {
-			return err
+		if serr := s.Sync(); serr != nil {
+			s.mu.Lock()
+			s.deletes = append(s.deletes, deletes...) // next time
+			s.mu.Unlock()
+			return errors.Join(err, serr)
 		}
 		s.recycle(deletes)
 	}
 	if gc {
 		s.collectGarbage()
 	}
-	if big {
+	if refill {
+		s.refillReserve()
+	}
+	if big && err == nil {
 		return s.Checkpoint()
 	}
-	return nil
+	return err
 }
 
 // recycle empties dead blobs into the pool of blobs for new files, which
@@ -545,7 +593,8 @@ func (s *Store) Sync() error {
 		s.mu.Unlock()
 		return ErrClosed
 	}
-	err := s.j.w.Flush()
+	s.finish()
+	err := s.j.flush()
 	f := s.j.f
 	s.mu.Unlock()
 	if err != nil {
@@ -610,7 +659,8 @@ func (s *Store) Checkpoint() error {
 		s.mu.Unlock()
 		return ErrClosed
 	}
-	if err := s.j.w.Flush(); err != nil {
+	s.finish()
+	if err := s.j.flush(); err != nil {
 		s.mu.Unlock()
 		return err
 	}
@@ -621,7 +671,7 @@ func (s *Store) Checkpoint() error {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	old := s.j
-	s.j, s.jseq = newJournalWriter(nf), next
+	s.j, s.jseq = newJournalWriter(nf, 0), next
 	state := s.captureLocked()
 	s.mu.Unlock()
 
@@ -673,7 +723,8 @@ func (s *Store) writeCheckpoint(c capture, startSeq uint64) error {
 		return err
 	}
 	defer os.Remove(tmp)
-	w := newJournalWriter(f)
+	w := newJournalWriter(f, 0)
+	w.stream = true
 	w.append(&record{op: opHeader, ino: startSeq, a: c.epoch, b: c.gen, c: c.nextBlob})
 	live := map[string]*tree{}
 	for _, sess := range c.sessions {
@@ -695,7 +746,7 @@ func (s *Store) writeCheckpoint(c capture, startSeq uint64) error {
 			writeTree(w, name, sn.key.String(), &st.t, base)
 		}
 	}
-	if err := w.w.Flush(); err != nil {
+	if err := errors.Join(w.err, w.flush()); err != nil {
 		f.Close()
 		return err
 	}
@@ -763,7 +814,8 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	s.drainPool()
-	if ferr := s.j.w.Flush(); err == nil {
+	s.finish()
+	if ferr := s.j.flush(); err == nil {
 		err = ferr
 	}
 	s.j.f.Close()

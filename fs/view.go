@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -40,7 +41,7 @@ type View struct {
 	dir     string
 	srv     *fuse.Server
 	mounted time.Time
-	conn    int // the FUSE connection's number in /sys/fs/fuse/connections; 0 unknown
+	conn    uint64 // the FUSE connection's number in /sys/fs/fuse/connections; 0 unknown
 
 	mu      sync.Mutex
 	nodes   map[uint64]*kref // kernel node id -> what it names
@@ -178,38 +179,34 @@ func (s *Store) Mount(dir string, opts ViewOptions) (*View, error) {
 	}
 	var st syscall.Stat_t
 	if syscall.Stat(dir, &st) == nil {
-		v.conn = int(unix.Minor(st.Dev))
+		// The kernel names a connection by its superblock's dev_t, whose
+		// encoding (MKDEV) differs from stat's.
+		v.conn = uint64(unix.Major(uint64(st.Dev)))<<20 | uint64(unix.Minor(uint64(st.Dev)))
 	}
 	return v, nil
 }
 
-// abortAfter aborts the view's FUSE connection if the unmount has not
-// finished after d: a machine that goes on without the daemon (or a
-// namespace that leaked) still holds a copy of the mount, and the
-// connection would otherwise never end, nor the unmount. Its processes
-// then get ENOTCONN from the view, as if the daemon had died. stop
-// cancels it.
-func (v *View) abortAfter(d time.Duration) (stop func() bool) {
-	if v.conn == 0 {
-		return func() bool { return false }
-	}
-	t := time.AfterFunc(d, func() {
-		const ctl = "/sys/fs/fuse/connections"
-		abort := filepath.Join(ctl, strconv.Itoa(v.conn), "abort")
-		// Without fusectl mounted (a host that does not mount it at boot)
-		// there is no abort file, and the unmount would wait forever.
-		if _, err := os.Stat(abort); errors.Is(err, os.ErrNotExist) {
-			unix.Mount("fusectl", ctl, "fusectl", 0, "")
-		}
-		os.WriteFile(abort, []byte("1"), 0)
-	})
-	return t.Stop
-}
+// Unmount waits this long for the view's FUSE connection to end before it
+// aborts it, and at most unmountBound in all.
+const (
+	unmountAbort = 2 * time.Second
+	unmountBound = 10 * time.Second
+)
 
 // Dir is where the view is mounted.
 func (v *View) Dir() string { return v.dir }
 
-// Unmount detaches the view and waits for its goroutines. Idempotent.
+// Unmount detaches the view and waits, boundedly, for its goroutines.
+// Idempotent.
+//
+// A machine that goes on without the daemon (or a namespace that leaked)
+// may still hold a copy of the mount, or a file or working directory in
+// it; the connection then outlives the unmount, and go-fuse's request
+// readers block in read(2) on /dev/fuse. After unmountAbort the connection
+// is aborted through fusectl, which wakes them (its processes get
+// ENOTCONN, as if the daemon had died). If even that fails, Unmount
+// returns an error after unmountBound and leaves the readers behind
+// rather than hang.
 func (v *View) Unmount() error {
 	v.closeMu.Lock()
 	defer v.closeMu.Unlock()
@@ -217,20 +214,24 @@ func (v *View) Unmount() error {
 		return nil
 	}
 	v.closed = true
-	defer v.abortAfter(2 * time.Second)()
+	ended := make(chan struct{})
+	go func() {
+		v.detach()
+		close(v.done)
+		v.wg.Wait()
+		close(ended)
+	}()
 	var err error
-	for i := 0; i < 50; i++ {
-		if err = v.srv.Unmount(); err == nil || !errors.Is(err, syscall.EBUSY) {
-			break
+	select {
+	case <-ended:
+	case <-time.After(unmountAbort):
+		aerr := v.abort()
+		select {
+		case <-ended:
+		case <-time.After(unmountBound - unmountAbort):
+			err = fmt.Errorf("unmount view at %s: its FUSE connection did not end (abort: %v); its request readers are left behind", v.dir, aerr)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	if err != nil { // still busy: detach lazily so no stale mount stays behind
-		syscall.Unmount(v.dir, syscall.MNT_DETACH)
-		err = nil
-	}
-	close(v.done)
-	v.wg.Wait()
 	v.s.mu.Lock()
 	for i, o := range v.s.views {
 		if o == v {
@@ -253,6 +254,74 @@ func (v *View) Unmount() error {
 	v.handles, v.nodes = map[uint64]*handle{}, map[uint64]*kref{}
 	v.mu.Unlock()
 	return err
+}
+
+// detach unmounts the view: plainly if it is not busy within a second
+// (a file being closed holds it briefly), else lazily, so that no stale
+// mount stays behind either way.
+func (v *View) detach() {
+	deadline := time.Now().Add(time.Second)
+	for {
+		err := syscall.Unmount(v.dir, 0)
+		if err == nil || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOENT) {
+			return // unmounted, or no longer a mount point
+		}
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			syscall.Unmount(v.dir, syscall.MNT_DETACH)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// abort ends the view's FUSE connection: every request reader wakes with
+// ENODEV and every process using the view gets ENOTCONN.
+func (v *View) abort() error {
+	if v.conn == 0 {
+		return errors.New("connection number unknown")
+	}
+	name := filepath.Join("/sys/fs/fuse/connections", strconv.FormatUint(v.conn, 10), "abort")
+	err := os.WriteFile(name, []byte("1"), 0)
+	if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	// fusectl is not mounted (machines without systemd do not mount it):
+	// mount it where only this goroutine's thread sees it.
+	return inPrivateMountNS(func() error {
+		if err := unix.Mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, ""); err != nil {
+			return fmt.Errorf("mount fusectl: %w", err)
+		}
+		return os.WriteFile(name, []byte("1"), 0)
+	})
+}
+
+// inPrivateMountNS runs fn on a thread of its own in a private copy of
+// the mount namespace; the thread ends with it, and the copy with the
+// thread, so the process's mounts do not change.
+func inPrivateMountNS(fn func() error) error {
+	res := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() == os.Getpid() {
+			// The main thread must keep the process's namespace (and is
+			// never ended). Holding it locked here puts the next
+			// goroutine on another thread.
+			res <- inPrivateMountNS(fn)
+			runtime.UnlockOSThread()
+			return
+		}
+		// Never unlocked: Go ends the thread when this goroutine returns.
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			res <- fmt.Errorf("unshare mount namespace: %w", err)
+			return
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			res <- fmt.Errorf("make mounts private: %w", err)
+			return
+		}
+		res <- fn()
+	}()
+	return <-res
 }
 
 // closeOnExecFUSE marks every open /dev/fuse descriptor close-on-exec.

@@ -23,8 +23,13 @@ func (v *View) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, ou
 		return st(errno)
 	}
 	mode := syscall.S_IFREG | (in.Mode &^ in.Umask & 0o7777)
+	// The file and its blob are one commit (openLocked's): a create the
+	// journal cannot take leaves no empty file behind.
+	v.s.nest++
 	ino, _, errno := v.s.mknod(v, sess, dir, name, mode, in.Caller.Uid, in.Caller.Gid, 0, "")
+	v.s.nest--
 	if errno != 0 {
+		v.s.abort()
 		done()
 		return st(errno)
 	}
@@ -94,6 +99,9 @@ func (s *Store) copyUp(k nodeKey) {
 	c := cur.clone()
 	c.blob, c.birth = id, s.epoch
 	s.log(&record{op: opPut, sess: sess.name, ino: k.ino, n: c})
+	if s.commit() != 0 {
+		os.Remove(s.blobPath(id)) // ownBlob copies again under the lock
+	}
 }
 
 // openLocked prepares a handle for ino; the caller holds s.mu for writing.
@@ -111,6 +119,8 @@ func (v *View) openLocked(sess *session, ino uint64, flags uint32) (*handle, *no
 	if write || trunc {
 		var errno syscall.Errno
 		if n, errno = v.s.ownBlob(sess, ino, trunc); errno != 0 {
+			v.s.dropFresh()
+			v.s.abort()
 			return nil, nil, errno
 		}
 		if trunc && n.size > 0 {
@@ -119,6 +129,10 @@ func (v *View) openLocked(sess *session, ino uint64, flags uint32) (*handle, *no
 				return nil, nil, errno
 			}
 		}
+	}
+	if errno := v.s.commit(); errno != 0 {
+		v.s.dropFresh()
+		return nil, nil, errno
 	}
 	h.blob = n.blob
 	if h.blob != 0 {
@@ -224,26 +238,47 @@ func (v *View) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uin
 	h.wrote = true
 	var n int
 	var err error
-	if h.appends { // O_APPEND: write at the end, one appender at a time
+	var before, off int64 // blob size before the write, and where it writes
+	if h.appends {        // O_APPEND: write at the end, one appender at a time
 		v.appendMu.Lock()
 		defer v.appendMu.Unlock()
 		var fi os.FileInfo
 		if fi, err = h.f.Stat(); err == nil {
-			if errno := v.grow(h, fi.Size()+int64(len(data))); errno != 0 {
+			before, off = fi.Size(), fi.Size()
+			if errno := v.grow(h, off+int64(len(data))); errno != 0 {
 				return 0, st(errno)
 			}
-			n, err = h.f.WriteAt(data, fi.Size())
+			n, err = h.f.WriteAt(data, off)
 		}
 	} else {
-		if errno := v.grow(h, int64(in.Offset)+int64(len(data))); errno != 0 {
+		off = int64(in.Offset)
+		if errno := v.grow(h, off+int64(len(data))); errno != 0 {
 			return 0, st(errno)
 		}
-		n, err = h.f.WriteAt(data, int64(in.Offset))
+		if fi, serr := h.f.Stat(); serr == nil {
+			before = fi.Size()
+		}
+		n, err = h.f.WriteAt(data, off)
 	}
 	if err != nil {
-		return uint32(n), fuse.ToStatus(err)
+		v.failedWrite(h, max(before, off+int64(n)))
+		if n > 0 { // a short write: the part written stays, and says so
+			return uint32(n), fuse.OK
+		}
+		return 0, fuse.ToStatus(err)
 	}
 	return uint32(n), fuse.OK
+}
+
+// failedWrite undoes what a write that failed (a full disk) left beyond
+// keep bytes: the backing filesystem may keep part of a write it reports
+// as failed (tmpfs does), and grow recorded a size the data never
+// reached. The size is then taken back from the blob.
+func (v *View) failedWrite(h *handle, keep int64) {
+	if fi, err := h.f.Stat(); err == nil && fi.Size() > keep {
+		h.f.Truncate(keep)
+	}
+	v.settle(h)
 }
 
 // grow records that h's file now reaches end bytes, refusing growth past
@@ -265,7 +300,7 @@ func (v *View) grow(h *handle, end int64) syscall.Errno {
 	c := n.clone()
 	c.size, c.mtime = end, now()
 	v.s.log(&record{op: opPut, sess: sess.name, ino: h.key.ino, n: c})
-	return 0
+	return v.s.commit()
 }
 
 // Flush is not needed: sizes are settled on release. ENOSYS tells the
@@ -318,7 +353,9 @@ func (v *View) settle(h *handle) bool {
 		return h.wrote
 	}
 	v.s.log(&record{op: opPut, sess: sess.name, ino: h.key.ino, n: c})
-	return true
+	// If the journal cannot take it, the size stays what it was; the next
+	// settle, or a restart (fixSizes), takes it from the blob.
+	return v.s.commit() == 0
 }
 
 func (v *View) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
@@ -381,7 +418,9 @@ func (s *Store) releaseCounts(h *handle) (*session, *node) {
 	}
 	n := sess.t.get(ino)
 	if n != nil && n.nlink == 0 && sess.open[ino] == 0 {
+		s.freeing = true
 		s.dropInode(sess, ino, n)
+		s.commit() // if not, the unnamed inode stays until a restart drops it
 		return nil, nil
 	}
 	return sess, n

@@ -23,7 +23,10 @@ func (v *View) at(nodeid uint64, write bool) (sess *session, ino uint64, done fu
 	}
 	if write {
 		v.s.mu.Lock()
-		done = v.s.mu.Unlock
+		done = func() {
+			v.s.finish() // commits what an error path logged and left
+			v.s.mu.Unlock()
+		}
 	} else {
 		v.s.mu.RLock()
 		done = v.s.mu.RUnlock
@@ -429,6 +432,9 @@ func (v *View) xattr(nodeid uint64, attr string, data []byte, flags uint32) fuse
 	}
 	n.ctime = now()
 	v.s.log(&record{op: opPut, sess: sess.name, ino: ino, n: n})
+	if e := v.s.commit(); e != 0 {
+		return st(e)
+	}
 	v.s.changedInode(v, sess, ino)
 	return fuse.OK
 }

@@ -33,6 +33,7 @@ Usage:
   hearth workspace rm SESSION                    delete a session and its snapshots
   hearth workspace snapshot SESSION|--all [NAME] take a copy-on-write snapshot
   hearth workspace snapshots [SESSION] [--json]  list snapshots (no SESSION: whole-tree ones)
+  hearth workspace snapshot-rm SESSION|--all NAME delete a snapshot (frees its space)
   hearth workspace restore SESSION|--all NAME    roll back to a snapshot
   hearth workspace branch SESSION NAME NEW       start session NEW from a snapshot
 

@@ -35,7 +35,7 @@ func workspaceCmd(args []string, stdout io.Writer) error {
 		return err
 	}
 	if len(pos) == 0 {
-		return usageError{"workspace: say what to do: ls, create, rm, snapshot, snapshots, restore or branch"}
+		return usageError{"workspace: say what to do: ls, create, rm, snapshot, snapshots, snapshot-rm, restore or branch"}
 	}
 	cfg, err := loadConfig(*config)
 	if err != nil {
@@ -100,6 +100,15 @@ func workspaceCmd(args []string, stdout io.Writer) error {
 			sess = pos[0]
 		}
 		return wsSnapshots(ctx, c, stdout, sess, *asJSON)
+	case "snapshot-rm":
+		sess := session()
+		if len(pos) != 2 {
+			return usageError{"usage: hearth workspace snapshot-rm SESSION|--all NAME"}
+		}
+		if err := c.DeleteSnapshot(ctx, sess, pos[1]); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "deleted snapshot %s of %s\n", pos[1], scopeName(sess))
 	case "restore":
 		if err := need(1, "restore SESSION|--all NAME"); err != nil && !*all {
 			return err
