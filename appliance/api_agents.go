@@ -208,6 +208,9 @@ func checkOutputs(patterns []string) error {
 // limits reads the API's limits.
 func limits(l api.Limits) (agents.Limits, error) {
 	out := agents.Limits{USD: l.Usd, Turns: l.Turns}
+	if err := store.CheckUSD(l.Usd); err != nil {
+		return out, errorf(codeBadRequest, "limits.usd: %v (0 or none for the agent's limit)", err)
+	}
 	if l.WallTime != "" {
 		d, err := time.ParseDuration(l.WallTime)
 		if err != nil {
@@ -522,6 +525,13 @@ func (s *server) AddCredits(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a := s.d.agents
+	if err := store.CheckUSD(req.Usd); err != nil || req.Usd == 0 {
+		if err == nil {
+			err = errors.New("0 adds nothing: give a positive number of dollars")
+		}
+		fail(w, apiError(errorf(codeBadRequest, "usd: %v", err)))
+		return
+	}
 	if err := a.store.AddCredits(r.Context(), req.Usd, req.Note); err != nil {
 		fail(w, apiError(err))
 		return

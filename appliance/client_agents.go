@@ -35,6 +35,11 @@ type (
 	AgentReload        = api.AgentReload
 )
 
+// CheckUSD refuses an amount of dollars the appliance's ledger cannot
+// hold (NaN, infinite, negative, too large, or under its unit of one
+// micro-dollar), for clients to check flags before sending them.
+func CheckUSD(usd float64) error { return store.CheckUSD(usd) }
+
 // Agents lists the agent definitions.
 func (c *Client) Agents(ctx context.Context) ([]AgentDefinition, error) {
 	var out []AgentDefinition

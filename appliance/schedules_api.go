@@ -33,8 +33,11 @@ func (s *server) AddSchedule(w http.ResponseWriter, r *http.Request) {
 	}
 	sc, err := s.d.sched.schedule(req)
 	if err == nil {
-		err = s.d.sched.sch.Add(sc)
-		if err != nil && !errors.Is(err, scheduler.ErrClosed) {
+		err = s.d.sched.sch.Create(sc)
+		switch {
+		case errors.Is(err, scheduler.ErrExists):
+			err = errorf(codeConflict, "schedule %s already exists: remove it first ('hearth schedules rm %s'), or pick another id", sc.ID, sc.ID)
+		case err != nil && !errors.Is(err, scheduler.ErrClosed):
 			err = &codedError{code: codeBadRequest, err: err}
 		}
 	}

@@ -120,6 +120,12 @@ func (e *Execution) validateValues() error {
 		e.Tokens.Input < 0 || e.Tokens.Output < 0 || e.Tokens.CacheRead < 0 || e.Tokens.CacheCreation < 0 {
 		return fmt.Errorf("execution %s: %w: negative limit, count or amount", e.ID, ErrInvalid)
 	}
+	if err := CheckUSD(e.Limits.USD); err != nil {
+		return fmt.Errorf("execution %s: %w: limits.usd %w", e.ID, ErrInvalid, err)
+	}
+	if err := CheckUSD(e.USD); err != nil && !(e.USD > 0 && e.USD < MinUSD) {
+		return fmt.Errorf("execution %s: %w: usd %w", e.ID, ErrInvalid, err)
+	}
 	return nil
 }
 

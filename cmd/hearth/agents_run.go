@@ -33,9 +33,9 @@ func (f *inputFlag) Set(v string) error { *f = append(*f, v); return nil }
 // runFlags are what run and resume share.
 type runFlags struct {
 	inputs  inputFlag
-	budget  float64
-	turns   int
-	timeout time.Duration
+	budget  usdFlag
+	turns   positiveInt
+	timeout positiveDuration
 	detach  bool
 	asJSON  bool
 	outputs inputFlag
@@ -44,9 +44,9 @@ type runFlags struct {
 
 func (rf *runFlags) add(fl *flag.FlagSet, session bool) {
 	fl.Var(&rf.inputs, "input", "a file for the agent's inputs/ (repeatable)")
-	fl.Float64Var(&rf.budget, "budget", 0, "most dollars of model spend (only lower than the agent's)")
-	fl.IntVar(&rf.turns, "max-turns", 0, "most model answers (only lower than the agent's)")
-	fl.DurationVar(&rf.timeout, "timeout", 0, "most wall time, like 10m (only shorter than the agent's)")
+	fl.Var(&rf.budget, "budget", "most dollars of model spend (only lower than the agent's; at least 0.000001)")
+	fl.Var(&rf.turns, "max-turns", "most model answers (only lower than the agent's)")
+	fl.Var(&rf.timeout, "timeout", "most wall time, like 10m (only shorter than the agent's)")
 	fl.BoolVar(&rf.detach, "detach", false, "print the execution id and leave it running")
 	fl.BoolVar(&rf.asJSON, "json", false, "print the execution as JSON instead of the stream")
 	if session {
@@ -56,9 +56,9 @@ func (rf *runFlags) add(fl *flag.FlagSet, session bool) {
 }
 
 func (rf *runFlags) limits() appliance.Limits {
-	l := appliance.Limits{Usd: rf.budget, Turns: rf.turns}
+	l := appliance.Limits{Usd: float64(rf.budget), Turns: int(rf.turns)}
 	if rf.timeout > 0 {
-		l.WallTime = rf.timeout.String()
+		l.WallTime = time.Duration(rf.timeout).String()
 	}
 	return l
 }
