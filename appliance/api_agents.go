@@ -26,6 +26,30 @@ import (
 // input files as base64.
 const maxTaskBody = 32 << 20
 
+// maxPrompt bounds a task's prompt (documented in openapi.yaml): the
+// whole prompt is stored with the execution and rendered into the agent's
+// prompt file; a prompt of many megabytes is a mistake, and each one
+// weighed on every list of executions.
+const maxPrompt = 1 << 20
+
+// promptPreview is how many characters of each prompt a list shows; GET
+// of one execution gives the whole prompt.
+const promptPreview = 200
+
+// checkPrompt refuses an empty prompt, one over maxPrompt (413) and one
+// with NUL bytes, which no agent CLI can be given.
+func checkPrompt(p string) error {
+	switch {
+	case strings.TrimSpace(p) == "":
+		return errorf(codeBadRequest, "the prompt is empty: say what the agent should do")
+	case len(p) > maxPrompt:
+		return errorf(codeTooLarge, "the prompt is %d bytes, more than the %d (1 MiB) a task may have: put the material in an input file (--input) and refer to it", len(p), maxPrompt)
+	case strings.ContainsRune(p, 0):
+		return errorf(codeBadRequest, "the prompt has a NUL byte at offset %d: send text", strings.IndexByte(p, 0))
+	}
+	return nil
+}
+
 // cancelWait is how long a cancel request waits for the execution to end.
 const cancelWait = 30 * time.Second
 
@@ -53,8 +77,8 @@ func (a *agentService) start(ctx context.Context, t task) (store.Execution, <-ch
 	if t.Retry != "" {
 		return a.startRetry(ctx, t.Retry)
 	}
-	if strings.TrimSpace(t.Prompt) == "" {
-		return store.Execution{}, nil, errorf(codeBadRequest, "the prompt is empty: say what the agent should do")
+	if err := checkPrompt(t.Prompt); err != nil {
+		return store.Execution{}, nil, err
 	}
 	if t.Session != "" {
 		sess, err := a.idleSession(ctx, t.Session)
@@ -240,7 +264,7 @@ func (a *agentService) view(e store.Execution) api.Execution {
 	}
 	out := api.Execution{
 		Id: e.ID, Session: e.Session, Agent: e.Agent, Kind: api.ExecutionKind(e.Kind), Parent: e.Parent,
-		Prompt: e.Prompt, Status: api.ExecutionStatus(e.Status), Created: e.Created,
+		Prompt: e.Prompt, PromptTruncated: e.PromptTruncated, Status: api.ExecutionStatus(e.Status), Created: e.Created,
 		Limits: limitsView(e.Limits.USD, e.Limits.Turns, e.Limits.WallTime), Turns: e.Turns, Usd: e.USD,
 		Tokens: api.Tokens{Input: e.Tokens.Input, Output: e.Tokens.Output, CacheRead: e.Tokens.CacheRead, CacheCreation: e.Tokens.CacheCreation},
 		Result: e.Result, Error: e.Error, Outputs: e.Outputs,
@@ -322,7 +346,8 @@ func (s *server) GetExecution(w http.ResponseWriter, r *http.Request, id api.Exe
 }
 
 func (s *server) ListExecutions(w http.ResponseWriter, r *http.Request, params api.ListExecutionsParams) {
-	f := store.ExecutionFilter{Agent: params.Agent, Session: params.Session, Before: params.Before, Limit: params.Limit}
+	f := store.ExecutionFilter{Agent: params.Agent, Session: params.Session, Before: params.Before, Limit: params.Limit,
+		PromptPreview: promptPreview}
 	if params.Limit < 0 {
 		fail(w, apiError(errorf(codeBadRequest, "limit must not be negative")))
 		return

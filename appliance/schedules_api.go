@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strings"
 	"time"
 
 	"hearth/appliance/api"
@@ -57,8 +56,8 @@ func (s *server) AddSchedule(w http.ResponseWriter, r *http.Request) {
 
 // schedule checks a request's task and makes its schedule.
 func (ss *scheduleService) schedule(req api.ScheduleRequest) (scheduler.Schedule, error) {
-	if strings.TrimSpace(req.Prompt) == "" {
-		return scheduler.Schedule{}, errorf(codeBadRequest, "the prompt is empty: say what the agent should do")
+	if err := checkPrompt(req.Prompt); err != nil {
+		return scheduler.Schedule{}, err
 	}
 	lim, err := limits(req.Limits)
 	if err != nil {

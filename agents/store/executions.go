@@ -83,7 +83,9 @@ type Execution struct {
 	Kind    Kind   `json:"kind"`
 	Parent  string `json:"parent,omitempty"` // the execution resumed or retried
 	Prompt  string `json:"prompt"`
-	Status  Status `json:"status"`
+	// PromptTruncated says Prompt is a preview (ExecutionFilter.PromptPreview).
+	PromptTruncated bool   `json:"prompt_truncated,omitempty"`
+	Status          Status `json:"status"`
 
 	Created time.Time `json:"created"`
 	Started time.Time `json:"started,omitzero"` // set when it becomes Running
@@ -375,6 +377,9 @@ type ExecutionFilter struct {
 	Status  []Status // any of these
 	Before  string   // an execution id: only executions created before it (the next page); unknown gives none
 	Limit   int      // at most this many; 0 means 100, at most 10000
+	// PromptPreview, when > 0, cuts each prompt to that many characters
+	// in the query, so a page of long prompts is never read whole.
+	PromptPreview int
 }
 
 // ListExecutions returns the executions f selects, newest first. For the
@@ -401,13 +406,36 @@ func (s *Store) ListExecutions(ctx context.Context, f ExecutionFilter) ([]Execut
 	if f.Before != "" {
 		add("n < (SELECT n FROM executions WHERE id = ?)", f.Before)
 	}
-	q := "SELECT " + executionColumns + " FROM executions"
+	cols := executionColumns
+	if f.PromptPreview > 0 {
+		// One character more than the preview tells a cut prompt.
+		cols = strings.Replace(cols, " prompt,", fmt.Sprintf(" substr(prompt, 1, %d),", f.PromptPreview+1), 1)
+	}
+	q := "SELECT " + cols + " FROM executions"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
 	q += " ORDER BY n DESC LIMIT ?"
 	args = append(args, pageLimit(f.Limit))
-	return s.queryExecutions(ctx, s.r, q, args...)
+	out, err := s.queryExecutions(ctx, s.r, q, args...)
+	if f.PromptPreview > 0 {
+		for i := range out {
+			out[i].Prompt, out[i].PromptTruncated = preview(out[i].Prompt, f.PromptPreview)
+		}
+	}
+	return out, err
+}
+
+// preview cuts s to n characters and says whether it did.
+func preview(s string, n int) (string, bool) {
+	i := 0
+	for off := range s {
+		if i == n {
+			return s[:off], true
+		}
+		i++
+	}
+	return s, false
 }
 
 type querier interface {

@@ -337,7 +337,9 @@ type DelegateRequest struct {
 
 	// Outputs Globs under outputs/ replacing the agent's.
 	Outputs []string `json:"outputs,omitempty,omitzero"`
-	Prompt  string   `json:"prompt"`
+
+	// Prompt At most 1 MiB (1048576 bytes), without NUL bytes: longer is 413 too_large, NUL is 400.
+	Prompt string `json:"prompt"`
 
 	// Session An existing session to work in (a resume: the agent keeps its conversation); default a new one.
 	Session string `json:"session,omitempty,omitzero"`
@@ -451,7 +453,12 @@ type Execution struct {
 
 	// Parent The execution a resume or retry follows.
 	Parent string `json:"parent,omitempty,omitzero"`
+
+	// Prompt Whole from GET /v1/executions/{id}; in lists, its first 200 characters.
 	Prompt string `json:"prompt"`
+
+	// PromptTruncated In a list
+	PromptTruncated bool `json:"prompt_truncated,omitempty,omitzero"`
 
 	// Result The agent's final answer.
 	Result  string     `json:"result,omitempty,omitzero"`
@@ -631,6 +638,8 @@ type ResumeRequest struct {
 
 	// Limits What one execution may use; 0 or absent means no limit of that kind. A task may only tighten its agent's limits.
 	Limits Limits `json:"limits,omitempty,omitzero"`
+
+	// Prompt At most 1 MiB, without NUL bytes, as in DelegateRequest.
 	Prompt string `json:"prompt"`
 	Wait   bool   `json:"wait,omitempty,omitzero"`
 }
@@ -723,9 +732,11 @@ type ScheduleRequest struct {
 
 	// Overlap skip (default), queue or allow: what a run due while one is going does.
 	Overlap string `json:"overlap,omitempty,omitzero"`
-	Prompt  string `json:"prompt"`
 
-	// Spec Cron spec: "0 9 * * 1-5", "@daily", "@every 1h", optionally after "CRON_TZ=Europe/Paris ".
+	// Prompt At most 1 MiB, without NUL bytes, as in DelegateRequest.
+	Prompt string `json:"prompt"`
+
+	// Spec Cron spec: "0 9 * * 1-5", "@daily", "@every 1h" (at least 1m), optionally after "CRON_TZ=Europe/Paris ".
 	Spec string `json:"spec"`
 }
 
@@ -1416,24 +1427,26 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/schedules (the `ListSchedules` operationId).
 	ListSchedules(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// AddScheduleWithBody Add a schedule, or replace the one with the same id.
+	// AddScheduleWithBody Add a schedule; an id in use is a 409 (remove that schedule first).
 	//
 	// Each run delegates the prompt to the agent as POST /v1/executions
 	// does (same budgets, same credits) and waits for the execution to
 	// end. A bad spec or id is a 400 saying what to write; an unknown
-	// agent 404; a limit looser than the agent's 400.
+	// agent 404; a limit looser than the agent's 400; "@every" under a
+	// minute 400 (each run boots a machine and spends credits).
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/schedules (the `AddSchedule` operationId).
 	AddScheduleWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// AddSchedule Add a schedule, or replace the one with the same id.
+	// AddSchedule Add a schedule; an id in use is a 409 (remove that schedule first).
 	//
 	// Each run delegates the prompt to the agent as POST /v1/executions
 	// does (same budgets, same credits) and waits for the execution to
 	// end. A bad spec or id is a 400 saying what to write; an unknown
-	// agent 404; a limit looser than the agent's 400.
+	// agent 404; a limit looser than the agent's 400; "@every" under a
+	// minute 400 (each run boots a machine and spends credits).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2394,12 +2407,13 @@ func (c *Client) ListSchedules(ctx context.Context, reqEditors ...RequestEditorF
 	return c.Client.Do(req)
 }
 
-// AddScheduleWithBody Add a schedule, or replace the one with the same id.
+// AddScheduleWithBody Add a schedule; an id in use is a 409 (remove that schedule first).
 //
 // Each run delegates the prompt to the agent as POST /v1/executions
 // does (same budgets, same credits) and waits for the execution to
 // end. A bad spec or id is a 400 saying what to write; an unknown
-// agent 404; a limit looser than the agent's 400.
+// agent 404; a limit looser than the agent's 400; "@every" under a
+// minute 400 (each run boots a machine and spends credits).
 //
 // Takes any type of body and a specified content type.
 //
@@ -2416,12 +2430,13 @@ func (c *Client) AddScheduleWithBody(ctx context.Context, contentType string, bo
 	return c.Client.Do(req)
 }
 
-// AddSchedule Add a schedule, or replace the one with the same id.
+// AddSchedule Add a schedule; an id in use is a 409 (remove that schedule first).
 //
 // Each run delegates the prompt to the agent as POST /v1/executions
 // does (same budgets, same credits) and waits for the execution to
 // end. A bad spec or id is a 400 saying what to write; an unknown
-// agent 404; a limit looser than the agent's 400.
+// agent 404; a limit looser than the agent's 400; "@every" under a
+// minute 400 (each run boots a machine and spends credits).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -5417,24 +5432,26 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/schedules (the `ListSchedules` operationId).
 	ListSchedulesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListSchedulesResponse, error)
 
-	// AddScheduleWithBodyWithResponse Add a schedule, or replace the one with the same id.
+	// AddScheduleWithBodyWithResponse Add a schedule; an id in use is a 409 (remove that schedule first).
 	//
 	// Each run delegates the prompt to the agent as POST /v1/executions
 	// does (same budgets, same credits) and waits for the execution to
 	// end. A bad spec or id is a 400 saying what to write; an unknown
-	// agent 404; a limit looser than the agent's 400.
+	// agent 404; a limit looser than the agent's 400; "@every" under a
+	// minute 400 (each run boots a machine and spends credits).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/schedules (the `AddSchedule` operationId).
 	AddScheduleWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AddScheduleResponse, error)
 
-	// AddScheduleWithResponse Add a schedule, or replace the one with the same id.
+	// AddScheduleWithResponse Add a schedule; an id in use is a 409 (remove that schedule first).
 	//
 	// Each run delegates the prompt to the agent as POST /v1/executions
 	// does (same budgets, same credits) and waits for the execution to
 	// end. A bad spec or id is a 400 saying what to write; an unknown
-	// agent 404; a limit looser than the agent's 400.
+	// agent 404; a limit looser than the agent's 400; "@every" under a
+	// minute 400 (each run boots a machine and spends credits).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8761,12 +8778,13 @@ func (c *ClientWithResponses) ListSchedulesWithResponse(ctx context.Context, req
 	return ParseListSchedulesResponse(rsp)
 }
 
-// AddScheduleWithBodyWithResponse Add a schedule, or replace the one with the same id.
+// AddScheduleWithBodyWithResponse Add a schedule; an id in use is a 409 (remove that schedule first).
 //
 // Each run delegates the prompt to the agent as POST /v1/executions
 // does (same budgets, same credits) and waits for the execution to
 // end. A bad spec or id is a 400 saying what to write; an unknown
-// agent 404; a limit looser than the agent's 400.
+// agent 404; a limit looser than the agent's 400; "@every" under a
+// minute 400 (each run boots a machine and spends credits).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8779,12 +8797,13 @@ func (c *ClientWithResponses) AddScheduleWithBodyWithResponse(ctx context.Contex
 	return ParseAddScheduleResponse(rsp)
 }
 
-// AddScheduleWithResponse Add a schedule, or replace the one with the same id.
+// AddScheduleWithResponse Add a schedule; an id in use is a 409 (remove that schedule first).
 //
 // Each run delegates the prompt to the agent as POST /v1/executions
 // does (same budgets, same credits) and waits for the execution to
 // end. A bad spec or id is a 400 saying what to write; an unknown
-// agent 404; a limit looser than the agent's 400.
+// agent 404; a limit looser than the agent's 400; "@every" under a
+// minute 400 (each run boots a machine and spends credits).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10854,7 +10873,7 @@ type ServerInterface interface {
 	// ListSchedules List the schedules, by id, with their next run, last run and runs going.
 	// (GET /v1/schedules)
 	ListSchedules(w http.ResponseWriter, r *http.Request)
-	// AddSchedule Add a schedule, or replace the one with the same id.
+	// AddSchedule Add a schedule; an id in use is a 409 (remove that schedule first).
 	// (POST /v1/schedules)
 	AddSchedule(w http.ResponseWriter, r *http.Request)
 	// DeleteSchedule Delete a schedule; its running runs carry on, its history stays.
