@@ -27,7 +27,7 @@ func (s *server) ListSchedules(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) AddSchedule(w http.ResponseWriter, r *http.Request) {
 	var req api.ScheduleRequest
-	if !decode(w, r, maxBody, &req) {
+	if !decode(w, r, maxPrompt+maxBody, &req) { // a prompt over maxPrompt gets checkPrompt's 413
 		return
 	}
 	sc, err := s.d.sched.schedule(req)
