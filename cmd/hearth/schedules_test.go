@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,8 @@ func TestScheduleCommands(t *testing.T) {
 		{"unknown agent", []string{"add", "x", "@daily", "nobody", "go"}, exitNotFound, "no agent"},
 		{"looser budget", []string{"add", "x", "@daily", "analyst", "go", "--budget", "50"}, exitError, "only tighten"},
 		{"missing args", []string{"add", "x", "@daily"}, exitUsage, "usage: hearth schedules add"},
+		{"id in use", []string{"add", "nightly", "@daily", "analyst", "go"}, exitError, "already exists: remove it first ('hearth schedules rm nightly')"},
+		{"every second", []string{"add", "x", "@every 1s", "analyst", "go"}, exitError, "at least 1m0s apart"},
 		{"unknown verb", []string{"frobnicate"}, exitUsage, "add, ls, rm"},
 		{"rm unknown", []string{"rm", "nope"}, exitNotFound, "nope"},
 		{"runs unknown", []string{"runs", "nope"}, exitNotFound, "nope"},
@@ -81,5 +84,38 @@ func TestScheduleCommands(t *testing.T) {
 	out, errOut, code = hearth(t, "schedules", "runs", "nightly", c)
 	if code != 0 || !strings.Contains(out, "RUN") || !strings.Contains(out, "(manual)") {
 		t.Errorf("schedules runs after rm = %d, %q, %q; want the history kept", code, out, errOut)
+	}
+}
+
+// TestFlagsRefuseBadNumbers: flags whose values the daemon misread are
+// refused by the CLI, naming the flag, before anything is sent: a NaN or
+// infinite budget (a raw JSON error before), one under the ledger's
+// micro-dollar (reserved $0 and dropped the limit), a zero budget (no
+// limit), a negative or zero timeout or turn count (silently ignored),
+// and credits under a micro-dollar (recorded as "$0").
+func TestFlagsRefuseBadNumbers(t *testing.T) {
+	cfg := "--config=" + filepath.Join(t.TempDir(), "none.toml")
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"agents", "run", "analyst", "go", "--budget", "NaN"}, "-budget: NaN is not a number of dollars"},
+		{[]string{"agents", "run", "analyst", "go", "--budget", "Inf"}, "-budget: +Inf is not a number of dollars"},
+		{[]string{"agents", "run", "analyst", "go", "--budget", "-1"}, "-budget: -1 is negative"},
+		{[]string{"agents", "run", "analyst", "go", "--budget", "0.0000001"}, "less than the ledger's unit"},
+		{[]string{"agents", "run", "analyst", "go", "--budget", "0"}, "-budget: $0 would leave no budget"},
+		{[]string{"agents", "run", "analyst", "go", "--timeout", "-1s"}, "-timeout: -1s: give a positive duration"},
+		{[]string{"agents", "run", "analyst", "go", "--timeout", "0s"}, "-timeout: 0s: give a positive duration"},
+		{[]string{"agents", "run", "analyst", "go", "--max-turns", "-3"}, "-max-turns: -3: give a positive number"},
+		{[]string{"agents", "resume", "session-x", "go", "--budget", "nan"}, "-budget: NaN is not a number of dollars"},
+		{[]string{"schedules", "add", "x", "@daily", "analyst", "go", "--budget", "1e-9"}, "less than the ledger's unit"},
+		{[]string{"schedules", "add", "x", "@daily", "analyst", "go", "--timeout", "-5m"}, "-timeout: -5m0s"},
+		{[]string{"credits", "add", "1e-9"}, "less than the ledger's unit"},
+		{[]string{"credits", "add", "NaN"}, "NaN is not a number of dollars"},
+	} {
+		_, errOut, code := hearth(t, append(tc.args, cfg)...)
+		if code != exitUsage || !strings.Contains(errOut, tc.msg) {
+			t.Errorf("hearth %q = %d, %q; want %d with %q", tc.args, code, errOut, exitUsage, tc.msg)
+		}
 	}
 }
