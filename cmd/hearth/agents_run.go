@@ -181,10 +181,10 @@ func startAndFollow(c *appliance.Client, rf runFlags, stdout, stderr io.Writer, 
 func printSummary(ctx context.Context, c *appliance.Client, w io.Writer, e appliance.Execution) {
 	fmt.Fprintf(w, "\n%s after %s: %s\n", e.Status, ranFor(e, time.Now()), spentOf(e)+budgetNote(e))
 	if e.Error != "" {
-		fmt.Fprintf(w, "error: %s\n", e.Error)
+		fmt.Fprintf(w, "error: %s\n", safeLines(e.Error))
 	}
 	if e.Result != "" {
-		fmt.Fprintf(w, "result: %s\n", strings.TrimSpace(e.Result))
+		fmt.Fprintf(w, "result: %s\n", safeLines(strings.TrimSpace(e.Result)))
 	}
 	if len(e.Outputs) > 0 {
 		sizes := map[string]int64{}
@@ -195,7 +195,7 @@ func printSummary(ctx context.Context, c *appliance.Client, w io.Writer, e appli
 		}
 		fmt.Fprintln(w, "outputs:")
 		for _, o := range e.Outputs {
-			fmt.Fprintf(w, "  %s (%s)\n", o, humanize.IBytes(uint64(sizes[o])))
+			fmt.Fprintf(w, "  %s (%s)\n", safe(o), humanize.IBytes(uint64(sizes[o])))
 		}
 		fmt.Fprintf(w, "download them with 'hearth agents outputs %s --download DIR'\n", e.Id)
 	}

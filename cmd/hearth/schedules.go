@@ -190,7 +190,7 @@ func runOutcome(r appliance.ScheduleRun) string {
 	case r.Skipped != "":
 		return "skipped: " + r.Skipped + kind
 	case r.Error != "":
-		return "failed: " + r.Error + kind
+		return "failed: " + safe(r.Error) + kind
 	}
 	return "ok after " + r.Ended.Sub(r.Started).Round(time.Second).String() + kind
 }
