@@ -135,6 +135,18 @@ var (
 // 1ns" or "@every 0s") or a loop, never a schedule.
 const MinEvery = time.Minute
 
+// parseSchedule is cronParser.Parse, which panics on some malformed
+// specs (such as "TZ=" alone): a bad schedule is an error, as in
+// scheduler.ParseSpec.
+func parseSchedule(spec string) (s cron.Schedule, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s, err = nil, fmt.Errorf("%v", r)
+		}
+	}()
+	return cronParser.Parse(spec)
+}
+
 // CheckEvery refuses an "@every" schedule shorter than MinEvery.
 func CheckEvery(s cron.Schedule) error {
 	if every, ok := s.(cron.ConstantDelaySchedule); ok && every.Delay < MinEvery {
@@ -208,7 +220,7 @@ func (d *Definition) validate() error {
 		}
 	}
 	if d.Schedule != "" {
-		sched, err := cronParser.Parse(d.Schedule)
+		sched, err := parseSchedule(d.Schedule)
 		if err != nil {
 			return fmt.Errorf("schedule = %q: %v", d.Schedule, err)
 		}

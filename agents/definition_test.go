@@ -41,6 +41,7 @@ func TestLoadDefinitionErrors(t *testing.T) {
 		{"NaN budget", good + "[limits]\nusd = nan\n", "limits.usd = NaN"},
 		{"infinite budget", good + "[limits]\nusd = inf\n", "limits.usd = +Inf"},
 		{"budget under the ledger's unit", good + "[limits]\nusd = 1e-9\n", "less than the ledger's unit"},
+		{"zone alone (robfig/cron panicked)", good + "schedule = \"TZ=\"\n", "schedule = \"TZ=\""},
 		{"every 0s", good + "schedule = \"@every 0s\"\n", "at least 1m0s apart"},
 		{"every -5s", good + "schedule = \"@every -5s\"\n", "at least 1m0s apart"},
 		{"every 1ns", good + "schedule = \"@every 1ns\"\n", "at least 1m0s apart"},

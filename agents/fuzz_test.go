@@ -48,7 +48,7 @@ func FuzzAgentDefinition(f *testing.F) {
 			t.Errorf("accepted negative limits %+v", d.Limits)
 		}
 		if d.Schedule != "" {
-			s, err := cronParser.Parse(d.Schedule)
+			s, err := parseSchedule(d.Schedule)
 			if err != nil {
 				t.Fatalf("accepted schedule %q does not parse: %v", d.Schedule, err)
 			}
