@@ -22,8 +22,14 @@ import (
 // outputs and credits. Reads work whenever the store is open; starting
 // an execution needs the runner.
 
-// maxTaskBody bounds a delegate or resume request, which carries its
-// input files as base64.
+// MaxInputs bounds the input files of one task, in all (documented in
+// openapi.yaml and the CLI's --input help). They travel as base64 in the
+// JSON request, held whole by client and daemon; the CLI checks the
+// files' sizes against it before reading them.
+const MaxInputs = 16 << 20
+
+// maxTaskBody bounds a delegate or resume request: MaxInputs as base64
+// (21.3 MiB), a prompt of up to maxPrompt, JSON-escaped, and the rest.
 const maxTaskBody = 32 << 20
 
 // maxPrompt bounds a task's prompt (documented in openapi.yaml): the
@@ -212,6 +218,13 @@ func (a *agentService) imageInUse(ctx context.Context, name string) error {
 }
 
 func checkInputs(inputs map[string][]byte) error {
+	total := 0
+	for _, data := range inputs {
+		total += len(data)
+	}
+	if total > MaxInputs {
+		return errorf(codeTooLarge, "the input files are %d bytes in all, more than the %d (16 MiB) a task may have", total, MaxInputs)
+	}
 	for name := range inputs {
 		if name == "" || name == "." || name == ".." || path.Base(name) != name || strings.ContainsAny(name, "\\\x00") {
 			return errorf(codeBadRequest, "input %q: give a plain file name, without directories", name)

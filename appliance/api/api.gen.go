@@ -329,7 +329,7 @@ type Credits struct {
 type DelegateRequest struct {
 	Agent string `json:"agent"`
 
-	// Inputs Files put in the session's inputs/, by plain file name, as base64.
+	// Inputs Files put in the session's inputs/, by plain file name, as base64; at most 16 MiB in all (413 too_large).
 	Inputs map[string][]byte `json:"inputs,omitempty,omitzero"`
 
 	// Limits What one execution may use; 0 or absent means no limit of that kind. A task may only tighten its agent's limits.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -92,9 +93,33 @@ func TestScheduleCommands(t *testing.T) {
 // infinite budget (a raw JSON error before), one under the ledger's
 // micro-dollar (reserved $0 and dropped the limit), a zero budget (no
 // limit), a negative or zero timeout or turn count (silently ignored),
-// and credits under a micro-dollar (recorded as "$0").
+// and credits under a micro-dollar (recorded as "$0"). Input files over
+// the daemon's limit are refused from their sizes, before being read (a
+// 500 MB one was read and base64-encoded whole, 2.5 GB of memory).
 func TestFlagsRefuseBadNumbers(t *testing.T) {
-	cfg := "--config=" + filepath.Join(t.TempDir(), "none.toml")
+	dir := t.TempDir()
+	cfg := "--config=" + filepath.Join(dir, "hearth.toml") // a config with no daemon: nothing is sent
+	if err := os.WriteFile(filepath.Join(dir, "hearth.toml"), []byte("state_dir = \""+dir+"/state\"\n[workspace]\nmount = \""+dir+"/mnt\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	big, small, small2 := filepath.Join(dir, "big.bin"), filepath.Join(dir, "a.bin"), filepath.Join(dir, "b.bin")
+	for p, size := range map[string]int64{big: 500 << 20, small: 9 << 20, small2: 8 << 20} {
+		if err := os.Truncate(p, 0); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Truncate(size) // sparse: made at once, 0 bytes on disk
+		f.Close()
+	}
+	start := time.Now()
+	defer func() {
+		if took := time.Since(start); took > 10*time.Second {
+			t.Errorf("refusing took %v: the inputs were read", took)
+		}
+	}()
 	for _, tc := range []struct {
 		args []string
 		msg  string
@@ -112,6 +137,9 @@ func TestFlagsRefuseBadNumbers(t *testing.T) {
 		{[]string{"schedules", "add", "x", "@daily", "analyst", "go", "--timeout", "-5m"}, "-timeout: -5m0s"},
 		{[]string{"credits", "add", "1e-9"}, "less than the ledger's unit"},
 		{[]string{"credits", "add", "NaN"}, "NaN is not a number of dollars"},
+		{[]string{"agents", "run", "analyst", "go", "--input", big}, "over the 16 MiB a task may have"},
+		{[]string{"agents", "run", "analyst", "go", "--input", small, "--input", small2}, "over the 16 MiB a task may have"},
+		{[]string{"agents", "resume", "session-x", "go", "--input", t.TempDir()}, "not a regular file"},
 	} {
 		_, errOut, code := hearth(t, append(tc.args, cfg)...)
 		if code != exitUsage || !strings.Contains(errOut, tc.msg) {
