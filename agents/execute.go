@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path"
 	"slices"
 	"sort"
@@ -46,6 +47,15 @@ func (ru *run) run(ctx context.Context, req TaskRequest) (Result, error) {
 		}
 		inputs = append(inputs, "inputs/"+name)
 	}
+	for name, file := range req.InputFiles {
+		if name == "" || path.Base(name) != name || name == "." || name == ".." || req.Inputs[name] != nil {
+			return ru.fail(fmt.Errorf("input %q: give a plain file name, once", name))
+		}
+		if err := copyInput(cfg.Workspace, sess, name, file, uid, gid); err != nil {
+			return ru.fail(err)
+		}
+		inputs = append(inputs, "inputs/"+name)
+	}
 	sort.Strings(inputs)
 	prompt, err := ru.def.Render(Task{Prompt: req.Prompt, Inputs: inputs, Session: sess, Outputs: ru.outputs})
 	if err != nil {
@@ -69,6 +79,19 @@ func (ru *run) run(ctx context.Context, req TaskRequest) (Result, error) {
 	}
 	defer disconnect()
 	return ru.agent(ctx, gc, token, listen, proxy)
+}
+
+// copyInput streams the host file into the session's inputs/.
+func copyInput(ws Workspace, sess, name, file string, uid, gid uint32) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return fmt.Errorf("input %s: %w", name, err)
+	}
+	defer f.Close()
+	if err := ws.WriteFile(sess, "inputs/"+name, f, uid, gid); err != nil {
+		return fmt.Errorf("input %s: %w", name, err)
+	}
+	return nil
 }
 
 // promptFile is where the rendered prompt waits for the agent CLI,

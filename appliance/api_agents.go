@@ -71,10 +71,21 @@ func (a *agentService) available() error {
 type task struct {
 	agents.TaskRequest
 	Retry string
+	// staging holds the task's streamed input files (InputFiles): removed
+	// when the execution ends or is refused.
+	staging string
 }
 
 // start checks a task and launches it; see launch.
 func (a *agentService) start(ctx context.Context, t task) (store.Execution, <-chan outcome, error) {
+	e, done, err := a.check(ctx, t)
+	if err != nil && t.staging != "" {
+		os.RemoveAll(t.staging)
+	}
+	return e, done, err
+}
+
+func (a *agentService) check(ctx context.Context, t task) (store.Execution, <-chan outcome, error) {
 	a.startMu.Lock()
 	defer a.startMu.Unlock()
 	if err := a.available(); err != nil {
@@ -107,6 +118,11 @@ func (a *agentService) start(ctx context.Context, t task) (store.Execution, <-ch
 	if err := checkInputs(t.Inputs); err != nil {
 		return store.Execution{}, nil, err
 	}
+	for name := range t.InputFiles {
+		if t.Inputs[name] != nil {
+			return store.Execution{}, nil, errorf(codeBadRequest, "input %q: given twice", name)
+		}
+	}
 	if err := checkOutputs(t.Outputs); err != nil {
 		return store.Execution{}, nil, err
 	}
@@ -114,7 +130,12 @@ func (a *agentService) start(ctx context.Context, t task) (store.Execution, <-ch
 		return store.Execution{}, nil, err
 	}
 	req := t.TaskRequest
-	return a.launch(func(ctx context.Context) (agents.Result, error) { return a.runner.Run(ctx, req) })
+	return a.launch(func(ctx context.Context) (agents.Result, error) {
+		if t.staging != "" {
+			defer os.RemoveAll(t.staging)
+		}
+		return a.runner.Run(ctx, req)
+	})
 }
 
 func (a *agentService) startRetry(ctx context.Context, id string) (store.Execution, <-chan outcome, error) {
@@ -316,33 +337,37 @@ func (s *server) started(w http.ResponseWriter, r *http.Request, wait bool, t ta
 
 func (s *server) DelegateTask(w http.ResponseWriter, r *http.Request) {
 	var req api.DelegateRequest
-	if !decode(w, r, maxTaskBody, &req) {
+	files, staging, ok := s.decodeTask(w, r, &req)
+	if !ok {
 		return
 	}
 	lim, err := limits(req.Limits)
+	if err == nil && req.Agent == "" && req.Session == "" {
+		err = errorf(codeBadRequest, "name the agent to delegate to (agent)")
+	}
 	if err != nil {
+		os.RemoveAll(staging)
 		fail(w, apiError(err))
 		return
 	}
-	if req.Agent == "" && req.Session == "" {
-		fail(w, apiError(errorf(codeBadRequest, "name the agent to delegate to (agent)")))
-		return
-	}
 	s.started(w, r, req.Wait, task{TaskRequest: agents.TaskRequest{Agent: req.Agent, Prompt: req.Prompt, Inputs: req.Inputs,
-		Outputs: req.Outputs, Limits: lim, Session: req.Session}})
+		InputFiles: files, Outputs: req.Outputs, Limits: lim, Session: req.Session}, staging: staging})
 }
 
 func (s *server) ResumeSession(w http.ResponseWriter, r *http.Request, id string) {
 	var req api.ResumeRequest
-	if !decode(w, r, maxTaskBody, &req) {
+	files, staging, ok := s.decodeTask(w, r, &req)
+	if !ok {
 		return
 	}
 	lim, err := limits(req.Limits)
 	if err != nil {
+		os.RemoveAll(staging)
 		fail(w, apiError(err))
 		return
 	}
-	s.started(w, r, req.Wait, task{TaskRequest: agents.TaskRequest{Prompt: req.Prompt, Inputs: req.Inputs, Limits: lim, Session: id}})
+	s.started(w, r, req.Wait, task{TaskRequest: agents.TaskRequest{Prompt: req.Prompt, Inputs: req.Inputs, InputFiles: files,
+		Limits: lim, Session: id}, staging: staging})
 }
 
 func (s *server) RetryExecution(w http.ResponseWriter, r *http.Request, id api.ExecutionID) {

@@ -1,7 +1,12 @@
 package appliance
 
 import (
+	"bytes"
 	"context"
+	"io"
+	"mime/multipart"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,5 +122,60 @@ func TestLongPrompt(t *testing.T) {
 	}
 	if got, err := env.c.Execution(ctx, e.Id); err != nil || got.Prompt != prompt || got.PromptTruncated {
 		t.Errorf("Execution(%s) = %d bytes, %v; want the whole prompt", e.Id, len(got.Prompt), err)
+	}
+}
+
+// TestDoorMultipart: a streamed delegate whose parts are out of order,
+// unnamed or twice the same file is a 400; one refused after its files
+// were staged (an unknown agent) leaves nothing in <state_dir>/uploads.
+func TestDoorMultipart(t *testing.T) {
+	env := startAgentDaemon(t, modeltest.Config{Turns: []modeltest.Turn{textTurn("done")}}, nil)
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", env.cfg.SocketPath())
+	}}}
+	post := func(parts ...[3]string) (int, string) {
+		var body bytes.Buffer
+		mw := multipart.NewWriter(&body)
+		for _, p := range parts {
+			var w io.Writer
+			if p[1] == "" {
+				w, _ = mw.CreateFormField(p[0])
+			} else {
+				w, _ = mw.CreateFormFile(p[0], p[1])
+			}
+			io.WriteString(w, p[2])
+		}
+		mw.Close()
+		resp, err := hc.Post("http://hearth/v1/executions", mw.FormDataContentType(), &body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	request := func(agent string) [3]string {
+		return [3]string{"request", "", `{"agent":"` + agent + `","prompt":"go"}`}
+	}
+	for _, tc := range []struct {
+		name   string
+		parts  [][3]string
+		status int
+		msg    string
+	}{
+		{"file first", [][3]string{{"input", "a.txt", "x"}, request("analyst")}, 400, `the first part must be \"request\"`},
+		{"unknown field", [][3]string{{"request", "", `{"agent":"analyst","prompt":"go","budget":1}`}}, 400, "unknown field"},
+		{"part not an input", [][3]string{request("analyst"), {"other", "a.txt", "x"}}, 400, "want parts named input"},
+		{"input without a name", [][3]string{request("analyst"), {"input", "", "x"}}, 400, "want parts named input"},
+		{"same file twice", [][3]string{request("analyst"), {"input", "a.txt", "x"}, {"input", "a.txt", "y"}}, 400, "once"},
+		{"unknown agent", [][3]string{request("nobody"), {"input", "a.txt", "x"}}, 404, "no agent"},
+	} {
+		status, body := post(tc.parts...)
+		if status != tc.status || !strings.Contains(body, tc.msg) {
+			t.Errorf("%s: %d %s; want %d with %q", tc.name, status, body, tc.status, tc.msg)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(env.cfg.StateDir, "uploads", "*")); len(left) != 0 {
+		t.Errorf("refused uploads left staged: %q", left)
 	}
 }

@@ -1099,6 +1099,10 @@ type ClientInterface interface {
 	// 402). With wait the answer comes when the execution has ended
 	// (201); without it, as soon as the execution is recorded (202),
 	// while it runs on in the daemon: follow it with its events.
+	// Big input files are streamed instead: send multipart/form-data, a
+	// first part "request" holding the JSON request, then one part
+	// "input" per file (its filename the input's name), up to 1 GiB in
+	// all (413); resumeSession takes the same.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1112,6 +1116,10 @@ type ClientInterface interface {
 	// 402). With wait the answer comes when the execution has ended
 	// (201); without it, as soon as the execution is recorded (202),
 	// while it runs on in the daemon: follow it with its events.
+	// Big input files are streamed instead: send multipart/form-data, a
+	// first part "request" holding the JSON request, then one part
+	// "input" per file (its filename the input's name), up to 1 GiB in
+	// all (413); resumeSession takes the same.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1477,12 +1485,16 @@ type ClientInterface interface {
 
 	// ResumeSessionWithBody Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
 	//
+	// Input files may be streamed as multipart/form-data, as for delegateTask.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
 	ResumeSessionWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ResumeSession Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
+	//
+	// Input files may be streamed as multipart/form-data, as for delegateTask.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1669,6 +1681,10 @@ func (c *Client) ListExecutions(ctx context.Context, params *ListExecutionsParam
 // 402). With wait the answer comes when the execution has ended
 // (201); without it, as soon as the execution is recorded (202),
 // while it runs on in the daemon: follow it with its events.
+// Big input files are streamed instead: send multipart/form-data, a
+// first part "request" holding the JSON request, then one part
+// "input" per file (its filename the input's name), up to 1 GiB in
+// all (413); resumeSession takes the same.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1692,6 +1708,10 @@ func (c *Client) DelegateTaskWithBody(ctx context.Context, contentType string, b
 // 402). With wait the answer comes when the execution has ended
 // (201); without it, as soon as the execution is recorded (202),
 // while it runs on in the daemon: follow it with its events.
+// Big input files are streamed instead: send multipart/form-data, a
+// first part "request" holding the JSON request, then one part
+// "input" per file (its filename the input's name), up to 1 GiB in
+// all (413); resumeSession takes the same.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2517,6 +2537,8 @@ func (c *Client) ListAgentSessions(ctx context.Context, params *ListAgentSession
 
 // ResumeSessionWithBody Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
 //
+// Input files may be streamed as multipart/form-data, as for delegateTask.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
@@ -2533,6 +2555,8 @@ func (c *Client) ResumeSessionWithBody(ctx context.Context, id string, contentTy
 }
 
 // ResumeSession Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
+//
+// Input files may be streamed as multipart/form-data, as for delegateTask.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -5056,6 +5080,10 @@ type ClientWithResponsesInterface interface {
 	// 402). With wait the answer comes when the execution has ended
 	// (201); without it, as soon as the execution is recorded (202),
 	// while it runs on in the daemon: follow it with its events.
+	// Big input files are streamed instead: send multipart/form-data, a
+	// first part "request" holding the JSON request, then one part
+	// "input" per file (its filename the input's name), up to 1 GiB in
+	// all (413); resumeSession takes the same.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5069,6 +5097,10 @@ type ClientWithResponsesInterface interface {
 	// 402). With wait the answer comes when the execution has ended
 	// (201); without it, as soon as the execution is recorded (202),
 	// while it runs on in the daemon: follow it with its events.
+	// Big input files are streamed instead: send multipart/form-data, a
+	// first part "request" holding the JSON request, then one part
+	// "input" per file (its filename the input's name), up to 1 GiB in
+	// all (413); resumeSession takes the same.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5490,12 +5522,16 @@ type ClientWithResponsesInterface interface {
 
 	// ResumeSessionWithBodyWithResponse Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
 	//
+	// Input files may be streamed as multipart/form-data, as for delegateTask.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
 	ResumeSessionWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResumeSessionResponse, error)
 
 	// ResumeSessionWithResponse Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
+	//
+	// Input files may be streamed as multipart/form-data, as for delegateTask.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8156,6 +8192,10 @@ func (c *ClientWithResponses) ListExecutionsWithResponse(ctx context.Context, pa
 // 402). With wait the answer comes when the execution has ended
 // (201); without it, as soon as the execution is recorded (202),
 // while it runs on in the daemon: follow it with its events.
+// Big input files are streamed instead: send multipart/form-data, a
+// first part "request" holding the JSON request, then one part
+// "input" per file (its filename the input's name), up to 1 GiB in
+// all (413); resumeSession takes the same.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8175,6 +8215,10 @@ func (c *ClientWithResponses) DelegateTaskWithBodyWithResponse(ctx context.Conte
 // 402). With wait the answer comes when the execution has ended
 // (201); without it, as soon as the execution is recorded (202),
 // while it runs on in the daemon: follow it with its events.
+// Big input files are streamed instead: send multipart/form-data, a
+// first part "request" holding the JSON request, then one part
+// "input" per file (its filename the input's name), up to 1 GiB in
+// all (413); resumeSession takes the same.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8872,6 +8916,8 @@ func (c *ClientWithResponses) ListAgentSessionsWithResponse(ctx context.Context,
 
 // ResumeSessionWithBodyWithResponse Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
 //
+// Input files may be streamed as multipart/form-data, as for delegateTask.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
@@ -8884,6 +8930,8 @@ func (c *ClientWithResponses) ResumeSessionWithBodyWithResponse(ctx context.Cont
 }
 
 // ResumeSessionWithResponse Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
+//
+// Input files may be streamed as multipart/form-data, as for delegateTask.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

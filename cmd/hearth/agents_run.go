@@ -43,7 +43,7 @@ type runFlags struct {
 }
 
 func (rf *runFlags) add(fl *flag.FlagSet, session bool) {
-	fl.Var(&rf.inputs, "input", fmt.Sprintf("a file for the agent's inputs/ (repeatable; at most %s in all)", humanize.IBytes(appliance.MaxInputs)))
+	fl.Var(&rf.inputs, "input", fmt.Sprintf("a file for the agent's inputs/ (repeatable; at most %s in all, streamed)", humanize.IBytes(appliance.MaxInputFiles)))
 	fl.Var(&rf.budget, "budget", "most dollars of model spend (only lower than the agent's; at least 0.000001)")
 	fl.Var(&rf.turns, "max-turns", "most model answers (only lower than the agent's)")
 	fl.Var(&rf.timeout, "timeout", "most wall time, like 10m (only shorter than the agent's)")
@@ -63,21 +63,21 @@ func (rf *runFlags) limits() appliance.Limits {
 	return l
 }
 
-// readInputs reads the --input files, by base name. It checks their
-// sizes against the daemon's limit before reading any: a file too big
-// is refused at once, not after being read and encoded whole.
-func (rf *runFlags) readInputs() (map[string][]byte, error) {
+// inputFiles checks the --input files, by base name: regular files, at
+// most the daemon's limit in all, from their sizes. They are streamed to
+// the daemon from disk, never held in memory.
+func (rf *runFlags) inputFiles() (map[string]string, error) {
 	if len(rf.inputs) == 0 {
 		return nil, nil
 	}
 	var total int64
-	names := map[string]bool{}
+	out := map[string]string{}
 	for _, p := range rf.inputs {
 		name := filepath.Base(p)
-		if names[name] {
+		if _, dup := out[name]; dup {
 			return nil, usageError{fmt.Sprintf("--input: two files are called %s; the agent sees inputs by name", name)}
 		}
-		names[name] = true
+		out[name] = p
 		fi, err := os.Stat(p)
 		if err != nil {
 			return nil, fmt.Errorf("--input: %w", err)
@@ -85,37 +85,12 @@ func (rf *runFlags) readInputs() (map[string][]byte, error) {
 		if !fi.Mode().IsRegular() {
 			return nil, usageError{fmt.Sprintf("--input %s: not a regular file", p)}
 		}
-		if total += fi.Size(); total > appliance.MaxInputs {
+		if total += fi.Size(); total > appliance.MaxInputFiles {
 			return nil, usageError{fmt.Sprintf("--input %s: the input files come to %s or more, over the %s a task may have",
-				p, humanize.IBytes(uint64(total)), humanize.IBytes(appliance.MaxInputs))}
+				p, humanize.IBytes(uint64(total)), humanize.IBytes(appliance.MaxInputFiles))}
 		}
-	}
-	out := map[string][]byte{}
-	total = 0
-	for _, p := range rf.inputs {
-		data, err := readAtMost(p, appliance.MaxInputs-total)
-		if err != nil {
-			return nil, fmt.Errorf("--input: %w", err)
-		}
-		total += int64(len(data))
-		out[filepath.Base(p)] = data
 	}
 	return out, nil
-}
-
-// readAtMost reads the file p, which must not have grown past max since
-// it was checked.
-func readAtMost(p string, max int64) ([]byte, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err == nil && int64(len(data)) > max {
-		err = fmt.Errorf("%s grew past the %s the input files may have while being read", p, humanize.IBytes(appliance.MaxInputs))
-	}
-	return data, err
 }
 
 func agentRun(args []string, stdout, stderr io.Writer) error {
@@ -126,12 +101,17 @@ func agentRun(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	inputs, err := rf.readInputs()
+	files, err := rf.inputFiles()
 	if err != nil {
 		return err
 	}
-	req := appliance.DelegateRequest{Agent: pos[0], Prompt: pos[1], Inputs: inputs, Limits: rf.limits(), Outputs: rf.outputs, Session: rf.session}
-	return startAndFollow(c, rf, stdout, stderr, func(ctx context.Context) (appliance.Execution, error) { return c.Delegate(ctx, req) })
+	req := appliance.DelegateRequest{Agent: pos[0], Prompt: pos[1], Limits: rf.limits(), Outputs: rf.outputs, Session: rf.session}
+	return startAndFollow(c, rf, stdout, stderr, func(ctx context.Context) (appliance.Execution, error) {
+		if len(files) > 0 {
+			return c.DelegateFiles(ctx, req, files)
+		}
+		return c.Delegate(ctx, req)
+	})
 }
 
 func agentResume(args []string, stdout, stderr io.Writer) error {
@@ -142,12 +122,17 @@ func agentResume(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	inputs, err := rf.readInputs()
+	files, err := rf.inputFiles()
 	if err != nil {
 		return err
 	}
-	req := appliance.ResumeRequest{Prompt: pos[1], Inputs: inputs, Limits: rf.limits()}
-	return startAndFollow(c, rf, stdout, stderr, func(ctx context.Context) (appliance.Execution, error) { return c.Resume(ctx, pos[0], req) })
+	req := appliance.ResumeRequest{Prompt: pos[1], Limits: rf.limits()}
+	return startAndFollow(c, rf, stdout, stderr, func(ctx context.Context) (appliance.Execution, error) {
+		if len(files) > 0 {
+			return c.ResumeFiles(ctx, pos[0], req, files)
+		}
+		return c.Resume(ctx, pos[0], req)
+	})
 }
 
 func agentRetry(args []string, stdout, stderr io.Writer) error {

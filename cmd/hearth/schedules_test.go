@@ -95,7 +95,8 @@ func TestScheduleCommands(t *testing.T) {
 // limit), a negative or zero timeout or turn count (silently ignored),
 // and credits under a micro-dollar (recorded as "$0"). Input files over
 // the daemon's limit are refused from their sizes, before being read (a
-// 500 MB one was read and base64-encoded whole, 2.5 GB of memory).
+// 500 MB one was read and base64-encoded whole, 2.5 GB of memory, before
+// the daemon refused it).
 func TestFlagsRefuseBadNumbers(t *testing.T) {
 	dir := t.TempDir()
 	cfg := "--config=" + filepath.Join(dir, "hearth.toml") // a config with no daemon: nothing is sent
@@ -103,7 +104,7 @@ func TestFlagsRefuseBadNumbers(t *testing.T) {
 		t.Fatal(err)
 	}
 	big, small, small2 := filepath.Join(dir, "big.bin"), filepath.Join(dir, "a.bin"), filepath.Join(dir, "b.bin")
-	for p, size := range map[string]int64{big: 500 << 20, small: 9 << 20, small2: 8 << 20} {
+	for p, size := range map[string]int64{big: 2 << 30, small: 600 << 20, small2: 500 << 20} {
 		if err := os.Truncate(p, 0); err != nil && !os.IsNotExist(err) {
 			t.Fatal(err)
 		}
@@ -137,8 +138,8 @@ func TestFlagsRefuseBadNumbers(t *testing.T) {
 		{[]string{"schedules", "add", "x", "@daily", "analyst", "go", "--timeout", "-5m"}, "-timeout: -5m0s"},
 		{[]string{"credits", "add", "1e-9"}, "less than the ledger's unit"},
 		{[]string{"credits", "add", "NaN"}, "NaN is not a number of dollars"},
-		{[]string{"agents", "run", "analyst", "go", "--input", big}, "over the 16 MiB a task may have"},
-		{[]string{"agents", "run", "analyst", "go", "--input", small, "--input", small2}, "over the 16 MiB a task may have"},
+		{[]string{"agents", "run", "analyst", "go", "--input", big}, "over the 1.0 GiB a task may have"},
+		{[]string{"agents", "run", "analyst", "go", "--input", small, "--input", small2}, "over the 1.0 GiB a task may have"},
 		{[]string{"agents", "resume", "session-x", "go", "--input", t.TempDir()}, "not a regular file"},
 	} {
 		_, errOut, code := hearth(t, append(tc.args, cfg)...)
