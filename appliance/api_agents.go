@@ -22,13 +22,12 @@ import (
 // outputs and credits. Reads work whenever the store is open; starting
 // an execution needs the runner.
 
-// MaxInputs bounds the input files of one task, in all (documented in
-// openapi.yaml and the CLI's --input help). They travel as base64 in the
-// JSON request, held whole by client and daemon; the CLI checks the
-// files' sizes against it before reading them.
-const MaxInputs = 16 << 20
+// maxInputs bounds the input files of one JSON task request, in all
+// (documented in openapi.yaml): they travel as base64, held whole by
+// client and daemon. Bigger ones are streamed (MaxInputFiles).
+const maxInputs = 16 << 20
 
-// maxTaskBody bounds a delegate or resume request: MaxInputs as base64
+// maxTaskBody bounds a delegate or resume request: maxInputs as base64
 // (21.3 MiB), a prompt of up to maxPrompt, JSON-escaped, and the rest.
 const maxTaskBody = 32 << 20
 
@@ -243,8 +242,8 @@ func checkInputs(inputs map[string][]byte) error {
 	for _, data := range inputs {
 		total += len(data)
 	}
-	if total > MaxInputs {
-		return errorf(codeTooLarge, "the input files are %d bytes in all, more than the %d (16 MiB) a task may have", total, MaxInputs)
+	if total > maxInputs {
+		return errorf(codeTooLarge, "the input files are %d bytes in all, more than the %d (16 MiB) a JSON request may carry: stream them as multipart/form-data (as 'hearth agents run --input' does)", total, maxInputs)
 	}
 	for name := range inputs {
 		if name == "" || name == "." || name == ".." || path.Base(name) != name || strings.ContainsAny(name, "\\\x00") {

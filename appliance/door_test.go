@@ -69,7 +69,7 @@ func TestDoorRefusals(t *testing.T) {
 		}, "too_large", 413, "1 MiB"},
 		{"inputs over 16 MiB", func() error {
 			_, err := c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "go",
-				Inputs: map[string][]byte{"a.bin": make([]byte, MaxInputs/2), "b.bin": make([]byte, MaxInputs/2+1)}})
+				Inputs: map[string][]byte{"a.bin": make([]byte, maxInputs/2), "b.bin": make([]byte, maxInputs/2+1)}})
 			return err
 		}, "too_large", 413, "16 MiB"},
 		{"prompt with NUL", func() error {
