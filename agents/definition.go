@@ -77,6 +77,9 @@ func (l Limits) Tighten(o Limits) (Limits, error) {
 	if o.USD < 0 || o.Turns < 0 || o.WallTime < 0 {
 		return l, errors.New("limits must not be negative")
 	}
+	if err := store.CheckUSD(o.USD); err != nil {
+		return l, fmt.Errorf("budget: %w", err)
+	}
 	out := l
 	if o.USD > 0 {
 		if l.USD > 0 && o.USD > l.USD {

@@ -1,6 +1,7 @@
 package agents
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,6 +105,8 @@ func TestLimitsTighten(t *testing.T) {
 		{"looser budget", Limits{USD: 20}, agent, "budget $20.00 is more than the agent's $10.00"},
 		{"looser turns and time", Limits{Turns: 60, WallTime: Duration(time.Hour)}, agent, "max turns 60"},
 		{"negative", Limits{USD: -1}, agent, "negative"},
+		{"NaN budget", Limits{USD: math.NaN()}, agent, "NaN is not a number of dollars"},
+		{"budget under the ledger's unit", Limits{USD: 1e-7}, agent, "less than the ledger's unit"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
