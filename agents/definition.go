@@ -15,6 +15,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/robfig/cron/v3"
+
+	"hearth/agents/store"
 )
 
 // Definition is an agent: what it runs, how it is told its task, and what
@@ -75,6 +77,9 @@ func (l Limits) Tighten(o Limits) (Limits, error) {
 	if o.USD < 0 || o.Turns < 0 || o.WallTime < 0 {
 		return l, errors.New("limits must not be negative")
 	}
+	if err := store.CheckUSD(o.USD); err != nil {
+		return l, fmt.Errorf("budget: %w", err)
+	}
 	out := l
 	if o.USD > 0 {
 		if l.USD > 0 && o.USD > l.USD {
@@ -126,6 +131,33 @@ var (
 	cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 )
 
+// MinEvery is the shortest "@every" interval a schedule may have; the
+// scheduler has the same bound. Each run boots a machine and spends
+// model credits, and robfig/cron fires anything under a second every
+// second: an interval under a minute is a mistake (a typo such as "@every
+// 1ns" or "@every 0s") or a loop, never a schedule.
+const MinEvery = time.Minute
+
+// parseSchedule is cronParser.Parse, which panics on some malformed
+// specs (such as "TZ=" alone): a bad schedule is an error, as in
+// scheduler.ParseSpec.
+func parseSchedule(spec string) (s cron.Schedule, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s, err = nil, fmt.Errorf("%v", r)
+		}
+	}()
+	return cronParser.Parse(spec)
+}
+
+// CheckEvery refuses an "@every" schedule shorter than MinEvery.
+func CheckEvery(s cron.Schedule) error {
+	if every, ok := s.(cron.ConstantDelaySchedule); ok && every.Delay < MinEvery {
+		return fmt.Errorf("too often: runs must be at least %v apart (like @every 5m, or a cron spec)", MinEvery)
+	}
+	return nil
+}
+
 // LoadDefinition reads one agent's TOML file. Unknown keys and bad values
 // are errors that name the file and the key.
 func LoadDefinition(file string) (*Definition, error) {
@@ -168,7 +200,10 @@ func (d *Definition) validate() error {
 	if d.Model == "" {
 		return errors.New("model: missing (e.g. model = \"claude-sonnet-4-5\")")
 	}
-	if d.Limits.USD < 0 || d.Limits.Turns < 0 || d.Limits.WallTime < 0 {
+	if err := store.CheckUSD(d.Limits.USD); err != nil {
+		return fmt.Errorf("limits.usd = %v: %w (0 or no key for no limit)", d.Limits.USD, err)
+	}
+	if d.Limits.Turns < 0 || d.Limits.WallTime < 0 {
 		return errors.New("limits: must not be negative")
 	}
 	for _, o := range d.Outputs {
@@ -188,8 +223,12 @@ func (d *Definition) validate() error {
 		}
 	}
 	if d.Schedule != "" {
-		if _, err := cronParser.Parse(d.Schedule); err != nil {
+		sched, err := parseSchedule(d.Schedule)
+		if err != nil {
 			return fmt.Errorf("schedule = %q: %v", d.Schedule, err)
+		}
+		if err := CheckEvery(sched); err != nil {
+			return fmt.Errorf("schedule = %q: %w", d.Schedule, err)
 		}
 	}
 	t, err := template.New(d.Name).Option("missingkey=error").Parse(d.Prompt)

@@ -1,6 +1,7 @@
 package agents
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,7 +37,16 @@ func TestLoadDefinitionErrors(t *testing.T) {
 		{"no model", "image = \"i\"\n", "model: missing"},
 		{"name differs from file", good + "name = \"other\"\n", "must be called other.toml"},
 		{"bad name", good + "name = \"Bad_Name\"\n", "name = \"Bad_Name\""},
-		{"negative limit", good + "[limits]\nusd = -1\n", "must not be negative"},
+		{"negative limit", good + "[limits]\nusd = -1\n", "limits.usd = -1: -1 is negative"},
+		{"negative turns", good + "[limits]\nturns = -1\n", "must not be negative"},
+		{"NaN budget", good + "[limits]\nusd = nan\n", "limits.usd = NaN"},
+		{"infinite budget", good + "[limits]\nusd = inf\n", "limits.usd = +Inf"},
+		{"budget under the ledger's unit", good + "[limits]\nusd = 1e-9\n", "less than the ledger's unit"},
+		{"zone alone (robfig/cron panicked)", good + "schedule = \"TZ=\"\n", "schedule = \"TZ=\""},
+		{"every 0s", good + "schedule = \"@every 0s\"\n", "at least 1m0s apart"},
+		{"every -5s", good + "schedule = \"@every -5s\"\n", "at least 1m0s apart"},
+		{"every 1ns", good + "schedule = \"@every 1ns\"\n", "at least 1m0s apart"},
+		{"every 59s", good + "schedule = \"CRON_TZ=UTC @every 59s\"\n", "at least 1m0s apart"},
 		{"bad wall time", good + "[limits]\nwall_time = \"soon\"\n", "not a duration"},
 		{"output outside outputs", good + "outputs = [\"../x\"]\n", "must be a glob under outputs/"},
 		{"output escaping", good + "outputs = [\"outputs/../../etc\"]\n", "must be a glob under outputs/"},
@@ -95,6 +105,8 @@ func TestLimitsTighten(t *testing.T) {
 		{"looser budget", Limits{USD: 20}, agent, "budget $20.00 is more than the agent's $10.00"},
 		{"looser turns and time", Limits{Turns: 60, WallTime: Duration(time.Hour)}, agent, "max turns 60"},
 		{"negative", Limits{USD: -1}, agent, "negative"},
+		{"NaN budget", Limits{USD: math.NaN()}, agent, "NaN is not a number of dollars"},
+		{"budget under the ledger's unit", Limits{USD: 1e-7}, agent, "less than the ledger's unit"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

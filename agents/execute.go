@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path"
 	"slices"
 	"sort"
@@ -45,10 +46,22 @@ func (ru *run) run(ctx context.Context, req TaskRequest) (Result, error) {
 		}
 		inputs = append(inputs, "inputs/"+name)
 	}
+	for name, file := range req.InputFiles {
+		if name == "" || path.Base(name) != name || name == "." || name == ".." || req.Inputs[name] != nil {
+			return ru.fail(fmt.Errorf("input %q: give a plain file name, once", name))
+		}
+		if err := copyInput(cfg.Workspace, sess, name, file, uid, gid); err != nil {
+			return ru.fail(err)
+		}
+		inputs = append(inputs, "inputs/"+name)
+	}
 	sort.Strings(inputs)
 	prompt, err := ru.def.Render(Task{Prompt: req.Prompt, Inputs: inputs, Session: sess, Outputs: ru.outputs})
 	if err != nil {
 		return ru.fail(err)
+	}
+	if err := cfg.Workspace.WriteFile(sess, promptFile, strings.NewReader(prompt), uid, gid); err != nil {
+		return ru.fail(fmt.Errorf("write the prompt: %w", err))
 	}
 	files, stopFiles := cfg.Workspace.FileEvents(sess)
 	defer stopFiles()
@@ -64,8 +77,29 @@ func (ru *run) run(ctx context.Context, req TaskRequest) (Result, error) {
 		return ru.fail(err)
 	}
 	defer disconnect()
-	return ru.agent(ctx, gc, prompt, token, listen, proxy)
+	return ru.agent(ctx, gc, token, listen, proxy)
 }
+
+// copyInput streams the host file into the session's inputs/.
+func copyInput(ws Workspace, sess, name, file string, uid, gid uint32) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return fmt.Errorf("input %s: %w", name, err)
+	}
+	defer f.Close()
+	if err := ws.WriteFile(sess, "inputs/"+name, f, uid, gid); err != nil {
+		return fmt.Errorf("input %s: %w", name, err)
+	}
+	return nil
+}
+
+// promptFile is where the rendered prompt waits for the agent CLI,
+// relative to the session: in its private home, overwritten by each
+// execution (a session runs one at a time). The CLI reads it on stdin
+// ("claude -p" with no prompt argument), not from argv, whose size the
+// kernel bounds (128 KiB an argument): a long prompt failed with
+// "argument list too long".
+const promptFile = ".home/.hearth-prompt"
 
 // connect admits the execution to the gateway (and the egress proxy, if
 // its agent may reach any domain) and forwards them into the machine. It
@@ -158,10 +192,14 @@ func (ru *run) machine(ctx context.Context) (vmm.Machine, func(), error) {
 }
 
 // agent runs the agent CLI until it ends or is stopped.
-func (ru *run) agent(ctx context.Context, gc *guest.Client, prompt, token, listen, proxy string) (Result, error) {
+func (ru *run) agent(ctx context.Context, gc *guest.Client, token, listen, proxy string) (Result, error) {
 	cfg := ru.r.cfg
 	work := "/workspace/agents/" + ru.exec.Session
-	argv := []string{"claude", "-p", prompt, "--output-format", "stream-json", "--verbose",
+	// sh opens the prompt file as the CLI's stdin and execs it: a job's
+	// process outlives the request that started it, so stdin cannot
+	// come from the request.
+	argv := []string{"sh", "-c", `exec "$@" <"$HEARTH_PROMPT"`, "sh",
+		"claude", "-p", "--output-format", "stream-json", "--verbose",
 		"--dangerously-skip-permissions", "--model", ru.def.Model}
 	if ru.agentSession != "" {
 		argv = append(argv, "--resume", ru.agentSession)
@@ -176,6 +214,7 @@ func (ru *run) agent(ctx context.Context, gc *guest.Client, prompt, token, liste
 	for k, v := range ru.def.Env {
 		env[k] = v
 	}
+	env["HEARTH_PROMPT"] = work + "/" + promptFile
 	if _, err := cfg.Store.UpdateExecution(ctx, ru.exec.ID, func(e *store.Execution) error { e.Status = store.Running; return nil }); err != nil {
 		return ru.fail(err)
 	}

@@ -148,6 +148,9 @@ type TaskRequest struct {
 	Prompt string
 	// Inputs are copied into the session's inputs/, by name.
 	Inputs map[string][]byte
+	// InputFiles are too, from these host files (uploads too big to hold
+	// in memory), streamed.
+	InputFiles map[string]string
 	// Outputs override the agent's output patterns, if set.
 	Outputs []string
 	// Limits may only tighten the agent's.

@@ -95,6 +95,7 @@ func newAgentService(cfg Config, driver vmm.Driver, driverErr error, ws *fs.Stor
 	if err != nil {
 		return nil, err
 	}
+	clearUploads(cfg.StateDir, logger) // the store's lock makes this daemon the only one
 	a := &agentService{cfg: cfg, store: st, ws: newAgentWorkspace(cfg, ws), images: images, log: logger, wg: wg,
 		runs: map[string]*liveRun{}, gwSock: filepath.Join(cfg.StateDir, "gateway.sock"),
 		egSock: filepath.Join(cfg.StateDir, "egress.sock"), stopped: make(chan struct{}), hurry: make(chan struct{})}

@@ -22,9 +22,38 @@ import (
 // outputs and credits. Reads work whenever the store is open; starting
 // an execution needs the runner.
 
-// maxTaskBody bounds a delegate or resume request, which carries its
-// input files as base64.
+// maxInputs bounds the input files of one JSON task request, in all
+// (documented in openapi.yaml): they travel as base64, held whole by
+// client and daemon. Bigger ones are streamed (MaxInputFiles).
+const maxInputs = 16 << 20
+
+// maxTaskBody bounds a delegate or resume request: maxInputs as base64
+// (21.3 MiB), a prompt of up to maxPrompt, JSON-escaped, and the rest.
 const maxTaskBody = 32 << 20
+
+// maxPrompt bounds a task's prompt (documented in openapi.yaml): the
+// whole prompt is stored with the execution and rendered into the agent's
+// prompt file; a prompt of many megabytes is a mistake, and each one
+// weighed on every list of executions.
+const maxPrompt = 1 << 20
+
+// promptPreview is how many characters of each prompt a list shows; GET
+// of one execution gives the whole prompt.
+const promptPreview = 200
+
+// checkPrompt refuses an empty prompt, one over maxPrompt (413) and one
+// with NUL bytes, which no agent CLI can be given.
+func checkPrompt(p string) error {
+	switch {
+	case strings.TrimSpace(p) == "":
+		return errorf(codeBadRequest, "the prompt is empty: say what the agent should do")
+	case len(p) > maxPrompt:
+		return errorf(codeTooLarge, "the prompt is %d bytes, more than the %d (1 MiB) a task may have: put the material in an input file (--input) and refer to it", len(p), maxPrompt)
+	case strings.ContainsRune(p, 0):
+		return errorf(codeBadRequest, "the prompt has a NUL byte at offset %d: send text", strings.IndexByte(p, 0))
+	}
+	return nil
+}
 
 // cancelWait is how long a cancel request waits for the execution to end.
 const cancelWait = 30 * time.Second
@@ -41,10 +70,21 @@ func (a *agentService) available() error {
 type task struct {
 	agents.TaskRequest
 	Retry string
+	// staging holds the task's streamed input files (InputFiles): removed
+	// when the execution ends or is refused.
+	staging string
 }
 
 // start checks a task and launches it; see launch.
 func (a *agentService) start(ctx context.Context, t task) (store.Execution, <-chan outcome, error) {
+	e, done, err := a.check(ctx, t)
+	if err != nil && t.staging != "" {
+		os.RemoveAll(t.staging)
+	}
+	return e, done, err
+}
+
+func (a *agentService) check(ctx context.Context, t task) (store.Execution, <-chan outcome, error) {
 	a.startMu.Lock()
 	defer a.startMu.Unlock()
 	if err := a.available(); err != nil {
@@ -53,8 +93,8 @@ func (a *agentService) start(ctx context.Context, t task) (store.Execution, <-ch
 	if t.Retry != "" {
 		return a.startRetry(ctx, t.Retry)
 	}
-	if strings.TrimSpace(t.Prompt) == "" {
-		return store.Execution{}, nil, errorf(codeBadRequest, "the prompt is empty: say what the agent should do")
+	if err := checkPrompt(t.Prompt); err != nil {
+		return store.Execution{}, nil, err
 	}
 	if t.Session != "" {
 		sess, err := a.idleSession(ctx, t.Session)
@@ -77,6 +117,11 @@ func (a *agentService) start(ctx context.Context, t task) (store.Execution, <-ch
 	if err := checkInputs(t.Inputs); err != nil {
 		return store.Execution{}, nil, err
 	}
+	for name := range t.InputFiles {
+		if t.Inputs[name] != nil {
+			return store.Execution{}, nil, errorf(codeBadRequest, "input %q: given twice", name)
+		}
+	}
 	if err := checkOutputs(t.Outputs); err != nil {
 		return store.Execution{}, nil, err
 	}
@@ -84,7 +129,12 @@ func (a *agentService) start(ctx context.Context, t task) (store.Execution, <-ch
 		return store.Execution{}, nil, err
 	}
 	req := t.TaskRequest
-	return a.launch(func(ctx context.Context) (agents.Result, error) { return a.runner.Run(ctx, req) })
+	return a.launch(func(ctx context.Context) (agents.Result, error) {
+		if t.staging != "" {
+			defer os.RemoveAll(t.staging)
+		}
+		return a.runner.Run(ctx, req)
+	})
 }
 
 func (a *agentService) startRetry(ctx context.Context, id string) (store.Execution, <-chan outcome, error) {
@@ -188,6 +238,13 @@ func (a *agentService) imageInUse(ctx context.Context, name string) error {
 }
 
 func checkInputs(inputs map[string][]byte) error {
+	total := 0
+	for _, data := range inputs {
+		total += len(data)
+	}
+	if total > maxInputs {
+		return errorf(codeTooLarge, "the input files are %d bytes in all, more than the %d (16 MiB) a JSON request may carry: stream them as multipart/form-data (as 'hearth agents run --input' does)", total, maxInputs)
+	}
 	for name := range inputs {
 		if name == "" || name == "." || name == ".." || path.Base(name) != name || strings.ContainsAny(name, "\\\x00") {
 			return errorf(codeBadRequest, "input %q: give a plain file name, without directories", name)
@@ -208,6 +265,9 @@ func checkOutputs(patterns []string) error {
 // limits reads the API's limits.
 func limits(l api.Limits) (agents.Limits, error) {
 	out := agents.Limits{USD: l.Usd, Turns: l.Turns}
+	if err := store.CheckUSD(l.Usd); err != nil {
+		return out, errorf(codeBadRequest, "limits.usd: %v (0 or none for the agent's limit)", err)
+	}
 	if l.WallTime != "" {
 		d, err := time.ParseDuration(l.WallTime)
 		if err != nil {
@@ -237,7 +297,7 @@ func (a *agentService) view(e store.Execution) api.Execution {
 	}
 	out := api.Execution{
 		Id: e.ID, Session: e.Session, Agent: e.Agent, Kind: api.ExecutionKind(e.Kind), Parent: e.Parent,
-		Prompt: e.Prompt, Status: api.ExecutionStatus(e.Status), Created: e.Created,
+		Prompt: e.Prompt, PromptTruncated: e.PromptTruncated, Status: api.ExecutionStatus(e.Status), Created: e.Created,
 		Limits: limitsView(e.Limits.USD, e.Limits.Turns, e.Limits.WallTime), Turns: e.Turns, Usd: e.USD,
 		Tokens: api.Tokens{Input: e.Tokens.Input, Output: e.Tokens.Output, CacheRead: e.Tokens.CacheRead, CacheCreation: e.Tokens.CacheCreation},
 		Result: e.Result, Error: e.Error, Outputs: e.Outputs,
@@ -276,33 +336,37 @@ func (s *server) started(w http.ResponseWriter, r *http.Request, wait bool, t ta
 
 func (s *server) DelegateTask(w http.ResponseWriter, r *http.Request) {
 	var req api.DelegateRequest
-	if !decode(w, r, maxTaskBody, &req) {
+	files, staging, ok := s.decodeTask(w, r, &req)
+	if !ok {
 		return
 	}
 	lim, err := limits(req.Limits)
+	if err == nil && req.Agent == "" && req.Session == "" {
+		err = errorf(codeBadRequest, "name the agent to delegate to (agent)")
+	}
 	if err != nil {
+		os.RemoveAll(staging)
 		fail(w, apiError(err))
 		return
 	}
-	if req.Agent == "" && req.Session == "" {
-		fail(w, apiError(errorf(codeBadRequest, "name the agent to delegate to (agent)")))
-		return
-	}
 	s.started(w, r, req.Wait, task{TaskRequest: agents.TaskRequest{Agent: req.Agent, Prompt: req.Prompt, Inputs: req.Inputs,
-		Outputs: req.Outputs, Limits: lim, Session: req.Session}})
+		InputFiles: files, Outputs: req.Outputs, Limits: lim, Session: req.Session}, staging: staging})
 }
 
 func (s *server) ResumeSession(w http.ResponseWriter, r *http.Request, id string) {
 	var req api.ResumeRequest
-	if !decode(w, r, maxTaskBody, &req) {
+	files, staging, ok := s.decodeTask(w, r, &req)
+	if !ok {
 		return
 	}
 	lim, err := limits(req.Limits)
 	if err != nil {
+		os.RemoveAll(staging)
 		fail(w, apiError(err))
 		return
 	}
-	s.started(w, r, req.Wait, task{TaskRequest: agents.TaskRequest{Prompt: req.Prompt, Inputs: req.Inputs, Limits: lim, Session: id}})
+	s.started(w, r, req.Wait, task{TaskRequest: agents.TaskRequest{Prompt: req.Prompt, Inputs: req.Inputs, InputFiles: files,
+		Limits: lim, Session: id}, staging: staging})
 }
 
 func (s *server) RetryExecution(w http.ResponseWriter, r *http.Request, id api.ExecutionID) {
@@ -319,7 +383,8 @@ func (s *server) GetExecution(w http.ResponseWriter, r *http.Request, id api.Exe
 }
 
 func (s *server) ListExecutions(w http.ResponseWriter, r *http.Request, params api.ListExecutionsParams) {
-	f := store.ExecutionFilter{Agent: params.Agent, Session: params.Session, Before: params.Before, Limit: params.Limit}
+	f := store.ExecutionFilter{Agent: params.Agent, Session: params.Session, Before: params.Before, Limit: params.Limit,
+		PromptPreview: promptPreview}
 	if params.Limit < 0 {
 		fail(w, apiError(errorf(codeBadRequest, "limit must not be negative")))
 		return
@@ -522,6 +587,13 @@ func (s *server) AddCredits(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a := s.d.agents
+	if err := store.CheckUSD(req.Usd); err != nil || req.Usd == 0 {
+		if err == nil {
+			err = errors.New("0 adds nothing: give a positive number of dollars")
+		}
+		fail(w, apiError(errorf(codeBadRequest, "usd: %v", err)))
+		return
+	}
 	if err := a.store.AddCredits(r.Context(), req.Usd, req.Note); err != nil {
 		fail(w, apiError(err))
 		return

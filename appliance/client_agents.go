@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
+	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +38,11 @@ type (
 	AgentReload        = api.AgentReload
 )
 
+// CheckUSD refuses an amount of dollars the appliance's ledger cannot
+// hold (NaN, infinite, negative, too large, or under its unit of one
+// micro-dollar), for clients to check flags before sending them.
+func CheckUSD(usd float64) error { return store.CheckUSD(usd) }
+
 // Agents lists the agent definitions.
 func (c *Client) Agents(ctx context.Context) ([]AgentDefinition, error) {
 	var out []AgentDefinition
@@ -52,6 +60,72 @@ func (c *Client) ReloadAgents(ctx context.Context) (AgentReload, error) {
 // soon as the daemon accepted it.
 func (c *Client) Delegate(ctx context.Context, req DelegateRequest) (Execution, error) {
 	return c.start(ctx, req.Wait, func(ctx context.Context) (*http.Response, error) { return c.api.DelegateTask(ctx, req) })
+}
+
+// DelegateFiles is Delegate with input files streamed from disk (files
+// maps input names to paths), never held whole in memory; up to
+// MaxInputFiles in all. The upload is bounded by ctx only.
+func (c *Client) DelegateFiles(ctx context.Context, req DelegateRequest, files map[string]string) (Execution, error) {
+	return c.upload(ctx, req, files, func(ctx context.Context, contentType string, body io.Reader) (*http.Response, error) {
+		return c.api.DelegateTaskWithBody(ctx, contentType, body)
+	})
+}
+
+// ResumeFiles is Resume with input files streamed, as DelegateFiles.
+func (c *Client) ResumeFiles(ctx context.Context, session string, req ResumeRequest, files map[string]string) (Execution, error) {
+	return c.upload(ctx, req, files, func(ctx context.Context, contentType string, body io.Reader) (*http.Response, error) {
+		return c.api.ResumeSessionWithBody(ctx, session, contentType, body)
+	})
+}
+
+func (c *Client) upload(ctx context.Context, req any, files map[string]string, call func(context.Context, string, io.Reader) (*http.Response, error)) (Execution, error) {
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	go func() { pw.CloseWithError(writeTask(mw, req, files)) }()
+	defer pr.Close() // stops the writer if the daemon answered early
+	var out Execution
+	resp, err := c.send(ctx, func(ctx context.Context) (*http.Response, error) { return call(ctx, mw.FormDataContentType(), pr) })
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	return out, json.NewDecoder(resp.Body).Decode(&out)
+}
+
+// writeTask writes the multipart body: the request, then each file.
+func writeTask(mw *multipart.Writer, req any, files map[string]string) error {
+	part, err := mw.CreateFormField("request")
+	if err == nil {
+		err = json.NewEncoder(part).Encode(req)
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if err != nil {
+			return err
+		}
+		err = writeFile(mw, name, files[name])
+	}
+	if err != nil {
+		return err
+	}
+	return mw.Close()
+}
+
+func writeFile(mw *multipart.Writer, name, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	part, err := mw.CreateFormFile("input", name)
+	if err == nil {
+		_, err = io.Copy(part, f)
+	}
+	return err
 }
 
 // Resume continues a session with a new prompt; see Delegate for wait.

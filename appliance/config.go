@@ -3,6 +3,7 @@ package appliance
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"path/filepath"
@@ -350,7 +351,9 @@ func (s SandboxConfig) validate() error {
 	}{
 		{"sandbox.idle_timeout", s.IdleTimeout < 0},
 		{"sandbox.exec_timeout", s.ExecTimeout < 0},
-		{"sandbox.cpus", s.CPUs < 0},
+		{"sandbox.cpus", !(s.CPUs >= 0) || math.IsInf(s.CPUs, 0)}, // NaN too
+		{"sandbox.memory", s.Memory < 0},
+		{"sandbox.disk", s.Disk < 0},
 		{"sandbox.warm", s.Warm < 0},
 		{"sandbox.pids", s.Pids < 0},
 		{"sandbox.max_upload", s.MaxUpload < 0},

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strings"
 	"time"
 
 	"hearth/appliance/api"
@@ -28,13 +27,16 @@ func (s *server) ListSchedules(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) AddSchedule(w http.ResponseWriter, r *http.Request) {
 	var req api.ScheduleRequest
-	if !decode(w, r, maxBody, &req) {
+	if !decode(w, r, maxPrompt+maxBody, &req) { // a prompt over maxPrompt gets checkPrompt's 413
 		return
 	}
 	sc, err := s.d.sched.schedule(req)
 	if err == nil {
-		err = s.d.sched.sch.Add(sc)
-		if err != nil && !errors.Is(err, scheduler.ErrClosed) {
+		err = s.d.sched.sch.Create(sc)
+		switch {
+		case errors.Is(err, scheduler.ErrExists):
+			err = errorf(codeConflict, "schedule %s already exists: remove it first ('hearth schedules rm %s'), or pick another id", sc.ID, sc.ID)
+		case err != nil && !errors.Is(err, scheduler.ErrClosed):
 			err = &codedError{code: codeBadRequest, err: err}
 		}
 	}
@@ -54,8 +56,8 @@ func (s *server) AddSchedule(w http.ResponseWriter, r *http.Request) {
 
 // schedule checks a request's task and makes its schedule.
 func (ss *scheduleService) schedule(req api.ScheduleRequest) (scheduler.Schedule, error) {
-	if strings.TrimSpace(req.Prompt) == "" {
-		return scheduler.Schedule{}, errorf(codeBadRequest, "the prompt is empty: say what the agent should do")
+	if err := checkPrompt(req.Prompt); err != nil {
+		return scheduler.Schedule{}, err
 	}
 	lim, err := limits(req.Limits)
 	if err != nil {

@@ -60,12 +60,32 @@ var (
 	cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 )
 
+// MinEvery is the shortest "@every" interval: each run of an agent boots
+// a machine and spends model credits, and robfig/cron fires anything
+// under a second ("@every 0s", "@every -5s", "@every 1ns") every second.
+// agents.MinEvery is the same bound for agent definitions.
+const MinEvery = time.Minute
+
 const specHelp = `write five fields "minute hour day-of-month month day-of-week" like "0 9 * * 1-5", ` +
 	`a descriptor like @daily, @hourly or @every 30m, optionally after "CRON_TZ=Europe/Paris "`
 
 // ParseSpec reads spec as Add does. Specs without a CRON_TZ= prefix use
-// loc (time.Local if nil). Errors say what to write instead.
-func ParseSpec(spec string, loc *time.Location) (sched cron.Schedule, err error) {
+// loc (time.Local if nil). An "@every" under MinEvery is ErrTooOften.
+// Errors say what to write instead.
+func ParseSpec(spec string, loc *time.Location) (cron.Schedule, error) {
+	sched, err := parseSpec(spec, loc)
+	if err != nil {
+		return nil, err
+	}
+	if every, ok := sched.(cron.ConstantDelaySchedule); ok && every.Delay < MinEvery {
+		return nil, fmt.Errorf("spec %q: %w: runs must be at least %v apart (like @every 5m, or a cron spec)", spec, ErrTooOften, MinEvery)
+	}
+	return sched, nil
+}
+
+// parseSpec is ParseSpec without the minimum interval, for schedules
+// saved before there was one.
+func parseSpec(spec string, loc *time.Location) (sched cron.Schedule, err error) {
 	tz := strings.HasPrefix(spec, "CRON_TZ=") || strings.HasPrefix(spec, "TZ=")
 	if tz && !strings.Contains(strings.TrimSpace(spec), " ") {
 		return nil, fmt.Errorf("spec %q: a time zone needs a schedule after it; %s", spec, specHelp)
@@ -122,4 +142,6 @@ var (
 	// ErrInterrupted is the error recorded for a run that was going when
 	// the process stopped without ending it (a crash, a SIGKILL).
 	ErrInterrupted = errors.New("interrupted: the scheduler stopped while the run was going")
+	ErrTooOften    = errors.New("too often")
+	ErrExists      = errors.New("schedule already exists")
 )

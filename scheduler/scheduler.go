@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -97,6 +98,12 @@ func New(store Store, job Job, opts Options) (*Scheduler, error) {
 	}
 	for _, sc := range saved {
 		e, err := s.newEntry(sc)
+		if errors.Is(err, ErrTooOften) {
+			// Saved before MinEvery existed: keep it, paused, so it
+			// neither fires every second nor stops the daemon.
+			s.log.Error("scheduler: paused a saved schedule that runs too often: remove it and add it again less often", "schedule", sc.ID, "err", err)
+			e, err = s.savedEntry(sc)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("saved %w", err)
 		}
@@ -139,6 +146,19 @@ func (s *Scheduler) newEntry(sc Schedule) (*entry, error) {
 		return nil, err
 	}
 	spec, err := ParseSpec(sc.Spec, s.loc)
+	if err != nil {
+		return nil, fmt.Errorf("schedule %s: %w", sc.ID, err)
+	}
+	return &entry{sched: sc, spec: spec}, nil
+}
+
+// savedEntry is newEntry, paused, for a spec only MinEvery refuses.
+func (s *Scheduler) savedEntry(sc Schedule) (*entry, error) {
+	sc.Paused = true
+	if err := sc.normalize(); err != nil {
+		return nil, err
+	}
+	spec, err := parseSpec(sc.Spec, s.loc)
 	if err != nil {
 		return nil, fmt.Errorf("schedule %s: %w", sc.ID, err)
 	}
@@ -342,7 +362,13 @@ func (s *Scheduler) recordLocked(e *entry, r Run) {
 
 // Add validates sc and saves it, replacing any schedule with the same ID
 // (its running runs carry on). Errors say what to write instead.
-func (s *Scheduler) Add(sc Schedule) error {
+func (s *Scheduler) Add(sc Schedule) error { return s.add(sc, true) }
+
+// Create is Add for a new schedule only: one with the same ID is
+// ErrExists, checked and saved under one lock.
+func (s *Scheduler) Create(sc Schedule) error { return s.add(sc, false) }
+
+func (s *Scheduler) add(sc Schedule, replace bool) error {
 	e, err := s.newEntry(sc)
 	if err != nil {
 		return err
@@ -351,6 +377,9 @@ func (s *Scheduler) Add(sc Schedule) error {
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrClosed
+	}
+	if old := s.entries[sc.ID]; old != nil && !replace {
+		return fmt.Errorf("schedule %s: %w", sc.ID, ErrExists)
 	}
 	if old := s.entries[sc.ID]; old != nil {
 		e.last, e.running, e.queued = old.last, old.running, old.queued

@@ -205,6 +205,10 @@ func TestAddInvalid(t *testing.T) {
 		{"bad overlap", scheduler.Schedule{ID: "a", Spec: "@daily", Overlap: "wait"}, "write skip, queue or allow"},
 		{"bad catch-up", scheduler.Schedule{ID: "a", Spec: "@daily", CatchUp: "all"}, "write none or once"},
 		{"bad payload", scheduler.Schedule{ID: "a", Spec: "@daily", Payload: []byte("{")}, "not valid JSON"},
+		{"every 0s", scheduler.Schedule{ID: "a", Spec: "@every 0s"}, "at least 1m0s apart"},
+		{"every -5s", scheduler.Schedule{ID: "a", Spec: "@every -5s"}, "at least 1m0s apart"},
+		{"every 1ns", scheduler.Schedule{ID: "a", Spec: "@every 1ns"}, "at least 1m0s apart"},
+		{"every 59s in a zone", scheduler.Schedule{ID: "a", Spec: "CRON_TZ=Europe/Paris @every 59s"}, "at least 1m0s apart"},
 	}
 	e := newEnv(t, true)
 	s := e.open(t)
@@ -406,6 +410,47 @@ func TestPersistence(t *testing.T) {
 	if !b.Schedule.Paused || b.Schedule.Spec != "CRON_TZ=Europe/Paris 0 9 * * *" || b.Last != nil {
 		t.Errorf("b after reopen = %+v", b)
 	}
+}
+
+// TestCreate: Create refuses an id in use (ErrExists) and leaves the
+// schedule as it was, where Add replaces it.
+func TestCreate(t *testing.T) {
+	e := newEnv(t, true)
+	s := e.open(t)
+	if err := s.Create(scheduler.Schedule{ID: "a", Spec: "@hourly"}); err != nil {
+		t.Fatalf("Create(a) = %v", err)
+	}
+	if err := s.Create(scheduler.Schedule{ID: "a", Spec: "@daily"}); !errors.Is(err, scheduler.ErrExists) {
+		t.Errorf("Create(a) again = %v, want ErrExists", err)
+	}
+	if got := status(t, s, "a"); got.Schedule.Spec != "@hourly" {
+		t.Errorf("a after a refused Create = %+v, want @hourly kept", got.Schedule)
+	}
+	mustAdd(t, s, scheduler.Schedule{ID: "a", Spec: "@daily"})
+	if got := status(t, s, "a"); got.Schedule.Spec != "@daily" {
+		t.Errorf("a after Add = %+v, want @daily", got.Schedule)
+	}
+}
+
+// TestSavedTooOften: a schedule saved before the minimum interval existed
+// does not stop the scheduler from opening; it is kept, paused, and
+// never fires.
+func TestSavedTooOften(t *testing.T) {
+	e := newEnv(t, true)
+	st, err := scheduler.OpenFileStore(e.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SaveSchedules(context.Background(), []scheduler.Schedule{{ID: "fast", Spec: "@every 1s", Created: t0}}); err != nil {
+		t.Fatal(err)
+	}
+	s := e.open(t)
+	if got := status(t, s, "fast"); !got.Schedule.Paused || !got.Next.IsZero() {
+		t.Errorf("fast after open = %+v, want it paused with no next run", got)
+	}
+	s.Start()
+	e.clock.Set(t0.Add(time.Hour))
+	e.job.none(t)
 }
 
 func TestRunNow(t *testing.T) {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path"
 	"sort"
@@ -152,6 +153,10 @@ func checkPrice(md toml.MetaData, model string, p Price) error {
 	for _, f := range fields {
 		if f.price < 0 {
 			return fmt.Errorf("%s.%s: negative price %v", key, f.name, f.price)
+		}
+		if math.IsNaN(f.price) || math.IsInf(f.price, 0) {
+			// it would meter every call as NaN or infinite dollars
+			return fmt.Errorf("%s.%s: price %v is not a number of dollars per million tokens", key, f.name, f.price)
 		}
 	}
 	return nil

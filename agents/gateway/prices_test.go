@@ -64,6 +64,8 @@ func TestParsePricesErrors(t *testing.T) {
 		{"unknown quoted", "[models.\"claude-3.5\"]\ninput = 1\noutput = 1\ncache = 1\n", `prices.toml: unknown key models."claude-3.5".cache`},
 		{"no output", "[models.m]\ninput = 1\n", "prices.toml: models.m.output: required"},
 		{"negative", "[models.m]\ninput = 1\noutput = 1\ncache_write = -2\n", "prices.toml: models.m.cache_write: negative price -2"},
+		{"NaN", "[models.m]\ninput = nan\noutput = 1\n", "prices.toml: models.m.input: price NaN is not a number"},
+		{"infinite", "[models.m]\ninput = 1\noutput = inf\n", "prices.toml: models.m.output: price +Inf is not a number"},
 		{"bad pattern", "[models.\"claude-[\"]\ninput = 1\noutput = 1\n", `prices.toml: models."claude-[": bad pattern`},
 		{"wrong type", "[models.m]\ninput = \"cheap\"\noutput = 1\n", "prices.toml: toml: line 2"},
 		{"not toml", "[models.m\n", "prices.toml: toml:"},

@@ -54,9 +54,19 @@ func amount(op string, usd float64) (int64, error) {
 	return toMicros(usd), nil
 }
 
+// wholeAmount is amount for what a person gives (credits added, a
+// budget reserved): one under the ledger's unit would be recorded as $0,
+// so it is refused. Metered spend may be smaller and rounds.
+func wholeAmount(op string, usd float64) (int64, error) {
+	if err := CheckUSD(usd); err != nil {
+		return 0, fmt.Errorf("%s: %w: amount %w", op, ErrInvalid, err)
+	}
+	return amount(op, usd)
+}
+
 // AddCredits adds usd (> 0) to the balance, with a note saying who and why.
 func (s *Store) AddCredits(ctx context.Context, usd float64, note string) error {
-	m, err := amount("add credits", usd)
+	m, err := wholeAmount("add credits", usd)
 	if err != nil {
 		return err
 	}
@@ -76,7 +86,7 @@ func (s *Store) AddCredits(ctx context.Context, usd float64, note string) error 
 // the last credits exactly one wins. Reserving again for the same
 // execution adds to its reservation.
 func (s *Store) Reserve(ctx context.Context, execution string, usd float64) error {
-	m, err := amount("reserve credits for "+execution, usd)
+	m, err := wholeAmount("reserve credits for "+execution, usd)
 	if err != nil {
 		return err
 	}

@@ -83,7 +83,9 @@ type Execution struct {
 	Kind    Kind   `json:"kind"`
 	Parent  string `json:"parent,omitempty"` // the execution resumed or retried
 	Prompt  string `json:"prompt"`
-	Status  Status `json:"status"`
+	// PromptTruncated says Prompt is a preview (ExecutionFilter.PromptPreview).
+	PromptTruncated bool   `json:"prompt_truncated,omitempty"`
+	Status          Status `json:"status"`
 
 	Created time.Time `json:"created"`
 	Started time.Time `json:"started,omitzero"` // set when it becomes Running
@@ -119,6 +121,12 @@ func (e *Execution) validateValues() error {
 	if e.Limits.USD < 0 || e.Limits.Turns < 0 || e.Limits.WallTime < 0 || e.Turns < 0 || e.USD < 0 ||
 		e.Tokens.Input < 0 || e.Tokens.Output < 0 || e.Tokens.CacheRead < 0 || e.Tokens.CacheCreation < 0 {
 		return fmt.Errorf("execution %s: %w: negative limit, count or amount", e.ID, ErrInvalid)
+	}
+	if err := CheckUSD(e.Limits.USD); err != nil {
+		return fmt.Errorf("execution %s: %w: limits.usd %w", e.ID, ErrInvalid, err)
+	}
+	if err := CheckUSD(e.USD); err != nil && !(e.USD > 0 && e.USD < MinUSD) {
+		return fmt.Errorf("execution %s: %w: usd %w", e.ID, ErrInvalid, err)
 	}
 	return nil
 }
@@ -389,6 +397,9 @@ type ExecutionFilter struct {
 	Status  []Status // any of these
 	Before  string   // an execution id: only executions created before it (the next page); unknown gives none
 	Limit   int      // at most this many; 0 means 100, at most 10000
+	// PromptPreview, when > 0, cuts each prompt to that many characters
+	// in the query, so a page of long prompts is never read whole.
+	PromptPreview int
 }
 
 // ListExecutions returns the executions f selects, newest first. For the
@@ -415,7 +426,12 @@ func (s *Store) ListExecutions(ctx context.Context, f ExecutionFilter) ([]Execut
 	if f.Before != "" {
 		add("n < (SELECT n FROM executions WHERE id = ?)", f.Before)
 	}
-	q := "SELECT " + executionColumns + " FROM executions"
+	cols := executionColumns
+	if f.PromptPreview > 0 {
+		// One character more than the preview tells a cut prompt.
+		cols = strings.Replace(cols, " prompt,", fmt.Sprintf(" substr(prompt, 1, %d),", f.PromptPreview+1), 1)
+	}
+	q := "SELECT " + cols + " FROM executions"
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -425,7 +441,25 @@ func (s *Store) ListExecutions(ctx context.Context, f ExecutionFilter) ([]Execut
 	if err != nil {
 		return nil, err
 	}
-	return s.overlay(list, f.Status), nil
+	list = s.overlay(list, f.Status)
+	if f.PromptPreview > 0 {
+		for i := range list {
+			list[i].Prompt, list[i].PromptTruncated = preview(list[i].Prompt, f.PromptPreview)
+		}
+	}
+	return list, nil
+}
+
+// preview cuts s to n characters and says whether it did.
+func preview(s string, n int) (string, bool) {
+	i := 0
+	for off := range s {
+		if i == n {
+			return s[:off], true
+		}
+		i++
+	}
+	return s, false
 }
 
 type querier interface {

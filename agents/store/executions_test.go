@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -360,4 +361,33 @@ func crashingDaemon(path string) {
 		}
 	}
 	os.Exit(3) // no Close: the daemon dies
+}
+
+// TestListExecutionsPromptPreview: a list with PromptPreview cuts long
+// prompts to that many characters (not bytes) and says so; one execution
+// read alone keeps its whole prompt.
+func TestListExecutionsPromptPreview(t *testing.T) {
+	s := openTest(t)
+	sess, _ := s.CreateSession(ctx, Session{Agent: "analyst"})
+	long := strings.Repeat("é", 300) + "end"
+	el, err := s.CreateExecution(ctx, Execution{Session: sess.ID, Prompt: long})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateExecution(ctx, Execution{Session: sess.ID, Prompt: strings.Repeat("x", 200)}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.ListExecutions(ctx, ExecutionFilter{PromptPreview: 200})
+	if err != nil || len(list) != 2 {
+		t.Fatalf("ListExecutions = %d, %v", len(list), err)
+	}
+	if got := list[0]; got.Prompt != strings.Repeat("x", 200) || got.PromptTruncated {
+		t.Errorf("a 200-character prompt listed as %d bytes, truncated %v; want it whole", len(got.Prompt), got.PromptTruncated)
+	}
+	if got := list[1]; got.Prompt != strings.Repeat("é", 200) || !got.PromptTruncated {
+		t.Errorf("a 303-character prompt listed as %q, truncated %v; want its first 200 characters", got.Prompt, got.PromptTruncated)
+	}
+	if e, err := s.GetExecution(ctx, el.ID); err != nil || e.Prompt != long || e.PromptTruncated {
+		t.Errorf("GetExecution = %d bytes, %v; want the whole prompt", len(e.Prompt), err)
+	}
 }

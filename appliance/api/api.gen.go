@@ -329,7 +329,7 @@ type Credits struct {
 type DelegateRequest struct {
 	Agent string `json:"agent"`
 
-	// Inputs Files put in the session's inputs/, by plain file name, as base64.
+	// Inputs Files put in the session's inputs/, by plain file name, as base64; at most 16 MiB in all (413 too_large).
 	Inputs map[string][]byte `json:"inputs,omitempty,omitzero"`
 
 	// Limits What one execution may use; 0 or absent means no limit of that kind. A task may only tighten its agent's limits.
@@ -337,7 +337,9 @@ type DelegateRequest struct {
 
 	// Outputs Globs under outputs/ replacing the agent's.
 	Outputs []string `json:"outputs,omitempty,omitzero"`
-	Prompt  string   `json:"prompt"`
+
+	// Prompt At most 1 MiB (1048576 bytes), without NUL bytes: longer is 413 too_large, NUL is 400.
+	Prompt string `json:"prompt"`
 
 	// Session An existing session to work in (a resume: the agent keeps its conversation); default a new one.
 	Session string `json:"session,omitempty,omitzero"`
@@ -451,7 +453,12 @@ type Execution struct {
 
 	// Parent The execution a resume or retry follows.
 	Parent string `json:"parent,omitempty,omitzero"`
+
+	// Prompt Whole from GET /v1/executions/{id}; in lists, its first 200 characters.
 	Prompt string `json:"prompt"`
+
+	// PromptTruncated In a list
+	PromptTruncated bool `json:"prompt_truncated,omitempty,omitzero"`
 
 	// Result The agent's final answer.
 	Result  string     `json:"result,omitempty,omitzero"`
@@ -643,6 +650,8 @@ type ResumeRequest struct {
 
 	// Limits What one execution may use; 0 or absent means no limit of that kind. A task may only tighten its agent's limits.
 	Limits Limits `json:"limits,omitempty,omitzero"`
+
+	// Prompt At most 1 MiB, without NUL bytes, as in DelegateRequest.
 	Prompt string `json:"prompt"`
 	Wait   bool   `json:"wait,omitempty,omitzero"`
 }
@@ -735,9 +744,11 @@ type ScheduleRequest struct {
 
 	// Overlap skip (default), queue or allow: what a run due while one is going does.
 	Overlap string `json:"overlap,omitempty,omitzero"`
-	Prompt  string `json:"prompt"`
 
-	// Spec Cron spec: "0 9 * * 1-5", "@daily", "@every 1h", optionally after "CRON_TZ=Europe/Paris ".
+	// Prompt At most 1 MiB, without NUL bytes, as in DelegateRequest.
+	Prompt string `json:"prompt"`
+
+	// Spec Cron spec: "0 9 * * 1-5", "@daily", "@every 1h" (at least 1m), optionally after "CRON_TZ=Europe/Paris ".
 	Spec string `json:"spec"`
 }
 
@@ -1100,6 +1111,10 @@ type ClientInterface interface {
 	// 402). With wait the answer comes when the execution has ended
 	// (201); without it, as soon as the execution is recorded (202),
 	// while it runs on in the daemon: follow it with its events.
+	// Big input files are streamed instead: send multipart/form-data, a
+	// first part "request" holding the JSON request, then one part
+	// "input" per file (its filename the input's name), up to 1 GiB in
+	// all (413); resumeSession takes the same.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1113,6 +1128,10 @@ type ClientInterface interface {
 	// 402). With wait the answer comes when the execution has ended
 	// (201); without it, as soon as the execution is recorded (202),
 	// while it runs on in the daemon: follow it with its events.
+	// Big input files are streamed instead: send multipart/form-data, a
+	// first part "request" holding the JSON request, then one part
+	// "input" per file (its filename the input's name), up to 1 GiB in
+	// all (413); resumeSession takes the same.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1433,24 +1452,26 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/schedules (the `ListSchedules` operationId).
 	ListSchedules(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// AddScheduleWithBody Add a schedule, or replace the one with the same id.
+	// AddScheduleWithBody Add a schedule; an id in use is a 409 (remove that schedule first).
 	//
 	// Each run delegates the prompt to the agent as POST /v1/executions
 	// does (same budgets, same credits) and waits for the execution to
 	// end. A bad spec or id is a 400 saying what to write; an unknown
-	// agent 404; a limit looser than the agent's 400.
+	// agent 404; a limit looser than the agent's 400; "@every" under a
+	// minute 400 (each run boots a machine and spends credits).
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/schedules (the `AddSchedule` operationId).
 	AddScheduleWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// AddSchedule Add a schedule, or replace the one with the same id.
+	// AddSchedule Add a schedule; an id in use is a 409 (remove that schedule first).
 	//
 	// Each run delegates the prompt to the agent as POST /v1/executions
 	// does (same budgets, same credits) and waits for the execution to
 	// end. A bad spec or id is a 400 saying what to write; an unknown
-	// agent 404; a limit looser than the agent's 400.
+	// agent 404; a limit looser than the agent's 400; "@every" under a
+	// minute 400 (each run boots a machine and spends credits).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1481,12 +1502,16 @@ type ClientInterface interface {
 
 	// ResumeSessionWithBody Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
 	//
+	// Input files may be streamed as multipart/form-data, as for delegateTask.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
 	ResumeSessionWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ResumeSession Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
+	//
+	// Input files may be streamed as multipart/form-data, as for delegateTask.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1673,6 +1698,10 @@ func (c *Client) ListExecutions(ctx context.Context, params *ListExecutionsParam
 // 402). With wait the answer comes when the execution has ended
 // (201); without it, as soon as the execution is recorded (202),
 // while it runs on in the daemon: follow it with its events.
+// Big input files are streamed instead: send multipart/form-data, a
+// first part "request" holding the JSON request, then one part
+// "input" per file (its filename the input's name), up to 1 GiB in
+// all (413); resumeSession takes the same.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1696,6 +1725,10 @@ func (c *Client) DelegateTaskWithBody(ctx context.Context, contentType string, b
 // 402). With wait the answer comes when the execution has ended
 // (201); without it, as soon as the execution is recorded (202),
 // while it runs on in the daemon: follow it with its events.
+// Big input files are streamed instead: send multipart/form-data, a
+// first part "request" holding the JSON request, then one part
+// "input" per file (its filename the input's name), up to 1 GiB in
+// all (413); resumeSession takes the same.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2426,12 +2459,13 @@ func (c *Client) ListSchedules(ctx context.Context, reqEditors ...RequestEditorF
 	return c.Client.Do(req)
 }
 
-// AddScheduleWithBody Add a schedule, or replace the one with the same id.
+// AddScheduleWithBody Add a schedule; an id in use is a 409 (remove that schedule first).
 //
 // Each run delegates the prompt to the agent as POST /v1/executions
 // does (same budgets, same credits) and waits for the execution to
 // end. A bad spec or id is a 400 saying what to write; an unknown
-// agent 404; a limit looser than the agent's 400.
+// agent 404; a limit looser than the agent's 400; "@every" under a
+// minute 400 (each run boots a machine and spends credits).
 //
 // Takes any type of body and a specified content type.
 //
@@ -2448,12 +2482,13 @@ func (c *Client) AddScheduleWithBody(ctx context.Context, contentType string, bo
 	return c.Client.Do(req)
 }
 
-// AddSchedule Add a schedule, or replace the one with the same id.
+// AddSchedule Add a schedule; an id in use is a 409 (remove that schedule first).
 //
 // Each run delegates the prompt to the agent as POST /v1/executions
 // does (same budgets, same credits) and waits for the execution to
 // end. A bad spec or id is a 400 saying what to write; an unknown
-// agent 404; a limit looser than the agent's 400.
+// agent 404; a limit looser than the agent's 400; "@every" under a
+// minute 400 (each run boots a machine and spends credits).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2534,6 +2569,8 @@ func (c *Client) ListAgentSessions(ctx context.Context, params *ListAgentSession
 
 // ResumeSessionWithBody Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
 //
+// Input files may be streamed as multipart/form-data, as for delegateTask.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
@@ -2550,6 +2587,8 @@ func (c *Client) ResumeSessionWithBody(ctx context.Context, id string, contentTy
 }
 
 // ResumeSession Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
+//
+// Input files may be streamed as multipart/form-data, as for delegateTask.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -5100,6 +5139,10 @@ type ClientWithResponsesInterface interface {
 	// 402). With wait the answer comes when the execution has ended
 	// (201); without it, as soon as the execution is recorded (202),
 	// while it runs on in the daemon: follow it with its events.
+	// Big input files are streamed instead: send multipart/form-data, a
+	// first part "request" holding the JSON request, then one part
+	// "input" per file (its filename the input's name), up to 1 GiB in
+	// all (413); resumeSession takes the same.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5113,6 +5156,10 @@ type ClientWithResponsesInterface interface {
 	// 402). With wait the answer comes when the execution has ended
 	// (201); without it, as soon as the execution is recorded (202),
 	// while it runs on in the daemon: follow it with its events.
+	// Big input files are streamed instead: send multipart/form-data, a
+	// first part "request" holding the JSON request, then one part
+	// "input" per file (its filename the input's name), up to 1 GiB in
+	// all (413); resumeSession takes the same.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5483,24 +5530,26 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/schedules (the `ListSchedules` operationId).
 	ListSchedulesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListSchedulesResponse, error)
 
-	// AddScheduleWithBodyWithResponse Add a schedule, or replace the one with the same id.
+	// AddScheduleWithBodyWithResponse Add a schedule; an id in use is a 409 (remove that schedule first).
 	//
 	// Each run delegates the prompt to the agent as POST /v1/executions
 	// does (same budgets, same credits) and waits for the execution to
 	// end. A bad spec or id is a 400 saying what to write; an unknown
-	// agent 404; a limit looser than the agent's 400.
+	// agent 404; a limit looser than the agent's 400; "@every" under a
+	// minute 400 (each run boots a machine and spends credits).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/schedules (the `AddSchedule` operationId).
 	AddScheduleWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AddScheduleResponse, error)
 
-	// AddScheduleWithResponse Add a schedule, or replace the one with the same id.
+	// AddScheduleWithResponse Add a schedule; an id in use is a 409 (remove that schedule first).
 	//
 	// Each run delegates the prompt to the agent as POST /v1/executions
 	// does (same budgets, same credits) and waits for the execution to
 	// end. A bad spec or id is a 400 saying what to write; an unknown
-	// agent 404; a limit looser than the agent's 400.
+	// agent 404; a limit looser than the agent's 400; "@every" under a
+	// minute 400 (each run boots a machine and spends credits).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5539,12 +5588,16 @@ type ClientWithResponsesInterface interface {
 
 	// ResumeSessionWithBodyWithResponse Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
 	//
+	// Input files may be streamed as multipart/form-data, as for delegateTask.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
 	ResumeSessionWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResumeSessionResponse, error)
 
 	// ResumeSessionWithResponse Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
+	//
+	// Input files may be streamed as multipart/form-data, as for delegateTask.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8253,6 +8306,10 @@ func (c *ClientWithResponses) ListExecutionsWithResponse(ctx context.Context, pa
 // 402). With wait the answer comes when the execution has ended
 // (201); without it, as soon as the execution is recorded (202),
 // while it runs on in the daemon: follow it with its events.
+// Big input files are streamed instead: send multipart/form-data, a
+// first part "request" holding the JSON request, then one part
+// "input" per file (its filename the input's name), up to 1 GiB in
+// all (413); resumeSession takes the same.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8272,6 +8329,10 @@ func (c *ClientWithResponses) DelegateTaskWithBodyWithResponse(ctx context.Conte
 // 402). With wait the answer comes when the execution has ended
 // (201); without it, as soon as the execution is recorded (202),
 // while it runs on in the daemon: follow it with its events.
+// Big input files are streamed instead: send multipart/form-data, a
+// first part "request" holding the JSON request, then one part
+// "input" per file (its filename the input's name), up to 1 GiB in
+// all (413); resumeSession takes the same.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8888,12 +8949,13 @@ func (c *ClientWithResponses) ListSchedulesWithResponse(ctx context.Context, req
 	return ParseListSchedulesResponse(rsp)
 }
 
-// AddScheduleWithBodyWithResponse Add a schedule, or replace the one with the same id.
+// AddScheduleWithBodyWithResponse Add a schedule; an id in use is a 409 (remove that schedule first).
 //
 // Each run delegates the prompt to the agent as POST /v1/executions
 // does (same budgets, same credits) and waits for the execution to
 // end. A bad spec or id is a 400 saying what to write; an unknown
-// agent 404; a limit looser than the agent's 400.
+// agent 404; a limit looser than the agent's 400; "@every" under a
+// minute 400 (each run boots a machine and spends credits).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8906,12 +8968,13 @@ func (c *ClientWithResponses) AddScheduleWithBodyWithResponse(ctx context.Contex
 	return ParseAddScheduleResponse(rsp)
 }
 
-// AddScheduleWithResponse Add a schedule, or replace the one with the same id.
+// AddScheduleWithResponse Add a schedule; an id in use is a 409 (remove that schedule first).
 //
 // Each run delegates the prompt to the agent as POST /v1/executions
 // does (same budgets, same credits) and waits for the execution to
 // end. A bad spec or id is a 400 saying what to write; an unknown
-// agent 404; a limit looser than the agent's 400.
+// agent 404; a limit looser than the agent's 400; "@every" under a
+// minute 400 (each run boots a machine and spends credits).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8980,6 +9043,8 @@ func (c *ClientWithResponses) ListAgentSessionsWithResponse(ctx context.Context,
 
 // ResumeSessionWithBodyWithResponse Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
 //
+// Input files may be streamed as multipart/form-data, as for delegateTask.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
@@ -8992,6 +9057,8 @@ func (c *ClientWithResponses) ResumeSessionWithBodyWithResponse(ctx context.Cont
 }
 
 // ResumeSessionWithResponse Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
+//
+// Input files may be streamed as multipart/form-data, as for delegateTask.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11017,7 +11084,7 @@ type ServerInterface interface {
 	// ListSchedules List the schedules, by id, with their next run, last run and runs going.
 	// (GET /v1/schedules)
 	ListSchedules(w http.ResponseWriter, r *http.Request)
-	// AddSchedule Add a schedule, or replace the one with the same id.
+	// AddSchedule Add a schedule; an id in use is a 409 (remove that schedule first).
 	// (POST /v1/schedules)
 	AddSchedule(w http.ResponseWriter, r *http.Request)
 	// DeleteSchedule Delete a schedule; its running runs carry on, its history stays.

@@ -80,7 +80,11 @@ func printList[T any](w io.Writer, asJSON bool, list []T, empty string, row func
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, item := range list {
-		fmt.Fprintln(tw, strings.Join(row(item), "\t"))
+		cells := row(item)
+		for i, c := range cells {
+			cells[i] = safe(c)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	return tw.Flush()
 }
@@ -194,7 +198,7 @@ func printExecution(w io.Writer, e appliance.Execution) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, v string) {
 		if v != "" {
-			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+			fmt.Fprintf(tw, "%s\t%s\n", k, safe(v))
 		}
 	}
 	kind := string(e.Kind)
@@ -264,9 +268,10 @@ func plural(n int, what string) string {
 	return fmt.Sprintf("%d %ss", n, what)
 }
 
-// oneLine puts text on one line of at most max runes.
+// oneLine puts text on one line of at most max runes, its control
+// characters escaped.
 func oneLine(s string, max int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = safe(strings.Join(strings.Fields(s), " "))
 	if r := []rune(s); len(r) > max {
 		return string(r[:max-1]) + "…"
 	}
@@ -289,7 +294,7 @@ func agentCancel(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s %s", e.Id, e.Status)
 	if len(e.Outputs) > 0 {
-		fmt.Fprintf(stdout, "; partial outputs kept: %s", strings.Join(e.Outputs, ", "))
+		fmt.Fprintf(stdout, "; partial outputs kept: %s", safe(strings.Join(e.Outputs, ", ")))
 	}
 	fmt.Fprintln(stdout)
 	return nil

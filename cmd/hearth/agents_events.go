@@ -84,7 +84,7 @@ func (p eventPrinter) print(ev appliance.Event) {
 	if p.absolute {
 		stamp = ev.Time.Local().Format("2006-01-02 15:04:05.000")
 	}
-	fmt.Fprintf(p.w, "%s  %-7s %s\n", stamp, what, text)
+	fmt.Fprintf(p.w, "%s  %-7s %s\n", stamp, safe(what), safe(text))
 }
 
 // describe is an event's kind and one line about it; "" for an event not

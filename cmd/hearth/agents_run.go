@@ -33,9 +33,9 @@ func (f *inputFlag) Set(v string) error { *f = append(*f, v); return nil }
 // runFlags are what run and resume share.
 type runFlags struct {
 	inputs  inputFlag
-	budget  float64
-	turns   int
-	timeout time.Duration
+	budget  usdFlag
+	turns   positiveInt
+	timeout positiveDuration
 	detach  bool
 	asJSON  bool
 	outputs inputFlag
@@ -43,10 +43,10 @@ type runFlags struct {
 }
 
 func (rf *runFlags) add(fl *flag.FlagSet, session bool) {
-	fl.Var(&rf.inputs, "input", "a file for the agent's inputs/ (repeatable)")
-	fl.Float64Var(&rf.budget, "budget", 0, "most dollars of model spend (only lower than the agent's)")
-	fl.IntVar(&rf.turns, "max-turns", 0, "most model answers (only lower than the agent's)")
-	fl.DurationVar(&rf.timeout, "timeout", 0, "most wall time, like 10m (only shorter than the agent's)")
+	fl.Var(&rf.inputs, "input", fmt.Sprintf("a file for the agent's inputs/ (repeatable; at most %s in all, streamed)", humanize.IBytes(appliance.MaxInputFiles)))
+	fl.Var(&rf.budget, "budget", "most dollars of model spend (only lower than the agent's; at least 0.000001)")
+	fl.Var(&rf.turns, "max-turns", "most model answers (only lower than the agent's)")
+	fl.Var(&rf.timeout, "timeout", "most wall time, like 10m (only shorter than the agent's)")
 	fl.BoolVar(&rf.detach, "detach", false, "print the execution id and leave it running")
 	fl.BoolVar(&rf.asJSON, "json", false, "print the execution as JSON instead of the stream")
 	if session {
@@ -56,29 +56,39 @@ func (rf *runFlags) add(fl *flag.FlagSet, session bool) {
 }
 
 func (rf *runFlags) limits() appliance.Limits {
-	l := appliance.Limits{Usd: rf.budget, Turns: rf.turns}
+	l := appliance.Limits{Usd: float64(rf.budget), Turns: int(rf.turns)}
 	if rf.timeout > 0 {
-		l.WallTime = rf.timeout.String()
+		l.WallTime = time.Duration(rf.timeout).String()
 	}
 	return l
 }
 
-// readInputs reads the --input files, by base name.
-func (rf *runFlags) readInputs() (map[string][]byte, error) {
+// inputFiles checks the --input files, by base name: regular files, at
+// most the daemon's limit in all, from their sizes. They are streamed to
+// the daemon from disk, never held in memory.
+func (rf *runFlags) inputFiles() (map[string]string, error) {
 	if len(rf.inputs) == 0 {
 		return nil, nil
 	}
-	out := map[string][]byte{}
+	var total int64
+	out := map[string]string{}
 	for _, p := range rf.inputs {
 		name := filepath.Base(p)
 		if _, dup := out[name]; dup {
 			return nil, usageError{fmt.Sprintf("--input: two files are called %s; the agent sees inputs by name", name)}
 		}
-		data, err := os.ReadFile(p)
+		out[name] = p
+		fi, err := os.Stat(p)
 		if err != nil {
 			return nil, fmt.Errorf("--input: %w", err)
 		}
-		out[name] = data
+		if !fi.Mode().IsRegular() {
+			return nil, usageError{fmt.Sprintf("--input %s: not a regular file", p)}
+		}
+		if total += fi.Size(); total > appliance.MaxInputFiles {
+			return nil, usageError{fmt.Sprintf("--input %s: the input files come to %s or more, over the %s a task may have",
+				p, humanize.IBytes(uint64(total)), humanize.IBytes(appliance.MaxInputFiles))}
+		}
 	}
 	return out, nil
 }
@@ -91,12 +101,17 @@ func agentRun(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	inputs, err := rf.readInputs()
+	files, err := rf.inputFiles()
 	if err != nil {
 		return err
 	}
-	req := appliance.DelegateRequest{Agent: pos[0], Prompt: pos[1], Inputs: inputs, Limits: rf.limits(), Outputs: rf.outputs, Session: rf.session}
-	return startAndFollow(c, rf, stdout, stderr, func(ctx context.Context) (appliance.Execution, error) { return c.Delegate(ctx, req) })
+	req := appliance.DelegateRequest{Agent: pos[0], Prompt: pos[1], Limits: rf.limits(), Outputs: rf.outputs, Session: rf.session}
+	return startAndFollow(c, rf, stdout, stderr, func(ctx context.Context) (appliance.Execution, error) {
+		if len(files) > 0 {
+			return c.DelegateFiles(ctx, req, files)
+		}
+		return c.Delegate(ctx, req)
+	})
 }
 
 func agentResume(args []string, stdout, stderr io.Writer) error {
@@ -107,12 +122,17 @@ func agentResume(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	inputs, err := rf.readInputs()
+	files, err := rf.inputFiles()
 	if err != nil {
 		return err
 	}
-	req := appliance.ResumeRequest{Prompt: pos[1], Inputs: inputs, Limits: rf.limits()}
-	return startAndFollow(c, rf, stdout, stderr, func(ctx context.Context) (appliance.Execution, error) { return c.Resume(ctx, pos[0], req) })
+	req := appliance.ResumeRequest{Prompt: pos[1], Limits: rf.limits()}
+	return startAndFollow(c, rf, stdout, stderr, func(ctx context.Context) (appliance.Execution, error) {
+		if len(files) > 0 {
+			return c.ResumeFiles(ctx, pos[0], req, files)
+		}
+		return c.Resume(ctx, pos[0], req)
+	})
 }
 
 func agentRetry(args []string, stdout, stderr io.Writer) error {
@@ -181,10 +201,10 @@ func startAndFollow(c *appliance.Client, rf runFlags, stdout, stderr io.Writer, 
 func printSummary(ctx context.Context, c *appliance.Client, w io.Writer, e appliance.Execution) {
 	fmt.Fprintf(w, "\n%s after %s: %s\n", e.Status, ranFor(e, time.Now()), spentOf(e)+budgetNote(e))
 	if e.Error != "" {
-		fmt.Fprintf(w, "error: %s\n", e.Error)
+		fmt.Fprintf(w, "error: %s\n", safeLines(e.Error))
 	}
 	if e.Result != "" {
-		fmt.Fprintf(w, "result: %s\n", strings.TrimSpace(e.Result))
+		fmt.Fprintf(w, "result: %s\n", safeLines(strings.TrimSpace(e.Result)))
 	}
 	if len(e.Outputs) > 0 {
 		sizes := map[string]int64{}
@@ -195,7 +215,7 @@ func printSummary(ctx context.Context, c *appliance.Client, w io.Writer, e appli
 		}
 		fmt.Fprintln(w, "outputs:")
 		for _, o := range e.Outputs {
-			fmt.Fprintf(w, "  %s (%s)\n", o, humanize.IBytes(uint64(sizes[o])))
+			fmt.Fprintf(w, "  %s (%s)\n", safe(o), humanize.IBytes(uint64(sizes[o])))
 		}
 		fmt.Fprintf(w, "download them with 'hearth agents outputs %s --download DIR'\n", e.Id)
 	}

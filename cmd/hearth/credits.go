@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -29,9 +28,9 @@ func cmdCredits(args []string, stdout io.Writer) error {
 		if len(pos) != 1 {
 			return usageError{"usage: hearth credits add USD [--note TEXT]"}
 		}
-		amount, err := strconv.ParseFloat(strings.TrimPrefix(pos[0], "$"), 64)
-		if err != nil || !(amount > 0) {
-			return usageError{fmt.Sprintf("credits add: %q is not a positive number of dollars (like 20 or 12.50)", pos[0])}
+		amount, err := parseUSD(pos[0])
+		if err != nil {
+			return usageError{fmt.Sprintf("credits add: %v", err)}
 		}
 		c, err := client(*config)
 		if err != nil {

@@ -53,9 +53,9 @@ func scheduleArgs(fl *flag.FlagSet, args []string, n int, form string) (*applian
 func scheduleAdd(args []string, stdout io.Writer) error {
 	fl := flag.NewFlagSet("schedules add", flag.ContinueOnError)
 	var rf runFlags
-	fl.Float64Var(&rf.budget, "budget", 0, "most dollars of model spend per run (only lower than the agent's)")
-	fl.IntVar(&rf.turns, "max-turns", 0, "most model answers per run (only lower than the agent's)")
-	fl.DurationVar(&rf.timeout, "timeout", 0, "most wall time per run, like 10m (only shorter than the agent's)")
+	fl.Var(&rf.budget, "budget", "most dollars of model spend per run (only lower than the agent's; at least 0.000001)")
+	fl.Var(&rf.turns, "max-turns", "most model answers per run (only lower than the agent's)")
+	fl.Var(&rf.timeout, "timeout", "most wall time per run, like 10m (only shorter than the agent's)")
 	overlap := fl.String("overlap", "skip", "when a run is due while one is going: skip, queue or allow")
 	catchUp := fl.String("catch-up", "none", "runs missed while the daemon was down: none or once")
 	c, pos, err := scheduleArgs(fl, args, 4, `add ID "SPEC" AGENT "PROMPT" [--budget USD] [--max-turns N] [--timeout D] [--overlap skip|queue|allow] [--catch-up none|once]`)
@@ -192,7 +192,7 @@ func runOutcome(r appliance.ScheduleRun) string {
 	case r.Ended.IsZero():
 		return "running since " + when(r.Started) + kind
 	case r.Error != "":
-		return "failed: " + r.Error + kind
+		return "failed: " + safe(r.Error) + kind
 	}
 	return "ok after " + r.Ended.Sub(r.Started).Round(time.Second).String() + kind
 }
