@@ -14,8 +14,8 @@ import (
 // agentWorkspace is the runner's agents.Workspace over the daemon's
 // workspace store: sessions and inputs through the store's Go API, one
 // FUSE view per execution under <state_dir>/views/_executions (sandbox
-// ids cannot start with '_', so the two never meet), outputs globbed on
-// the daemon's host view, file events from the store's event bus.
+// ids cannot start with '_', so the two never meet), outputs listed from
+// the store's tree, file events from the store's event bus.
 type agentWorkspace struct {
 	store *fs.Store
 	views string // where the executions' views are mounted
@@ -65,22 +65,12 @@ func (w agentWorkspace) MountView(session, machine string) (string, func() error
 	}, nil
 }
 
-// Glob matches pattern (like outputs/*.md) in the session on the host
-// view; it returns regular files only, relative to the session.
+// Glob matches pattern (like outputs/*.md) in the session's tree in the
+// store; it returns regular files only, relative to the session. It never
+// looks at the host view: there an agent's symlink (outputs -> another
+// session's .home) would be followed and list that session's files.
 func (w agentWorkspace) Glob(session, pattern string) ([]string, error) {
-	dir := filepath.Join(w.host, session)
-	matches, err := filepath.Glob(filepath.Join(dir, pattern))
-	var out []string
-	for _, m := range matches {
-		if fi, err := os.Lstat(m); err != nil || !fi.Mode().IsRegular() {
-			continue
-		}
-		rel, err := filepath.Rel(dir, m)
-		if err == nil && filepath.IsLocal(rel) {
-			out = append(out, filepath.ToSlash(rel))
-		}
-	}
-	return out, err
+	return w.store.Glob(session, pattern)
 }
 
 // FileEvents passes on the session's created, written, renamed and
