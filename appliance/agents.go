@@ -89,7 +89,11 @@ type liveRun struct {
 // unavailable, and their routes say why. A definition that does not load
 // is logged and left out.
 func newAgentService(cfg Config, driver vmm.Driver, driverErr error, ws *fs.Store, images *imageService, wg *sync.WaitGroup, logger *log.Logger) (*agentService, error) {
-	st, err := store.Open(filepath.Join(cfg.StateDir, "hearth.db"))
+	db := filepath.Join(cfg.StateDir, "hearth.db")
+	if err := createPrivate(db); err != nil {
+		return nil, fmt.Errorf("agents store: %w", err)
+	}
+	st, err := store.Open(db)
 	if err != nil {
 		return nil, err
 	}
@@ -206,11 +210,10 @@ func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gatewa
 // serveUnix serves h on a unix socket only root can reach, until Close.
 func (a *agentService) serveUnix(what, sock string, h http.Handler) (*http.Server, error) {
 	os.Remove(sock) // left by a daemon that died
-	ln, err := net.Listen("unix", sock)
+	ln, err := listenPrivate(sock)
 	if err != nil {
 		return nil, fmt.Errorf("serve the %s: %w", what, err)
 	}
-	os.Chmod(sock, 0o600)
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
 	a.wg.Add(1)
 	go func() {

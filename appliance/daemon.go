@@ -62,8 +62,8 @@ func Start(cfg Config, logger *log.Logger) (*Daemon, error) {
 	if logger == nil {
 		logger = log.New(os.Stderr, "hearth: ", log.LstdFlags)
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("state_dir %s: %w", cfg.StateDir, err)
+	if err := secureStateDir(cfg.StateDir); err != nil {
+		return nil, err
 	}
 	ln, err := listen(cfg.SocketPath())
 	if err != nil {
@@ -93,11 +93,10 @@ func listen(sock string) (net.Listener, error) {
 		return nil, fmt.Errorf("another hearth daemon is serving %s: stop it first", sock)
 	}
 	os.Remove(sock) // stale socket from a crash
-	ln, err := net.Listen("unix", sock)
+	ln, err := listenPrivate(sock)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", sock, err)
 	}
-	os.Chmod(sock, 0o600)
 	return ln, nil
 }
 

@@ -56,6 +56,8 @@ func Doctor(cfg Config) Diagnosis {
 	agent, agentErr := guestAgentPath(cfg)
 	add("guest agent", agentErr == nil, "%s", orOK(agentErr, agent))
 	add("images", true, "%s", imagesDetail(cfg))
+	modes := stateModeProblems(cfg.StateDir)
+	add("state modes", len(modes) == 0, "%s", orDefault(strings.Join(modes, "; "), cfg.StateDir+" and its files are root's only"))
 	want := cfg.Sandbox.Tier
 	last, haveLast := lastTierChoice(cfg.StateDir)
 	switch {

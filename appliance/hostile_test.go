@@ -2,8 +2,10 @@ package appliance
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"hearth/fs"
@@ -62,4 +64,75 @@ func TestHostileOutputsSymlink(t *testing.T) {
 			t.Errorf("Glob(%q) = %q, want [inputs/brief.md]", pattern, got)
 		}
 	}
+}
+
+// A state directory made 0755 before the first start (as scripts/demo.sh
+// does) must not let another local user read the events database.
+func TestHostileStateFileModes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the daemon mounts the workspace with FUSE, which needs root")
+	}
+	dir := openTempDir(t)
+	cfg := Config{StateDir: filepath.Join(dir, "state"), Workspace: WorkspaceConfig{Mount: filepath.Join(dir, "agents")}}
+	if err := os.Mkdir(cfg.StateDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A file left readable by an older daemon.
+	if err := os.WriteFile(filepath.Join(cfg.StateDir, "api.token"), []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if p := stateModeProblems(cfg.StateDir); len(p) != 2 {
+		t.Errorf("doctor before the start: %q, want the directory and api.token", p)
+	}
+	d, err := Start(cfg, testLogger(t))
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	mode := func(p string) os.FileMode {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Mode().Perm()
+	}
+	if m := mode(cfg.StateDir); m != 0o700 {
+		t.Errorf("state dir mode %04o after start, want 0700", m)
+	}
+	ents, _ := os.ReadDir(cfg.StateDir)
+	for _, e := range ents {
+		p := filepath.Join(cfg.StateDir, e.Name())
+		if fi, _ := os.Lstat(p); !fi.IsDir() && fi.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s: mode %04o after start, want no bits for group and others", e.Name(), fi.Mode().Perm())
+		}
+	}
+	if m := mode(filepath.Join(cfg.StateDir, "hearth.db")); m != 0o600 {
+		t.Errorf("hearth.db mode %04o, want 0600", m)
+	}
+	if p := stateModeProblems(cfg.StateDir); len(p) != 0 {
+		t.Errorf("doctor after the start: %q", p)
+	}
+	if out, err := asNobody("cat", filepath.Join(cfg.StateDir, "hearth.db")); err == nil {
+		t.Errorf("another user read hearth.db: %q", out)
+	}
+}
+
+// asNobody runs a command as the unprivileged user nobody (65534).
+func asNobody(name string, args ...string) ([]byte, error) {
+	cmd := exec.Command(name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	return cmd.CombinedOutput()
+}
+
+// openTempDir is a temporary directory other users may enter (t.TempDir
+// and its parent are 0700), so that what keeps them out is the code under
+// test.
+func openTempDir(t *testing.T) string {
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }
