@@ -107,6 +107,11 @@ type CreditsConfig struct {
 type WorkspaceConfig struct {
 	// Mount is where the host view of /workspace/agents is mounted.
 	Mount string `toml:"mount"`
+	// AllowOther lets every local user into the host view (file modes
+	// still apply: sessions' files are the agent's, readable by all
+	// unless it chose otherwise). Default false: root only, since the
+	// view holds every session's inputs and outputs.
+	AllowOther bool `toml:"allow_other"`
 }
 
 // SandboxConfig configures sandboxes: the machine tier's agent and the
@@ -215,7 +220,7 @@ func DefaultSandboxConfig() SandboxConfig {
 	}
 }
 
-const knownKeys = "state_dir, workspace.mount, sandbox.agent, sandbox.tier, sandbox.allow_tcg, sandbox.warm, sandbox.default_image, sandbox.idle_timeout, " +
+const knownKeys = "state_dir, workspace.mount, workspace.allow_other, sandbox.agent, sandbox.tier, sandbox.allow_tcg, sandbox.warm, sandbox.default_image, sandbox.idle_timeout, " +
 	"sandbox.exec_timeout, sandbox.cpus, sandbox.memory, sandbox.pids, sandbox.disk, sandbox.max_upload, " +
 	"agents.dir, agents.grace, agents.on_shutdown, agents.shutdown_timeout, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, credits.enabled"
 

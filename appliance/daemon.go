@@ -125,7 +125,7 @@ func (d *Daemon) open() error {
 	if err != nil {
 		return err
 	}
-	if d.view, err = store.Mount(d.cfg.Workspace.Mount, fs.ViewOptions{Host: true}); err != nil {
+	if d.view, err = store.Mount(d.cfg.Workspace.Mount, fs.ViewOptions{Host: true, AllowOther: d.cfg.Workspace.AllowOther}); err != nil {
 		store.Close()
 		return err
 	}

@@ -20,7 +20,12 @@ type ViewOptions struct {
 	// is read-only and its private .home is hidden.
 	Session string
 	// Host makes a view that writes every session (the appliance's own).
+	// Only root may use it, unless AllowOther.
 	Host bool
+	// AllowOther lets every local user into a host view (file modes
+	// still apply). Machine views always allow others: the machine's
+	// users are unprivileged ids on the host.
+	AllowOther bool
 	// Debug logs every FUSE request.
 	Debug bool
 }
@@ -140,7 +145,7 @@ func (s *Store) Mount(dir string, opts ViewOptions) (*View, error) {
 	name := "hearth-workspace"
 	mo := &fuse.MountOptions{
 		DirectMount:          true,
-		AllowOther:           true,
+		AllowOther:           !opts.Host || opts.AllowOther,
 		FsName:               name,
 		Name:                 "hearth",
 		Options:              []string{"default_permissions"},
