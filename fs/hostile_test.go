@@ -1,6 +1,9 @@
 package fs
 
 import (
+	"errors"
+	"fmt"
+	"golang.org/x/sys/unix"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,4 +55,85 @@ func TestHostileHostViewOtherUser(t *testing.T) {
 	if out, err := asNobody("cat", filepath.Join(open, "a", "inputs", "brief.md")); err != nil || string(out) != "confidential brief" {
 		t.Errorf("with AllowOther, nobody reads %q, %v; want the brief", out, err)
 	}
+}
+
+// An agent sets attribute after attribute on one file: the store keeps at
+// most 64 KiB of them per file (ENOSPC beyond, as ext4 says) and counts
+// them against the session's byte quota (EDQUOT).
+func TestHostileXattrFlood(t *testing.T) {
+	requireFUSE(t)
+	s := testStore(t)
+	mustSession(t, s, "a")
+	av := mountView(t, s, ViewOptions{Session: "a"})
+	f := filepath.Join(av, "a", "outputs", "f")
+	if err := os.WriteFile(f, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	val := []byte(strings.Repeat("x", 4<<10))
+	var set int
+	var last error
+	for i := 0; i < 100; i++ {
+		if last = unix.Setxattr(f, fmt.Sprintf("user.flood%03d", i), val, 0); last != nil {
+			break
+		}
+		set++
+	}
+	if !errors.Is(last, syscall.ENOSPC) {
+		t.Errorf("after %d attributes of 4 KiB, setxattr = %v, want ENOSPC", set, last)
+	}
+	if held := int64(set) * int64(len(val)+len("user.flood000")); held > maxXattrTotal {
+		t.Errorf("%d attributes set: %d bytes on one file, the bound is %d", set, held, maxXattrTotal)
+	}
+	if err := unix.Setxattr(f, "user.big", make([]byte, maxXattrSize+1), 0); !errors.Is(err, syscall.E2BIG) && !errors.Is(err, syscall.ERANGE) {
+		t.Errorf("setxattr of a value over 64 KiB = %v, want E2BIG", err)
+	}
+	info := sessionInfo(t, s, "a")
+	if info.Bytes < int64(set)*int64(len(val)) {
+		t.Errorf("session uses %d bytes with %d attributes of %d bytes: attributes are not counted", info.Bytes, set, len(val))
+	}
+
+	// Under a byte quota, attributes count like file data.
+	if err := s.SetQuota("a", Quota{Bytes: info.Bytes + 6<<10}); err != nil {
+		t.Fatal(err)
+	}
+	g := filepath.Join(av, "a", "outputs", "g")
+	if err := os.WriteFile(g, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(g, "user.a", val, 0); err != nil {
+		t.Fatalf("setxattr within the quota = %v", err)
+	}
+	if err := unix.Setxattr(g, "user.b", val, 0); !errors.Is(err, syscall.EDQUOT) {
+		t.Errorf("setxattr over the byte quota = %v, want EDQUOT", err)
+	}
+	// Removing attributes gives the room back.
+	if err := unix.Removexattr(g, "user.a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(g, "user.b", val, 0); err != nil {
+		t.Errorf("setxattr after removing one = %v", err)
+	}
+	// The count survives a restart (replayed from the journal).
+	want := sessionInfo(t, s, "a").Bytes
+	dir := s.dir
+	for _, v := range s.views {
+		v.Unmount()
+	}
+	s.Close()
+	s2 := openStore(t, dir)
+	defer s2.Close()
+	if got := sessionInfo(t, s2, "a").Bytes; got != want {
+		t.Errorf("after a restart the session uses %d bytes, before %d", got, want)
+	}
+}
+
+func sessionInfo(t *testing.T, s *Store, id string) SessionInfo {
+	t.Helper()
+	for _, i := range s.Sessions() {
+		if i.ID == id {
+			return i
+		}
+	}
+	t.Fatalf("no session %q", id)
+	return SessionInfo{}
 }
