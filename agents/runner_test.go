@@ -35,7 +35,7 @@ type fsWorkspace struct {
 	views string
 }
 
-func (w fsWorkspace) EnsureSession(session string, uid, gid uint32) error {
+func (w fsWorkspace) EnsureSession(session string, uid, gid uint32, _ Quota) error {
 	err := w.s.CreateSession(session, fs.Owner{UID: uid, GID: gid})
 	if err != nil && strings.Contains(err.Error(), "exists") {
 		return nil

@@ -203,6 +203,7 @@ func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gatewa
 		Grace:   time.Duration(a.cfg.Agents.Grace),
 		Credits: a.cfg.Credits.Enabled,
 		Secret:  secret,
+		Disk:    int64(a.cfg.Sandbox.Disk),
 	})
 	return nil
 }

@@ -18,22 +18,30 @@ import (
 // the store's tree, file events from the store's event bus.
 type agentWorkspace struct {
 	store *fs.Store
-	views string // where the executions' views are mounted
-	host  string // the host view of the whole tree (workspace.mount)
+	cfg   WorkspaceConfig // the sessions' default quota
+	views string          // where the executions' views are mounted
+	host  string          // the host view of the whole tree (workspace.mount)
 }
 
 var _ agents.Workspace = agentWorkspace{}
 
 func newAgentWorkspace(cfg Config, store *fs.Store) agentWorkspace {
-	return agentWorkspace{store: store, views: filepath.Join(cfg.StateDir, "views", "_executions"), host: cfg.Workspace.Mount}
+	return agentWorkspace{store: store, cfg: cfg.Workspace, views: filepath.Join(cfg.StateDir, "views", "_executions"), host: cfg.Workspace.Mount}
 }
 
 // EnsureSession makes the session owned by uid:gid, or gives an existing
 // one's directories to them (a session made through the workspace API
-// belongs to root until an agent works in it).
-func (w agentWorkspace) EnsureSession(session string, uid, gid uint32) error {
+// belongs to root until an agent works in it), and sets its quota: the
+// definition's, else the config's.
+func (w agentWorkspace) EnsureSession(session string, uid, gid uint32, q agents.Quota) error {
 	err := w.store.CreateSession(session, fs.Owner{UID: uid, GID: gid})
-	if err == nil || !errors.Is(err, fs.ErrExists) {
+	if err == nil {
+		return applyQuota(w.store, session, w.cfg.quota(q.Bytes, q.Files))
+	}
+	if !errors.Is(err, fs.ErrExists) {
+		return err
+	}
+	if err := applyQuota(w.store, session, w.cfg.quota(q.Bytes, q.Files)); err != nil {
 		return err
 	}
 	for _, sub := range []string{"", fs.InputsDir, fs.OutputsDir, fs.HomeDir} {
@@ -100,4 +108,18 @@ func (w agentWorkspace) cleanStaleViews() {
 		fs.CleanStaleMount(dir)
 		os.Remove(dir)
 	}
+}
+
+// applyQuota gives session quota q unless it has it already (setting a
+// byte quota on a session whose files are open is refused: fs.SetQuota).
+func applyQuota(store *fs.Store, session string, q fs.Quota) error {
+	for _, info := range store.Sessions() {
+		if info.ID == session && info.Quota == q {
+			return nil
+		}
+	}
+	if err := store.SetQuota(session, q); err != nil {
+		return fmt.Errorf("session %s: %w", session, err)
+	}
+	return nil
 }

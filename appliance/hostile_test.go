@@ -1,6 +1,10 @@
 package appliance
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"hearth/agents"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -135,4 +139,86 @@ func openTempDir(t *testing.T) string {
 		}
 	}
 	return dir
+}
+
+// An agent writes more than its session's quota: the config's defaults
+// apply to every session an agent works in, its definition may change
+// them, and writes past them fail with EDQUOT.
+func TestHostileWorkspaceQuota(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting views needs root (FUSE)")
+	}
+	def := DefaultConfig().Workspace
+	if def.SessionBytes <= 0 || def.SessionFiles <= 0 || DefaultConfig().Sandbox.Disk <= 0 {
+		t.Errorf("default config %+v, disk %d: want a byte, a file and a disk limit", def, DefaultConfig().Sandbox.Disk)
+	}
+	dir := t.TempDir()
+	store, err := fs.Open(fs.Options{Dir: filepath.Join(dir, "ws")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	cfg := DefaultConfig()
+	cfg.StateDir = filepath.Join(dir, "state")
+	cfg.Workspace.SessionBytes, cfg.Workspace.SessionFiles = 1<<20, 20
+	ws := newAgentWorkspace(cfg, store)
+
+	mount := func(session string, q agents.Quota) string {
+		if err := ws.EnsureSession(session, 1000, 1000, q); err != nil {
+			t.Fatalf("EnsureSession(%s) = %v", session, err)
+		}
+		view, unmount, err := ws.MountView(session, "m-"+session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unmount() })
+		return filepath.Join(view, session, "outputs")
+	}
+	out := mount("flood", agents.Quota{})
+	err = os.WriteFile(filepath.Join(out, "big"), make([]byte, 2<<20), 0o644)
+	if !errors.Is(err, syscall.EDQUOT) {
+		t.Errorf("writing 2 MiB under a 1 MiB default quota = %v, want EDQUOT", err)
+	}
+	var made int
+	for ; made < 100; made++ {
+		if err = os.WriteFile(filepath.Join(out, fmt.Sprintf("f%d", made)), nil, 0o644); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, syscall.EDQUOT) || made >= 20 {
+		t.Errorf("after %d empty files under a quota of 20: %v, want EDQUOT", made, err)
+	}
+
+	// An agent whose definition asks for more gets it.
+	out = mount("roomy", agents.Quota{Bytes: 4 << 20, Files: 200})
+	if err := os.WriteFile(filepath.Join(out, "big"), make([]byte, 2<<20), 0o644); err != nil {
+		t.Errorf("writing 2 MiB under the definition's 4 MiB = %v", err)
+	}
+	for _, info := range store.Sessions() {
+		if info.ID == "roomy" && (info.Quota.Bytes != 4<<20 || info.Quota.Inodes != 200) {
+			t.Errorf("session roomy quota %+v, want the definition's", info.Quota)
+		}
+	}
+}
+
+// A sandbox's session gets the quota its create request asks for, and
+// its usage reports it.
+func TestHostileSandboxWorkspaceQuota(t *testing.T) {
+	cfg := sandboxConfig(t)
+	_, c := startSandboxDaemon(t, cfg)
+	ctx := context.Background()
+	if _, err := c.CreateSandbox(ctx, CreateSandboxRequest{Id: "q", Session: "q", WorkspaceFiles: 10, IdleTimeout: "0"}); err != nil {
+		t.Fatal(err)
+	}
+	out, st := run(t, c, "q", "i=0; while [ $i -lt 30 ]; do i=$((i+1)); touch /workspace/agents/q/outputs/f$i 2>&1 || { echo stopped at $i; exit 3; }; done")
+	if st.Code != 3 || !strings.Contains(out, "quota") {
+		t.Errorf("touching 30 files under a quota of 10: exit %d, %q; want a quota error", st.Code, out)
+	}
+	sb, err := c.Sandbox(ctx, "q")
+	if err != nil || sb.Usage == nil {
+		t.Fatalf("Sandbox(q) = %+v, %v", sb, err)
+	}
+	if u := sb.Usage; u.WorkspaceFilesLimit != 10 || u.WorkspaceFiles != 10 || u.WorkspaceBytesLimit != int64(cfg.Workspace.SessionBytes) {
+		t.Errorf("usage %+v: want 10 of 10 files and the config's byte quota", *u)
+	}
 }
