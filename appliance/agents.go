@@ -97,7 +97,7 @@ func newAgentService(cfg Config, driver vmm.Driver, driverErr error, ws *fs.Stor
 	if err != nil {
 		return nil, err
 	}
-	a := &agentService{cfg: cfg, store: st, ws: newAgentWorkspace(cfg, ws), images: images, log: logger, wg: wg,
+	a := &agentService{cfg: cfg, store: st, ws: newAgentWorkspace(cfg, ws, driver), images: images, log: logger, wg: wg,
 		runs: map[string]*liveRun{}, gwSock: filepath.Join(cfg.StateDir, "gateway.sock"),
 		egSock: filepath.Join(cfg.StateDir, "egress.sock"), stopped: make(chan struct{}), hurry: make(chan struct{})}
 	a.ctx, a.cancel = context.WithCancel(context.Background())

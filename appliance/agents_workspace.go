@@ -9,6 +9,7 @@ import (
 
 	"hearth/agents"
 	"hearth/fs"
+	"hearth/vmm"
 )
 
 // agentWorkspace is the runner's agents.Workspace over the daemon's
@@ -21,12 +22,15 @@ type agentWorkspace struct {
 	cfg   WorkspaceConfig // the sessions' default quota
 	views string          // where the executions' views are mounted
 	host  string          // the host view of the whole tree (workspace.mount)
+	// driver gives each machine's view its range of host ids; nil in
+	// tests without machines.
+	driver vmm.Driver
 }
 
 var _ agents.Workspace = agentWorkspace{}
 
-func newAgentWorkspace(cfg Config, store *fs.Store) agentWorkspace {
-	return agentWorkspace{store: store, cfg: cfg.Workspace, views: filepath.Join(cfg.StateDir, "views", "_executions"), host: cfg.Workspace.Mount}
+func newAgentWorkspace(cfg Config, store *fs.Store, driver vmm.Driver) agentWorkspace {
+	return agentWorkspace{store: store, cfg: cfg.Workspace, views: filepath.Join(cfg.StateDir, "views", "_executions"), host: cfg.Workspace.Mount, driver: driver}
 }
 
 // EnsureSession makes the session owned by uid:gid, or gives an existing
@@ -62,7 +66,11 @@ func (w agentWorkspace) WriteFile(session, path string, r io.Reader, uid, gid ui
 // directory too.
 func (w agentWorkspace) MountView(session, machine string) (string, func() error, error) {
 	dir := filepath.Join(w.views, machine)
-	v, err := w.store.Mount(dir, fs.ViewOptions{Session: session})
+	ids, err := viewIDs(w.driver, machine)
+	if err != nil {
+		return "", nil, err
+	}
+	v, err := w.store.Mount(dir, fs.ViewOptions{Session: session, IDs: ids})
 	if err != nil {
 		return "", nil, err
 	}
@@ -122,4 +130,19 @@ func applyQuota(store *fs.Store, session string, q fs.Quota) error {
 		return fmt.Errorf("session %s: %w", session, err)
 	}
 	return nil
+}
+
+// viewIDs is how the view of machine shifts owners: from the range the
+// store keeps them in onto the machine's own range of host ids, for
+// drivers that give each machine one (vmm.IDRanger).
+func viewIDs(driver vmm.Driver, machine string) (fs.IDShift, error) {
+	r, ok := driver.(vmm.IDRanger)
+	if !ok {
+		return fs.IDShift{}, nil
+	}
+	base, size, err := r.HostIDs(machine)
+	if err != nil {
+		return fs.IDShift{}, err
+	}
+	return fs.IDShift{From: driver.Capabilities().HostIDOffset, To: base, Size: size}, nil
 }

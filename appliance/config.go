@@ -185,6 +185,14 @@ type SandboxConfig struct {
 	Disk   Size    `toml:"disk"`
 	// MaxUpload bounds one file upload into a sandbox.
 	MaxUpload Size `toml:"max_upload"`
+	// IDBase and IDMachines are the host ids the jail tier's machines
+	// run as: IDMachines ranges of 65536 ids after the workspace's own
+	// range at IDBase, one range per machine. Defaults 2^30 and 4096. No
+	// /etc/subuid or /etc/subgid line may overlap them (the daemon does
+	// not start if one does): the user given those ids could read and
+	// write the machines' files and signal their processes.
+	IDBase     uint32 `toml:"id_base"`
+	IDMachines int    `toml:"id_machines"`
 }
 
 // Size is a byte count written for people in the config ("512MiB", "2G").
@@ -261,7 +269,7 @@ func DefaultSandboxConfig() SandboxConfig {
 
 const knownKeys = "state_dir, workspace.mount, sandbox.agent, sandbox.tier, sandbox.allow_tcg, sandbox.warm, sandbox.default_image, sandbox.idle_timeout, " +
 	"sandbox.exec_timeout, sandbox.cpus, sandbox.memory, sandbox.pids, sandbox.disk, sandbox.max_upload, " +
-	"agents.dir, agents.grace, agents.on_shutdown, agents.shutdown_timeout, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, credits.enabled, workspace.allow_other, workspace.session_bytes, workspace.session_files"
+	"agents.dir, agents.grace, agents.on_shutdown, agents.shutdown_timeout, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, credits.enabled, workspace.allow_other, workspace.session_bytes, workspace.session_files, sandbox.id_base, sandbox.id_machines"
 
 // LoadConfig decodes the TOML file at path over the defaults. Unknown keys
 // are errors, so a typo does not silently fall back to a default.
@@ -401,6 +409,7 @@ func (s SandboxConfig) validate() error {
 		{"sandbox.warm", s.Warm < 0},
 		{"sandbox.pids", s.Pids < 0},
 		{"sandbox.max_upload", s.MaxUpload < 0},
+		{"sandbox.id_machines", s.IDMachines < 0},
 	}
 	for _, c := range checks {
 		if c.bad {

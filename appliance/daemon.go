@@ -15,6 +15,7 @@ import (
 
 	"hearth/fs"
 	"hearth/vmm"
+	"hearth/vmm/jail"
 )
 
 // Daemon is a running appliance: the store, its host view, the image
@@ -136,6 +137,8 @@ func (d *Daemon) open() error {
 		switch {
 		case errors.Is(d.driverErr, errTierUnavailable):
 			err = d.driverErr // the config asks for what this host cannot run
+		case errors.Is(d.driverErr, jail.ErrIDPool):
+			err = d.driverErr // host users own the ids the config gives machines
 		case d.driver != nil:
 			d.log.Printf("machines: %s tier (%s), guest agent %s", d.driver.Name(), d.tier.Why, agent)
 		}

@@ -161,7 +161,7 @@ func TestHostileWorkspaceQuota(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.StateDir = filepath.Join(dir, "state")
 	cfg.Workspace.SessionBytes, cfg.Workspace.SessionFiles = 1<<20, 20
-	ws := newAgentWorkspace(cfg, store)
+	ws := newAgentWorkspace(cfg, store, nil)
 
 	mount := func(session string, q agents.Quota) string {
 		if err := ws.EnsureSession(session, 1000, 1000, q); err != nil {

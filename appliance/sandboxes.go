@@ -366,7 +366,11 @@ func (m *sandboxManager) boot(ctx context.Context, spec createSpec, img image.Im
 		if err := applyQuota(m.store, spec.Session, m.wcfg.quota(spec.WorkspaceBytes, spec.WorkspaceFiles)); err != nil {
 			return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
 		}
-		if s.view, err = m.store.Mount(m.viewDir(spec.ID), fs.ViewOptions{Session: spec.Session}); err != nil {
+		ids, err := viewIDs(m.driver, spec.ID)
+		if err == nil {
+			s.view, err = m.store.Mount(m.viewDir(spec.ID), fs.ViewOptions{Session: spec.Session, IDs: ids})
+		}
+		if err != nil {
 			return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
 		}
 		undo = append(undo, func() { s.view.Unmount(); os.Remove(m.viewDir(spec.ID)) })

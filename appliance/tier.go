@@ -108,7 +108,7 @@ func newDriver(cfg Config, images *imageService, logger interface{ Printf(string
 		want = TierAuto
 	}
 	if want == TierJail {
-		d, err := jail.New(filepath.Join(cfg.StateDir, "jail"), agent)
+		d, err := newJail(cfg, agent)
 		c := tierChoice{Tier: TierJail, Why: "sandbox.tier = \"jail\"", When: time.Now()}
 		if err == nil {
 			saveTierChoice(cfg.StateDir, c)
@@ -184,7 +184,7 @@ func newDriver(cfg Config, images *imageService, logger interface{ Printf(string
 			d, err = qemu.New(qemuCfg)
 		}
 	default:
-		d, err = jail.New(filepath.Join(cfg.StateDir, "jail"), agent)
+		d, err = newJail(cfg, agent)
 	}
 	if err == nil {
 		saveTierChoice(cfg.StateDir, choice)
@@ -203,4 +203,17 @@ func lastTierChoice(stateDir string) (tierChoice, bool) {
 	var c tierChoice
 	b, err := os.ReadFile(filepath.Join(stateDir, "tier.json"))
 	return c, err == nil && json.Unmarshal(b, &c) == nil
+}
+
+// newJail makes the jail driver, its machines' host ids from the config's
+// pool (sandbox.id_base, sandbox.id_machines).
+func newJail(cfg Config, agent string) (*jail.Driver, error) {
+	pool := jail.DefaultIDPool
+	if cfg.Sandbox.IDBase != 0 {
+		pool.Base = cfg.Sandbox.IDBase
+	}
+	if cfg.Sandbox.IDMachines != 0 {
+		pool.Machines = cfg.Sandbox.IDMachines
+	}
+	return jail.NewWithIDs(filepath.Join(cfg.StateDir, "jail"), agent, pool)
 }

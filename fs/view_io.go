@@ -23,7 +23,7 @@ func (v *View) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, ou
 		return st(errno)
 	}
 	mode := syscall.S_IFREG | (in.Mode &^ in.Umask & 0o7777)
-	ino, _, errno := v.s.mknod(v, sess, dir, name, mode, in.Caller.Uid, in.Caller.Gid, 0, "")
+	ino, _, errno := v.s.mknod(v, sess, dir, name, mode, v.opts.IDs.in(in.Caller.Uid), v.opts.IDs.in(in.Caller.Gid), 0, "")
 	if errno != 0 {
 		done()
 		return st(errno)

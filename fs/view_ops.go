@@ -101,9 +101,11 @@ func (v *View) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.Att
 		ch.mode = &m
 	}
 	if u, ok := in.GetUID(); ok {
+		u = v.opts.IDs.in(u)
 		ch.uid = &u
 	}
 	if g, ok := in.GetGID(); ok {
+		g = v.opts.IDs.in(g)
 		ch.gid = &g
 	}
 	if sz, ok := in.GetSize(); ok {
@@ -144,7 +146,7 @@ func (v *View) mk(parent uint64, name string, mode uint32, c fuse.Caller, rdev u
 		return st(errno)
 	}
 	defer done()
-	ino, n, errno := v.s.mknod(v, sess, dir, name, mode, c.Uid, c.Gid, rdev, target)
+	ino, n, errno := v.s.mknod(v, sess, dir, name, mode, v.opts.IDs.in(c.Uid), v.opts.IDs.in(c.Gid), rdev, target)
 	if errno != 0 {
 		return st(errno)
 	}
