@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -136,4 +137,48 @@ func sessionInfo(t *testing.T, s *Store, id string) SessionInfo {
 	}
 	t.Fatalf("no session %q", id)
 	return SessionInfo{}
+}
+
+// TestInodeMemory measures what one empty file costs the daemon's memory
+// when an agent makes it through its view (store tree, journal buffers,
+// the view's kernel node table), and holds it under a bound: the default
+// file quota (100000 per session) times this is what one session can make
+// the daemon hold. Run it with -v to see the figure.
+func TestInodeMemory(t *testing.T) {
+	requireFUSE(t)
+	s := testStore(t)
+	mustSession(t, s, "a")
+	av := mountView(t, s, ViewOptions{Session: "a"})
+	const n = 20000
+	dir := filepath.Join(av, "a", "outputs")
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before, rssBefore := heap(), rss()
+	for i := 0; i < n; i++ {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("empty-%06d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	// Make the kernel look every file up, as ls -l would, so the view's
+	// node table holds them all.
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) != n {
+		t.Fatalf("ReadDir = %d entries, %v", len(ents), err)
+	}
+	for _, e := range ents {
+		e.Info()
+	}
+	per := float64(int64(heap())-int64(before)) / n
+	perRSS := float64(rss()-rssBefore) / n
+	t.Logf("one empty file costs %.0f bytes of daemon heap, %.0f of resident memory (%d files); the default quota of %d files bounds a session to %.0f MiB of heap, %.0f MiB resident",
+		per, perRSS, n, 100000, per*100000/(1<<20), perRSS*100000/(1<<20))
+	if per > 4096 {
+		t.Errorf("one empty file costs %.0f bytes of heap, want under 4 KiB", per)
+	}
 }
