@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"hearth/image"
+	"hearth/vmm/jail"
 	"hearth/vmm/qemu"
 )
 
@@ -56,6 +57,9 @@ func Doctor(cfg Config) Diagnosis {
 	agent, agentErr := guestAgentPath(cfg)
 	add("guest agent", agentErr == nil, "%s", orOK(agentErr, agent))
 	add("images", true, "%s", imagesDetail(cfg))
+	pool := idPool(cfg)
+	poolErr := pool.Check()
+	add("jail ids", poolErr == nil, "%s", orOK(poolErr, fmt.Sprintf("machines run as host ids %d and up, %d ids each; no /etc/subuid or /etc/subgid line overlaps them", pool.Base+jail.IDCount, jail.IDCount)))
 	modes := stateModeProblems(cfg.StateDir)
 	add("state modes", len(modes) == 0, "%s", orDefault(strings.Join(modes, "; "), cfg.StateDir+" and its files are root's only"))
 	want := cfg.Sandbox.Tier

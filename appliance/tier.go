@@ -208,6 +208,11 @@ func lastTierChoice(stateDir string) (tierChoice, bool) {
 // newJail makes the jail driver, its machines' host ids from the config's
 // pool (sandbox.id_base, sandbox.id_machines).
 func newJail(cfg Config, agent string) (*jail.Driver, error) {
+	return jail.NewWithIDs(filepath.Join(cfg.StateDir, "jail"), agent, idPool(cfg))
+}
+
+// idPool is the config's pool of host ids for the jail's machines.
+func idPool(cfg Config) jail.IDPool {
 	pool := jail.DefaultIDPool
 	if cfg.Sandbox.IDBase != 0 {
 		pool.Base = cfg.Sandbox.IDBase
@@ -215,5 +220,5 @@ func newJail(cfg Config, agent string) (*jail.Driver, error) {
 	if cfg.Sandbox.IDMachines != 0 {
 		pool.Machines = cfg.Sandbox.IDMachines
 	}
-	return jail.NewWithIDs(filepath.Join(cfg.StateDir, "jail"), agent, pool)
+	return pool
 }

@@ -46,10 +46,10 @@ var subIDFiles = []string{"/etc/subuid", "/etc/subgid"}
 // end is one past the pool's last id.
 func (p IDPool) end() uint64 { return uint64(p.Base) + uint64(p.Machines+1)*IDCount }
 
-// check refuses a pool that leaves uint32 ids, or that any line of
+// Check refuses a pool that leaves uint32 ids, or that any line of
 // /etc/subuid or /etc/subgid overlaps: the user given that range could
 // read and write the machines' files and signal their processes.
-func (p IDPool) check() error {
+func (p IDPool) Check() error {
 	if p.Base == 0 || p.Machines <= 0 || p.end() > 1<<32-1 {
 		return fmt.Errorf("%w: %d + %d x %d ids: must start above 0 and end below 2^32-1 (sandbox.id_base, sandbox.id_machines)", ErrIDPool, p.Base, p.Machines+1, IDCount)
 	}

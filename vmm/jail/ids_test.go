@@ -37,7 +37,7 @@ func TestHostileIDRangeOverlap(t *testing.T) {
 		{IDPool{Base: 1 << 30, Machines: 1}, ""},
 		{IDPool{Base: 200000, Machines: 16}, ""},
 	} {
-		err := c.pool.check()
+		err := c.pool.Check()
 		switch {
 		case c.line == "" && err != nil:
 			t.Errorf("pool %+v: %v, want it accepted", c.pool, err)

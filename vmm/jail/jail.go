@@ -50,7 +50,7 @@ func New(dir, agent string) (*Driver, error) { return NewWithIDs(dir, agent, Def
 // NewWithIDs is New with the machines' host ids taken from pool, which
 // no /etc/subuid or /etc/subgid line may overlap (ErrIDPool).
 func NewWithIDs(dir, agent string, pool IDPool) (*Driver, error) {
-	if err := pool.check(); err != nil {
+	if err := pool.Check(); err != nil {
 		return nil, err
 	}
 	if os.Geteuid() != 0 {
