@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Host ids. Every machine's user namespace maps its ids 0..IDCount-1 onto
@@ -92,6 +94,14 @@ func (p IDPool) checkFile(file string) error {
 
 func (d *Driver) idFile(id string) string { return filepath.Join(d.dir, "ids", id) }
 
+// hostIDClaims is where every jail driver on the host claims the ranges
+// it hands out, so that two appliances (or test drivers) never give two
+// machines the same one: one file per range, named by its first id,
+// holding the path of the machine's record (<dir>/ids/<id>). A claim
+// whose record is gone or names another range is stale and taken over.
+// Under /run: no machine outlives a reboot.
+var hostIDClaims = "/run/hearth/id-claims"
+
 // HostIDs reserves machine id's range of host ids, or returns the one it
 // has (after a restart too: it is recorded in <dir>/ids/<id>).
 func (d *Driver) HostIDs(id string) (base, size uint32, err error) {
@@ -100,6 +110,11 @@ func (d *Driver) HostIDs(id string) (base, size uint32, err error) {
 	if b, ok := d.readIDs(id); ok {
 		return b, IDCount, nil
 	}
+	unlock, err := lockClaims()
+	if err != nil {
+		return 0, 0, fmt.Errorf("host ids of machine %s: %w", id, err)
+	}
+	defer unlock()
 	used := map[uint32]bool{}
 	ents, err := os.ReadDir(filepath.Join(d.dir, "ids"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -112,18 +127,60 @@ func (d *Driver) HostIDs(id string) (base, size uint32, err error) {
 	}
 	for i := 1; i <= d.ids.Machines; i++ {
 		b := d.ids.Base + uint32(i)*IDCount
-		if used[b] {
+		if used[b] || claimedElsewhere(b) {
 			continue
 		}
-		if err := os.MkdirAll(filepath.Join(d.dir, "ids"), 0o700); err != nil {
-			return 0, 0, err
-		}
-		if err := os.WriteFile(d.idFile(id), []byte(strconv.FormatUint(uint64(b), 10)), 0o600); err != nil {
+		if err := d.claim(id, b); err != nil {
 			return 0, 0, fmt.Errorf("host ids of machine %s: %w", id, err)
 		}
 		return b, IDCount, nil
 	}
 	return 0, 0, fmt.Errorf("host ids of machine %s: all %d ranges of the pool are taken: raise sandbox.id_machines", id, d.ids.Machines)
+}
+
+// claim records range b as machine id's, here and host-wide.
+func (d *Driver) claim(id string, b uint32) error {
+	if err := os.MkdirAll(filepath.Join(d.dir, "ids"), 0o700); err != nil {
+		return err
+	}
+	rec, err := filepath.Abs(d.idFile(id))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(rec, []byte(strconv.FormatUint(uint64(b), 10)), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(claimFile(b), []byte(rec), 0o600)
+}
+
+func claimFile(b uint32) string {
+	return filepath.Join(hostIDClaims, strconv.FormatUint(uint64(b), 10))
+}
+
+// claimedElsewhere reports whether a live record holds range b.
+func claimedElsewhere(b uint32) bool {
+	rec, err := os.ReadFile(claimFile(b))
+	if err != nil {
+		return false
+	}
+	v, err := os.ReadFile(string(rec))
+	return err == nil && strings.TrimSpace(string(v)) == strconv.FormatUint(uint64(b), 10)
+}
+
+// lockClaims takes the host-wide lock on the claims, for one reservation.
+func lockClaims() (unlock func(), err error) {
+	if err := os.MkdirAll(hostIDClaims, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(hostIDClaims, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
 }
 
 func (d *Driver) readIDs(id string) (uint32, bool) {
@@ -139,6 +196,12 @@ func (d *Driver) readIDs(id string) (uint32, bool) {
 func (d *Driver) releaseIDs(id string) {
 	d.idMu.Lock()
 	defer d.idMu.Unlock()
+	if b, ok := d.readIDs(id); ok {
+		rec, _ := filepath.Abs(d.idFile(id))
+		if owner, err := os.ReadFile(claimFile(b)); err == nil && string(owner) == rec {
+			os.Remove(claimFile(b))
+		}
+	}
 	os.Remove(d.idFile(id))
 }
 
@@ -149,7 +212,7 @@ func (d *Driver) pruneIDs() {
 	ents, _ := os.ReadDir(filepath.Join(d.dir, "ids"))
 	for _, e := range ents {
 		if _, err := os.Stat(d.machineDir(e.Name())); errors.Is(err, os.ErrNotExist) {
-			os.Remove(d.idFile(e.Name()))
+			d.releaseIDs(e.Name())
 		}
 	}
 }

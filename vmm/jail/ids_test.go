@@ -117,3 +117,44 @@ func TestHostileMachineIDRanges(t *testing.T) {
 		t.Errorf("the file holds %q, %v", data, err)
 	}
 }
+
+// Two drivers on one host (two appliances, or tests) never hand out the
+// same range; a range whose driver's state is gone is taken again.
+func TestHostileIDRangesAcrossDrivers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the jail driver needs root")
+	}
+	saved := hostIDClaims
+	hostIDClaims = filepath.Join(t.TempDir(), "claims")
+	defer func() { hostIDClaims = saved }()
+	pool := IDPool{Base: IDBase, Machines: 2}
+	dirs := []string{filepath.Join(t.TempDir(), "one"), filepath.Join(t.TempDir(), "two")}
+	var ds []*Driver
+	for _, dir := range dirs {
+		d, err := NewWithIDs(dir, "/bin/true", pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		ds = append(ds, d)
+	}
+	a, _, err1 := ds[0].HostIDs("m")
+	b, _, err2 := ds[1].HostIDs("m")
+	if err1 != nil || err2 != nil || a == b {
+		t.Fatalf("machine m of two drivers: ranges %d (%v) and %d (%v), want two distinct", a, err1, b, err2)
+	}
+	if _, _, err := ds[1].HostIDs("n"); err == nil {
+		t.Errorf("a third range from a pool of two: no error")
+	}
+	// The first driver's state goes (a test's temporary directory): its
+	// range is free for the second.
+	os.RemoveAll(dirs[0])
+	if c, _, err := ds[1].HostIDs("n"); err != nil || c != a {
+		t.Errorf("after the first driver's state is gone: %d, %v; want its range %d", c, err, a)
+	}
+	// Releasing frees the range for the next machine.
+	ds[1].releaseIDs("m")
+	if c, _, err := ds[1].HostIDs("o"); err != nil || c != b {
+		t.Errorf("after releasing m: %d, %v; want m's range %d", c, err, b)
+	}
+}
