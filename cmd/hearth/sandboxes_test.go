@@ -138,8 +138,8 @@ func TestSandboxCommands(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || !strings.HasPrefix(list[0].Id, "sbx-") || list[0].Memory != 512<<20 {
 		t.Fatalf("sandboxes ls --json = %d %q, want the one sandbox left, with the config's memory", code, out)
 	}
-	if u := list[0].Usage; u == nil || u.Memory <= 0 || u.MemoryLimit != 512<<20 || u.Disk != -1 {
-		t.Errorf("sandboxes ls --json: usage %+v, want memory used of 512 MiB and disk unknown (no limit)", u)
+	if u := list[0].Usage; u == nil || u.Memory <= 0 || u.MemoryLimit != 512<<20 || u.Disk < 0 || u.DiskLimit <= 9<<30 || u.DiskLimit > appliance.DefaultDisk {
+		t.Errorf("sandboxes ls --json: usage %+v, want memory used of 512 MiB and disk used of the default 10 GiB", u)
 	}
 	out, _, _ = hearthIn(t, "", "sandboxes", "ls", c)
 	for _, col := range []string{"ID", "IMAGE", "SESSION", "STATUS", "CPUS", "CPU-TIME", "MEM", "DISK", "CREATED", "tiny", "running", "/512 MiB"} {
