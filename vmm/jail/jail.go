@@ -1,6 +1,7 @@
 // Package jail is the machine tier every Linux host can run: the agent
 // runs as PID 1 of fresh user, mount, PID, network (loopback only), IPC
-// and UTS namespaces (root inside is an unprivileged id outside), in an
+// and UTS namespaces (root inside is an unprivileged id outside, each
+// machine in a range of host ids of its own: ids.go), in an
 // overlay of the image's root with a writable layer of its own (size
 // limited if asked), the session's workspace view bind-mounted at
 // /workspace/agents, limited by cgroups (v1 or v2), and its processes run
