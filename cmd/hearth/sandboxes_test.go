@@ -94,7 +94,10 @@ func TestSandboxCommands(t *testing.T) {
 	os.WriteFile(big, make([]byte, 2<<20), 0o644)
 	runSteps(t, []step{
 		{args: []string{"sandboxes", "ls", c}, wantOut: "no sandboxes"},
-		{args: []string{"sandboxes", "create", "--session", "s1", "--env", "FOO=bar", "--idle-timeout", "0", "box1", c}, wantOut: "box1\n", exactOut: true},
+		{args: []string{"sandboxes", "create", "--session", "s1", "--env", "FOO=bar", "--idle-timeout", "0", "--workspace-files", "50", "--workspace-bytes", "2M", "box1", c}, wantOut: "box1\n", exactOut: true},
+		{args: []string{"workspace", "ls", c}, wantOut: "50 (8%)     0 B   2.0 MiB (0%)"},
+		{args: []string{"sandboxes", "exec", "box1", c, "--", "sh", "-c", "dd if=/dev/zero of=/workspace/agents/s1/outputs/big bs=64k count=48"}, wantCode: 1, wantErr: "quota"},
+		{args: []string{"sandboxes", "exec", "box1", c, "--", "rm", "/workspace/agents/s1/outputs/big"}},
 		{args: []string{"sandboxes", "exec", "box1", c, "--", "sh", "-c", "echo out; echo err >&2; exit 3"}, wantCode: 3, wantOut: "out\n", exactOut: true, wantErr: "err\n"},
 		{args: []string{"sandboxes", "exec", c, "box1", "--env", "A=1", "--cwd", "/tmp", "sh", "-c", "echo $A $FOO; pwd"}, wantOut: "1 bar\n/tmp\n", exactOut: true},
 		{args: []string{"sandboxes", "exec", "box1", "--user", "root", c, "--", "id", "-u"}, wantOut: "0\n", exactOut: true},
