@@ -144,6 +144,9 @@ func (d *Daemon) open() error {
 		}
 	}
 	if err == nil {
+		err = moveWorkspaceIDs(d.cfg.StateDir, store, d.driver, d.log)
+	}
+	if err == nil {
 		d.sbx, err = newSandboxManager(d.cfg, store, d.images, d.driver, d.driverErr, d.log)
 	}
 	if err == nil {

@@ -222,3 +222,31 @@ func TestHostileSandboxWorkspaceQuota(t *testing.T) {
 		t.Errorf("usage %+v: want 10 of 10 files and the config's byte quota", *u)
 	}
 }
+
+// A workspace from before per-machine ranges has its agents' files under
+// host ids 100000 and up, which the first /etc/subuid user may own: the
+// daemon moves them to the jail's range once.
+func TestUpgradeMovesWorkspaceIDs(t *testing.T) {
+	cfg := agentConfig(t)
+	old, err := fs.Open(fs.Options{Dir: filepath.Join(cfg.StateDir, "workspace")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.CreateSession("s", fs.Owner{UID: 101000, GID: 101000}); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	d, err := Start(cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	want := d.driver.Capabilities().HostIDOffset + 1000
+	var st syscall.Stat_t
+	if err := syscall.Lstat(filepath.Join(cfg.Workspace.Mount, "s", ".home"), &st); err != nil || st.Uid != want || st.Gid != want {
+		t.Errorf("the old session's .home after the start: uid %d gid %d (%v), want %d", st.Uid, st.Gid, err, want)
+	}
+	if b, err := os.ReadFile(filepath.Join(cfg.StateDir, "workspace-ids")); err != nil || strings.TrimSpace(string(b)) != fmt.Sprint(want-1000) {
+		t.Errorf("workspace-ids = %q, %v", b, err)
+	}
+}

@@ -182,3 +182,34 @@ func TestInodeMemory(t *testing.T) {
 		t.Errorf("one empty file costs %.0f bytes of heap, want under 4 KiB", per)
 	}
 }
+
+// Owners in the old range of the jail's host ids move to the new one,
+// through restarts, and nothing else changes.
+func TestShiftOwners(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "st")
+	s := openStore(t, dir)
+	if err := s.CreateSession("a", Owner{UID: 101000, GID: 101000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteFile("a", "outputs/root", strings.NewReader("x"), 0, Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.ShiftOwners(100000, 1<<30, 65536)
+	if err != nil || n != 4 { // the session directory, inputs, outputs, .home
+		t.Fatalf("ShiftOwners = %d, %v; want 4 inodes", n, err)
+	}
+	if n, _ := s.ShiftOwners(100000, 1<<30, 65536); n != 0 {
+		t.Errorf("ShiftOwners again = %d, want 0", n)
+	}
+	s.Close()
+	s = openStore(t, dir)
+	defer s.Close()
+	sess := s.sessions["a"]
+	if _, home := sess.t.lookup(rootIno, HomeDir); home == nil || home.uid != 1<<30+1000 || home.gid != 1<<30+1000 {
+		t.Errorf(".home after a restart: %+v, want owned by %d", home, 1<<30+1000)
+	}
+	outputs, _ := sess.t.lookup(rootIno, OutputsDir)
+	if _, f := sess.t.lookup(outputs, "root"); f == nil || f.uid != 0 {
+		t.Errorf("root's file: %+v, want it left to root", f)
+	}
+}
