@@ -114,14 +114,15 @@ type WorkspaceConfig struct {
 	// unless it chose otherwise). Default false: root only, since the
 	// view holds every session's inputs and outputs.
 	AllowOther bool `toml:"allow_other"`
-	// SessionBytes and SessionFiles are the quota each session gets when
-	// an agent or a sandbox first works in it, unless the agent's
+	// SessionBytes and SessionFiles are the quota a session gets each
+	// time an agent run or a sandbox starts working in it, unless the agent's
 	// definition (limits.workspace_bytes, limits.workspace_files) or the
 	// sandbox's create request says otherwise: the bytes of its files
 	// and extended attributes, and its files, directories and links.
 	// Writes past them fail with EDQUOT. 0: no limit. Defaults 10GiB and
-	// 100000: the daemon keeps about 1 KiB of memory per file, so the
-	// file quota also bounds what one session costs it. A session with
+	// 100000: the daemon keeps about 2 KiB of memory per file
+	// (TestInodeMemory), so the file quota also bounds what one session
+	// costs it (about 200 MiB). A session with
 	// a byte quota writes through the daemon rather than through FUSE
 	// passthrough, so that every write is counted.
 	SessionBytes Size  `toml:"session_bytes"`
