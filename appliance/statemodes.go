@@ -35,7 +35,7 @@ func secureStateDir(dir string) error {
 			continue
 		}
 		p := filepath.Join(dir, e.Name())
-		if err := os.Chmod(p, fi.Mode().Perm()&0o600); err != nil {
+		if err := os.Chmod(p, fi.Mode().Perm()&^0o077); err != nil {
 			return fmt.Errorf("state file %s: make it private: %w", p, err)
 		}
 	}
