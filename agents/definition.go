@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/dustin/go-humanize"
 	"github.com/robfig/cron/v3"
 
 	"hearth/agents/store"
@@ -53,7 +54,32 @@ type Limits struct {
 	USD      float64  `toml:"usd" json:"usd,omitempty"`
 	Turns    int      `toml:"turns" json:"turns,omitempty"`
 	WallTime Duration `toml:"wall_time" json:"wall_time,omitempty"`
+	// WorkspaceBytes ("2GiB") and WorkspaceFiles are the quota of the
+	// agent's session; zero means the appliance's default
+	// (workspace.session_bytes, workspace.session_files). A task cannot
+	// change them.
+	WorkspaceBytes Bytes `toml:"workspace_bytes" json:"workspace_bytes,omitempty"`
+	WorkspaceFiles int64 `toml:"workspace_files" json:"workspace_files,omitempty"`
 }
+
+// Bytes is a size written for people in TOML: "512MiB", "2GB", or with a
+// bare K, M, G or T as powers of 1024 ("512M" is 512 MiB).
+type Bytes int64
+
+func (b *Bytes) UnmarshalText(text []byte) error {
+	t := strings.TrimSpace(string(text))
+	if n := len(t); n > 0 && strings.ContainsRune("kKmMgGtT", rune(t[n-1])) {
+		t += "iB"
+	}
+	n, err := humanize.ParseBytes(t)
+	if err != nil || n > 1<<62 {
+		return fmt.Errorf("%q is not a size: write it like 512M, 2GiB or 1.5GB", text)
+	}
+	*b = Bytes(n)
+	return nil
+}
+
+func (b Bytes) MarshalText() ([]byte, error) { return []byte(humanize.IBytes(uint64(b))), nil }
 
 // Duration is a time.Duration written as "30m" in TOML and JSON.
 type Duration time.Duration
@@ -175,7 +201,7 @@ func LoadDefinition(file string) (*Definition, error) {
 		for i, k := range und {
 			keys[i] = k.String()
 		}
-		return nil, fmt.Errorf("agent file %s: unknown key %s (known: name, description, image, model, prompt, outputs, network, env, schedule, limits.usd, limits.turns, limits.wall_time)",
+		return nil, fmt.Errorf("agent file %s: unknown key %s (known: name, description, image, model, prompt, outputs, network, env, schedule, limits.usd, limits.turns, limits.wall_time, limits.workspace_bytes, limits.workspace_files)",
 			file, strings.Join(keys, ", "))
 	}
 	if d.Name == "" {
@@ -203,7 +229,7 @@ func (d *Definition) validate() error {
 	if err := store.CheckUSD(d.Limits.USD); err != nil {
 		return fmt.Errorf("limits.usd = %v: %w (0 or no key for no limit)", d.Limits.USD, err)
 	}
-	if d.Limits.Turns < 0 || d.Limits.WallTime < 0 {
+	if d.Limits.Turns < 0 || d.Limits.WallTime < 0 || d.Limits.WorkspaceBytes < 0 || d.Limits.WorkspaceFiles < 0 {
 		return errors.New("limits: must not be negative")
 	}
 	for _, o := range d.Outputs {

@@ -33,7 +33,8 @@ func (ru *run) run(ctx context.Context, req TaskRequest) (Result, error) {
 	sess := ru.exec.Session
 	off := cfg.Driver.Capabilities().HostIDOffset
 	uid, gid := ru.img.UID+off, ru.img.GID+off
-	if err := cfg.Workspace.EnsureSession(sess, uid, gid); err != nil {
+	q := Quota{Bytes: int64(ru.def.Limits.WorkspaceBytes), Files: ru.def.Limits.WorkspaceFiles}
+	if err := cfg.Workspace.EnsureSession(sess, uid, gid, q); err != nil {
 		return ru.fail(err)
 	}
 	var inputs []string
@@ -178,7 +179,7 @@ func (ru *run) machine(ctx context.Context) (vmm.Machine, func(), error) {
 		return nil, nil, err
 	}
 	m, err := cfg.Driver.Create(ctx, vmm.Spec{ID: ru.exec.ID, RootFS: ru.img.RootFS, Workspace: view,
-		UID: ru.img.UID, GID: ru.img.GID, Memory: cfg.Memory, Pids: 4096})
+		UID: ru.img.UID, GID: ru.img.GID, Memory: cfg.Memory, Pids: 4096, Disk: cfg.Disk})
 	if err != nil {
 		unmount()
 		return nil, nil, fmt.Errorf("boot the agent's machine: %w", err)

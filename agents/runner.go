@@ -21,8 +21,8 @@ import (
 // provides it from package fs.
 type Workspace interface {
 	// EnsureSession makes the session's directories if they are missing,
-	// owned by uid:gid as the host sees them.
-	EnsureSession(session string, uid, gid uint32) error
+	// owned by uid:gid as the host sees them, and gives it quota q.
+	EnsureSession(session string, uid, gid uint32, q Quota) error
 	// WriteFile puts r at path (relative to the session) with owner.
 	WriteFile(session, path string, r io.Reader, uid, gid uint32) error
 	// MountView mounts a view of the workspace where session is writable,
@@ -34,6 +34,10 @@ type Workspace interface {
 	// FileEvents reports the session's file changes until stop is called.
 	FileEvents(session string) (events <-chan FileEvent, stop func())
 }
+
+// Quota is what an agent's definition asks of its session's quota; zero
+// fields take the appliance's defaults.
+type Quota struct{ Bytes, Files int64 }
 
 // FileEvent is a change in a session's files.
 type FileEvent struct {
@@ -77,6 +81,9 @@ type RunnerConfig struct {
 	// Memory for each machine; default 2 GiB (claude alone keeps about
 	// 200 MiB resident).
 	Memory int64
+	// Disk bounds each machine's writable root layer (what the agent
+	// writes outside the workspace and /tmp); 0: no limit.
+	Disk int64
 	// Credits makes the store's credit ledger the outermost budget: an
 	// execution reserves its USD limit from the balance before it starts
 	// (and must have one), is charged what the gateway meters, and

@@ -24,6 +24,7 @@ import (
 	"hearth/agents/stream"
 	"hearth/fs"
 	"hearth/image"
+	"hearth/vmm"
 	"hearth/vmm/jail"
 	"hearth/vmm/vmmtest"
 )
@@ -31,11 +32,12 @@ import (
 // fsWorkspace is the runner's Workspace over a real fs.Store, as the
 // appliance provides it.
 type fsWorkspace struct {
-	s     *fs.Store
-	views string
+	s      *fs.Store
+	views  string
+	driver vmm.Driver // its machines' views shift owners onto their host ids
 }
 
-func (w fsWorkspace) EnsureSession(session string, uid, gid uint32) error {
+func (w fsWorkspace) EnsureSession(session string, uid, gid uint32, _ Quota) error {
 	err := w.s.CreateSession(session, fs.Owner{UID: uid, GID: gid})
 	if err != nil && strings.Contains(err.Error(), "exists") {
 		return nil
@@ -49,7 +51,15 @@ func (w fsWorkspace) WriteFile(session, p string, r io.Reader, uid, gid uint32) 
 }
 
 func (w fsWorkspace) MountView(session, machine string) (string, func() error, error) {
-	v, err := w.s.Mount(filepath.Join(w.views, machine), fs.ViewOptions{Session: session})
+	var ids fs.IDShift
+	if r, ok := w.driver.(vmm.IDRanger); ok {
+		base, size, err := r.HostIDs(machine)
+		if err != nil {
+			return "", nil, err
+		}
+		ids = fs.IDShift{From: w.driver.Capabilities().HostIDOffset, To: base, Size: size}
+	}
+	v, err := w.s.Mount(filepath.Join(w.views, machine), fs.ViewOptions{Session: session, IDs: ids})
 	if err != nil {
 		return "", nil, err
 	}
@@ -215,7 +225,7 @@ func newHarnessStore(t *testing.T, turns []modeltest.Turn, limits Limits, storeD
 	}
 	runner = NewRunner(RunnerConfig{
 		Driver: drv, Store: st, Gateway: gw,
-		Workspace:   fsWorkspace{s: ws, views: filepath.Join(dir, "views")},
+		Workspace:   fsWorkspace{s: ws, views: filepath.Join(dir, "views"), driver: drv},
 		GatewayDial: func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) },
 		Egress:      eg, EgressDial: egressDial,
 		Images: func(name string) (Image, error) {

@@ -91,12 +91,16 @@ type liveRun struct {
 // unavailable, and their routes say why. A definition that does not load
 // is logged and left out.
 func newAgentService(cfg Config, driver vmm.Driver, driverErr error, ws *fs.Store, images *imageService, wg *sync.WaitGroup, logger *log.Logger) (*agentService, error) {
-	st, err := store.Open(filepath.Join(cfg.StateDir, "hearth.db"))
+	db := filepath.Join(cfg.StateDir, "hearth.db")
+	if err := createPrivate(db); err != nil {
+		return nil, fmt.Errorf("agents store: %w", err)
+	}
+	st, err := store.Open(db)
 	if err != nil {
 		return nil, err
 	}
 	clearUploads(cfg.StateDir, logger) // the store's lock makes this daemon the only one
-	a := &agentService{cfg: cfg, store: st, ws: newAgentWorkspace(cfg, ws), images: images, log: logger, wg: wg,
+	a := &agentService{cfg: cfg, store: st, ws: newAgentWorkspace(cfg, ws, driver), images: images, log: logger, wg: wg,
 		runs: map[string]*liveRun{}, gwSock: filepath.Join(cfg.StateDir, "gateway.sock"),
 		egSock: filepath.Join(cfg.StateDir, "egress.sock"), stopped: make(chan struct{}), hurry: make(chan struct{})}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
@@ -204,6 +208,7 @@ func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gatewa
 		Grace:   time.Duration(a.cfg.Agents.Grace),
 		Credits: a.cfg.Credits.Enabled,
 		Secret:  secret,
+		Disk:    int64(a.cfg.Sandbox.Disk),
 	})
 	return nil
 }
@@ -213,11 +218,10 @@ func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gatewa
 // through (the gateway's, see gateway.DialChannel).
 func (a *agentService) serveUnix(what, sock string, h http.Handler, channels bool) (*http.Server, error) {
 	os.Remove(sock) // left by a daemon that died
-	ln, err := net.Listen("unix", sock)
+	ln, err := listenPrivate(sock)
 	if err != nil {
 		return nil, fmt.Errorf("serve the %s: %w", what, err)
 	}
-	os.Chmod(sock, 0o600)
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
 	if channels {
 		ln, srv.ConnContext = gateway.Listener(ln), gateway.ConnContext

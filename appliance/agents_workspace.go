@@ -9,31 +9,43 @@ import (
 
 	"hearth/agents"
 	"hearth/fs"
+	"hearth/vmm"
 )
 
 // agentWorkspace is the runner's agents.Workspace over the daemon's
 // workspace store: sessions and inputs through the store's Go API, one
 // FUSE view per execution under <state_dir>/views/_executions (sandbox
-// ids cannot start with '_', so the two never meet), outputs globbed on
-// the daemon's host view, file events from the store's event bus.
+// ids cannot start with '_', so the two never meet), outputs listed from
+// the store's tree, file events from the store's event bus.
 type agentWorkspace struct {
 	store *fs.Store
-	views string // where the executions' views are mounted
-	host  string // the host view of the whole tree (workspace.mount)
+	cfg   WorkspaceConfig // the sessions' default quota
+	views string          // where the executions' views are mounted
+	host  string          // the host view of the whole tree (workspace.mount)
+	// driver gives each machine's view its range of host ids; nil in
+	// tests without machines.
+	driver vmm.Driver
 }
 
 var _ agents.Workspace = agentWorkspace{}
 
-func newAgentWorkspace(cfg Config, store *fs.Store) agentWorkspace {
-	return agentWorkspace{store: store, views: filepath.Join(cfg.StateDir, "views", "_executions"), host: cfg.Workspace.Mount}
+func newAgentWorkspace(cfg Config, store *fs.Store, driver vmm.Driver) agentWorkspace {
+	return agentWorkspace{store: store, cfg: cfg.Workspace, views: filepath.Join(cfg.StateDir, "views", "_executions"), host: cfg.Workspace.Mount, driver: driver}
 }
 
 // EnsureSession makes the session owned by uid:gid, or gives an existing
 // one's directories to them (a session made through the workspace API
-// belongs to root until an agent works in it).
-func (w agentWorkspace) EnsureSession(session string, uid, gid uint32) error {
+// belongs to root until an agent works in it), and sets its quota: the
+// definition's, else the config's.
+func (w agentWorkspace) EnsureSession(session string, uid, gid uint32, q agents.Quota) error {
 	err := w.store.CreateSession(session, fs.Owner{UID: uid, GID: gid})
-	if err == nil || !errors.Is(err, fs.ErrExists) {
+	if err == nil {
+		return applyQuota(w.store, session, w.cfg.quota(q.Bytes, q.Files))
+	}
+	if !errors.Is(err, fs.ErrExists) {
+		return err
+	}
+	if err := applyQuota(w.store, session, w.cfg.quota(q.Bytes, q.Files)); err != nil {
 		return err
 	}
 	for _, sub := range []string{"", fs.InputsDir, fs.OutputsDir, fs.HomeDir} {
@@ -54,7 +66,11 @@ func (w agentWorkspace) WriteFile(session, path string, r io.Reader, uid, gid ui
 // directory too.
 func (w agentWorkspace) MountView(session, machine string) (string, func() error, error) {
 	dir := filepath.Join(w.views, machine)
-	v, err := w.store.Mount(dir, fs.ViewOptions{Session: session})
+	ids, err := viewIDs(w.driver, machine)
+	if err != nil {
+		return "", nil, err
+	}
+	v, err := w.store.Mount(dir, fs.ViewOptions{Session: session, IDs: ids})
 	if err != nil {
 		return "", nil, err
 	}
@@ -65,22 +81,12 @@ func (w agentWorkspace) MountView(session, machine string) (string, func() error
 	}, nil
 }
 
-// Glob matches pattern (like outputs/*.md) in the session on the host
-// view; it returns regular files only, relative to the session.
+// Glob matches pattern (like outputs/*.md) in the session's tree in the
+// store; it returns regular files only, relative to the session. It never
+// looks at the host view: there an agent's symlink (outputs -> another
+// session's .home) would be followed and list that session's files.
 func (w agentWorkspace) Glob(session, pattern string) ([]string, error) {
-	dir := filepath.Join(w.host, session)
-	matches, err := filepath.Glob(filepath.Join(dir, pattern))
-	var out []string
-	for _, m := range matches {
-		if fi, err := os.Lstat(m); err != nil || !fi.Mode().IsRegular() {
-			continue
-		}
-		rel, err := filepath.Rel(dir, m)
-		if err == nil && filepath.IsLocal(rel) {
-			out = append(out, filepath.ToSlash(rel))
-		}
-	}
-	return out, err
+	return w.store.Glob(session, pattern)
 }
 
 // FileEvents passes on the session's created, written, renamed and
@@ -110,4 +116,33 @@ func (w agentWorkspace) cleanStaleViews() {
 		fs.CleanStaleMount(dir)
 		os.Remove(dir)
 	}
+}
+
+// applyQuota gives session quota q unless it has it already (setting a
+// byte quota on a session whose files are open is refused: fs.SetQuota).
+func applyQuota(store *fs.Store, session string, q fs.Quota) error {
+	for _, info := range store.Sessions() {
+		if info.ID == session && info.Quota == q {
+			return nil
+		}
+	}
+	if err := store.SetQuota(session, q); err != nil {
+		return fmt.Errorf("session %s: %w", session, err)
+	}
+	return nil
+}
+
+// viewIDs is how the view of machine shifts owners: from the range the
+// store keeps them in onto the machine's own range of host ids, for
+// drivers that give each machine one (vmm.IDRanger).
+func viewIDs(driver vmm.Driver, machine string) (fs.IDShift, error) {
+	r, ok := driver.(vmm.IDRanger)
+	if !ok {
+		return fs.IDShift{}, nil
+	}
+	base, size, err := r.HostIDs(machine)
+	if err != nil {
+		return fs.IDShift{}, err
+	}
+	return fs.IDShift{From: driver.Capabilities().HostIDOffset, To: base, Size: size}, nil
 }

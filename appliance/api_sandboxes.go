@@ -27,6 +27,7 @@ func (d *Daemon) sandboxView(s *sandbox) api.Sandbox {
 	}
 	if u, ok := s.usage(); ok {
 		out.Usage = usageView(u)
+		d.workspaceUsage(out.Usage, rec.Session)
 	}
 	return out
 }
@@ -51,7 +52,8 @@ func (s *server) CreateSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	spec := createSpec{ID: req.Id, Image: req.Image, Session: req.Session, CPUs: req.Cpus,
-		Memory: req.Memory, Pids: req.Pids, Disk: req.Disk, Env: req.Env}
+		Memory: req.Memory, Pids: req.Pids, Disk: req.Disk, Env: req.Env,
+		WorkspaceBytes: req.WorkspaceBytes, WorkspaceFiles: req.WorkspaceFiles}
 	var err error
 	if spec.IdleTimeout, err = optDuration("idle_timeout", req.IdleTimeout); err == nil {
 		spec.ExecTimeout, err = optDuration("exec_timeout", req.ExecTimeout)
@@ -306,4 +308,14 @@ func (s *server) ListSandboxDir(w http.ResponseWriter, r *http.Request, id api.S
 
 func fileInfo(fi guest.FileInfo) api.FileInfo {
 	return api.FileInfo{Name: fi.Name, Size: fi.Size, Mode: fi.Mode, ModTime: fi.ModTime, IsDir: fi.IsDir}
+}
+
+// workspaceUsage adds what the sandbox's session holds, and its quota.
+func (d *Daemon) workspaceUsage(u *api.Usage, session string) {
+	for _, info := range d.store.Sessions() {
+		if info.ID == session {
+			u.WorkspaceBytes, u.WorkspaceBytesLimit = info.Bytes, info.Quota.Bytes
+			u.WorkspaceFiles, u.WorkspaceFilesLimit = info.Files, info.Quota.Inodes
+		}
+	}
 }

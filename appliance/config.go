@@ -13,6 +13,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/dustin/go-humanize"
+
+	"hearth/fs"
 )
 
 // Config is hearth.toml.
@@ -108,6 +110,43 @@ type CreditsConfig struct {
 type WorkspaceConfig struct {
 	// Mount is where the host view of /workspace/agents is mounted.
 	Mount string `toml:"mount"`
+	// AllowOther lets every local user into the host view (file modes
+	// still apply: sessions' files are the agent's, readable by all
+	// unless it chose otherwise). Default false: root only, since the
+	// view holds every session's inputs and outputs.
+	AllowOther bool `toml:"allow_other"`
+	// SessionBytes and SessionFiles are the quota a session gets each
+	// time an agent run or a sandbox starts working in it, unless the agent's
+	// definition (limits.workspace_bytes, limits.workspace_files) or the
+	// sandbox's create request says otherwise: the bytes of its files
+	// and extended attributes, and its files, directories and links.
+	// Writes past them fail with EDQUOT. 0: no limit. Defaults 10GiB and
+	// 100000: the daemon keeps about 2 KiB of memory per file
+	// (TestInodeMemory), so the file quota also bounds what one session
+	// costs it (about 200 MiB). A session with
+	// a byte quota writes through the daemon rather than through FUSE
+	// passthrough, so that every write is counted.
+	SessionBytes Size  `toml:"session_bytes"`
+	SessionFiles int64 `toml:"session_files"`
+}
+
+// Default workspace quotas; see WorkspaceConfig.
+const (
+	DefaultSessionBytes = 10 << 30
+	DefaultSessionFiles = 100000
+)
+
+// quota is the quota of a session whose agent or sandbox asks for bytes
+// and files (0: the config's default).
+func (w WorkspaceConfig) quota(bytes, files int64) fs.Quota {
+	q := fs.Quota{Bytes: int64(w.SessionBytes), Inodes: w.SessionFiles}
+	if bytes > 0 {
+		q.Bytes = bytes
+	}
+	if files > 0 {
+		q.Inodes = files
+	}
+	return q
 }
 
 // SandboxConfig configures sandboxes: the machine tier's agent and the
@@ -139,13 +178,23 @@ type SandboxConfig struct {
 	IdleTimeout Duration `toml:"idle_timeout"`
 	// ExecTimeout is the default timeout of one exec; 0 means none.
 	ExecTimeout Duration `toml:"exec_timeout"`
-	// Default limits; 0 means none.
+	// Default limits; 0 means none. Disk bounds the writable layer of a
+	// machine's root (what it writes outside the workspace and /tmp):
+	// 10GiB unless set (0: none, and the layer is then the host disk's).
 	CPUs   float64 `toml:"cpus"`
 	Memory Size    `toml:"memory"`
 	Pids   int64   `toml:"pids"`
 	Disk   Size    `toml:"disk"`
 	// MaxUpload bounds one file upload into a sandbox.
 	MaxUpload Size `toml:"max_upload"`
+	// IDBase and IDMachines are the host ids the jail tier's machines
+	// run as: IDMachines ranges of 65536 ids after the workspace's own
+	// range at IDBase, one range per machine. Defaults 2^30 and 4096. No
+	// /etc/subuid or /etc/subgid line may overlap them (the daemon does
+	// not start if one does): the user given those ids could read and
+	// write the machines' files and signal their processes.
+	IDBase     uint32 `toml:"id_base"`
+	IDMachines int    `toml:"id_machines"`
 }
 
 // Size is a byte count written for people in the config ("512MiB", "2G").
@@ -192,7 +241,7 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d)
 func DefaultConfig() Config {
 	return Config{
 		StateDir:  "/var/lib/hearth",
-		Workspace: WorkspaceConfig{Mount: "/workspace/agents"},
+		Workspace: WorkspaceConfig{Mount: "/workspace/agents", SessionBytes: DefaultSessionBytes, SessionFiles: DefaultSessionFiles},
 		Sandbox:   DefaultSandboxConfig(),
 		Model:     DefaultModelConfig(),
 	}
@@ -203,6 +252,9 @@ func DefaultModelConfig() ModelConfig {
 	return ModelConfig{Upstream: "https://api.anthropic.com", APIKeyEnv: "ANTHROPIC_API_KEY"}
 }
 
+// DefaultDisk bounds a machine's writable root layer by default.
+const DefaultDisk = 10 << 30
+
 // DefaultSandboxConfig is what an absent [sandbox] table means.
 func DefaultSandboxConfig() SandboxConfig {
 	return SandboxConfig{
@@ -212,13 +264,14 @@ func DefaultSandboxConfig() SandboxConfig {
 		ExecTimeout:  Duration(time.Hour),
 		Memory:       1 << 30,
 		Pids:         1024,
+		Disk:         DefaultDisk,
 		MaxUpload:    1 << 30,
 	}
 }
 
 const knownKeys = "state_dir, workspace.mount, sandbox.agent, sandbox.tier, sandbox.allow_tcg, sandbox.warm, sandbox.default_image, sandbox.idle_timeout, " +
 	"sandbox.exec_timeout, sandbox.cpus, sandbox.memory, sandbox.pids, sandbox.disk, sandbox.max_upload, " +
-	"agents.dir, agents.grace, agents.on_shutdown, agents.shutdown_timeout, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, credits.enabled"
+	"agents.dir, agents.grace, agents.on_shutdown, agents.shutdown_timeout, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, credits.enabled, workspace.allow_other, workspace.session_bytes, workspace.session_files, sandbox.id_base, sandbox.id_machines"
 
 // LoadConfig decodes the TOML file at path over the defaults. Unknown keys
 // are errors, so a typo does not silently fall back to a default.
@@ -255,6 +308,9 @@ func (c Config) Validate() error {
 	rel, err := filepath.Rel(c.StateDir, c.Workspace.Mount)
 	if err == nil && !strings.HasPrefix(rel, "..") {
 		return fmt.Errorf("workspace.mount = %q is inside state_dir = %q: put it elsewhere", c.Workspace.Mount, c.StateDir)
+	}
+	if c.Workspace.SessionBytes < 0 || c.Workspace.SessionFiles < 0 {
+		return errors.New("workspace.session_bytes and workspace.session_files: must not be negative (0: no limit)")
 	}
 	if err := c.Sandbox.validate(); err != nil {
 		return err
@@ -357,6 +413,7 @@ func (s SandboxConfig) validate() error {
 		{"sandbox.warm", s.Warm < 0},
 		{"sandbox.pids", s.Pids < 0},
 		{"sandbox.max_upload", s.MaxUpload < 0},
+		{"sandbox.id_machines", s.IDMachines < 0},
 	}
 	for _, c := range checks {
 		if c.bad {

@@ -15,6 +15,7 @@ import (
 
 	"hearth/fs"
 	"hearth/vmm"
+	"hearth/vmm/jail"
 )
 
 // Daemon is a running appliance: the store, its host view, the image
@@ -64,8 +65,8 @@ func Start(cfg Config, logger *log.Logger) (*Daemon, error) {
 	if logger == nil {
 		logger = log.New(os.Stderr, "hearth: ", log.LstdFlags)
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("state_dir %s: %w", cfg.StateDir, err)
+	if err := secureStateDir(cfg.StateDir); err != nil {
+		return nil, err
 	}
 	ln, err := listen(cfg.SocketPath())
 	if err != nil {
@@ -95,11 +96,10 @@ func listen(sock string) (net.Listener, error) {
 		return nil, fmt.Errorf("another hearth daemon is serving %s: stop it first", sock)
 	}
 	os.Remove(sock) // stale socket from a crash
-	ln, err := net.Listen("unix", sock)
+	ln, err := listenPrivate(sock)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", sock, err)
 	}
-	os.Chmod(sock, 0o600)
 	return ln, nil
 }
 
@@ -128,7 +128,7 @@ func (d *Daemon) open() error {
 	if err != nil {
 		return err
 	}
-	if d.view, err = store.Mount(d.cfg.Workspace.Mount, fs.ViewOptions{Host: true}); err != nil {
+	if d.view, err = store.Mount(d.cfg.Workspace.Mount, fs.ViewOptions{Host: true, AllowOther: d.cfg.Workspace.AllowOther}); err != nil {
 		store.Close()
 		return err
 	}
@@ -143,9 +143,14 @@ func (d *Daemon) open() error {
 		switch {
 		case errors.Is(d.driverErr, errTierUnavailable):
 			err = d.driverErr // the config asks for what this host cannot run
+		case errors.Is(d.driverErr, jail.ErrIDPool):
+			err = d.driverErr // host users own the ids the config gives machines
 		case d.driver != nil:
 			d.log.Printf("machines: %s tier (%s), guest agent %s", d.driver.Name(), d.tier.Why, agent)
 		}
+	}
+	if err == nil {
+		err = moveWorkspaceIDs(d.cfg.StateDir, store, d.driver, d.log)
 	}
 	if err == nil {
 		d.sbx, err = newSandboxManager(d.cfg, store, d.images, d.driver, d.driverErr, d.log)

@@ -75,6 +75,11 @@ func Doctor(cfg Config) Diagnosis {
 		free, err := fs.SpaceHealth(ws)
 		add("workspace space", err == nil, "%s", orOK(err, humanize.IBytes(uint64(free))+" free for the workspace"))
 	}
+	pool := idPool(cfg)
+	poolErr := pool.Check()
+	add("jail ids", poolErr == nil, "%s", orOK(poolErr, fmt.Sprintf("machines run as host ids %d and up, %d ids each; no /etc/subuid or /etc/subgid line overlaps them", pool.Base+jail.IDCount, jail.IDCount)))
+	modes := stateModeProblems(cfg.StateDir)
+	add("state modes", len(modes) == 0, "%s", orDefault(strings.Join(modes, "; "), cfg.StateDir+" and its files are root's only"))
 	want := cfg.Sandbox.Tier
 	last, haveLast := lastTierChoice(cfg.StateDir)
 	switch {
@@ -224,7 +229,7 @@ func DoctorIsolation(ctx context.Context, cfg Config) ([]Attestation, error) {
 // not have what it needs.
 func doctorDriver(ctx context.Context, cfg Config, tier, agent, dir string) (vmm.Driver, error) {
 	if tier == TierJail {
-		return jail.New(dir, agent)
+		return jail.NewWithIDs(dir, agent, idPool(cfg))
 	}
 	if tier == TierCHV {
 		if _, err := exec.LookPath("cloud-hypervisor"); err != nil {

@@ -113,7 +113,8 @@ func (s *sandbox) status() string {
 // idle auto-pause loop.
 type sandboxManager struct {
 	cfg       SandboxConfig
-	dir       string // records
+	wcfg      WorkspaceConfig // sessions' default quota
+	dir       string          // records
 	viewsDir  string
 	hostMount string // the daemon's host view, to fix an existing session's owner
 	store     *fs.Store
@@ -142,7 +143,7 @@ type sandboxManager struct {
 // ids may not), or why there is none.
 func newSandboxManager(cfg Config, store *fs.Store, images *imageService, driver vmm.Driver, driverErr error, logger *log.Logger) (*sandboxManager, error) {
 	m := &sandboxManager{
-		cfg: cfg.Sandbox.withDefaults(), dir: filepath.Join(cfg.StateDir, "sandboxes"),
+		cfg: cfg.Sandbox.withDefaults(), wcfg: cfg.Workspace, dir: filepath.Join(cfg.StateDir, "sandboxes"),
 		viewsDir: filepath.Join(cfg.StateDir, "views"), hostMount: cfg.Workspace.Mount,
 		store: store, log: logger, images: images, driver: driver, driverErr: driverErr,
 		boxes: map[string]*sandbox{}, reserved: map[string]bool{},
@@ -195,6 +196,8 @@ type createSpec struct {
 	ID, Image, Session       string
 	CPUs                     float64
 	Memory, Pids, Disk       int64
+	WorkspaceBytes           int64 // the session's quota; 0: the config's
+	WorkspaceFiles           int64
 	Env                      map[string]string
 	IdleTimeout, ExecTimeout *time.Duration
 }
@@ -246,8 +249,8 @@ func (m *sandboxManager) withDefaults(spec createSpec) (createSpec, error) {
 			return spec, &codedError{code: codeBadRequest, err: err}
 		}
 	}
-	if spec.CPUs < 0 || spec.Memory < 0 || spec.Pids < 0 || spec.Disk < 0 {
-		return spec, errorf(codeBadRequest, "sandbox %s: cpus, memory, pids and disk must not be negative", spec.ID)
+	if spec.CPUs < 0 || spec.Memory < 0 || spec.Pids < 0 || spec.Disk < 0 || spec.WorkspaceBytes < 0 || spec.WorkspaceFiles < 0 {
+		return spec, errorf(codeBadRequest, "sandbox %s: cpus, memory, pids, disk, workspace_bytes and workspace_files must not be negative", spec.ID)
 	}
 	def := func(v *int64, d int64) {
 		if *v == 0 {
@@ -360,7 +363,14 @@ func (m *sandboxManager) boot(ctx context.Context, spec createSpec, img image.Im
 		if created {
 			undo = append(undo, func() { m.store.DeleteSession(spec.Session) })
 		}
-		if s.view, err = m.store.Mount(m.viewDir(spec.ID), fs.ViewOptions{Session: spec.Session}); err != nil {
+		if err := applyQuota(m.store, spec.Session, m.wcfg.quota(spec.WorkspaceBytes, spec.WorkspaceFiles)); err != nil {
+			return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+		}
+		ids, err := viewIDs(m.driver, spec.ID)
+		if err == nil {
+			s.view, err = m.store.Mount(m.viewDir(spec.ID), fs.ViewOptions{Session: spec.Session, IDs: ids})
+		}
+		if err != nil {
 			return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
 		}
 		undo = append(undo, func() { s.view.Unmount(); os.Remove(m.viewDir(spec.ID)) })

@@ -71,7 +71,11 @@ func (m *sandboxManager) recoverOne(rec sandboxRecord) *sandbox {
 	if rec.Session != "" {
 		// The machine still holds the old view, whose connection ended with
 		// the old daemon: a new one takes its place.
-		if s.view, err = m.store.Mount(m.viewDir(rec.ID), fs.ViewOptions{Session: rec.Session}); err != nil {
+		ids, err := viewIDs(m.driver, rec.ID)
+		if err == nil {
+			s.view, err = m.store.Mount(m.viewDir(rec.ID), fs.ViewOptions{Session: rec.Session, IDs: ids})
+		}
+		if err != nil {
 			m.log.Printf("sandbox %s: mount workspace view: %v", rec.ID, err)
 		} else if wa, ok := mach.(vmm.WorkspaceAttacher); !ok {
 			m.log.Printf("sandbox %s: its %s machine cannot take a new workspace view; /workspace/agents in it is gone until it is recreated", rec.ID, m.driver.Name())

@@ -271,6 +271,7 @@ func TestSandboxSave(t *testing.T) {
 // in list; disk is known only for a layer with a limit.
 func TestSandboxUsage(t *testing.T) {
 	cfg := sandboxConfig(t)
+	cfg.Sandbox.Disk = 0 // "free" has no disk limit
 	_, c := startSandboxDaemon(t, cfg)
 	ctx := context.Background()
 	if _, err := c.CreateSandbox(ctx, CreateSandboxRequest{Id: "limited", Memory: 256 << 20, Disk: 64 << 20, IdleTimeout: "0"}); err != nil {

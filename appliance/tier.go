@@ -109,7 +109,7 @@ func newDriver(cfg Config, images *imageService, logger interface{ Printf(string
 		want = TierAuto
 	}
 	if want == TierJail {
-		d, err := jail.New(filepath.Join(cfg.StateDir, "jail"), agent)
+		d, err := newJail(cfg, agent)
 		c := tierChoice{Tier: TierJail, Why: "sandbox.tier = \"jail\"", When: time.Now()}
 		if err == nil {
 			saveTierChoice(cfg.StateDir, c)
@@ -185,7 +185,7 @@ func newDriver(cfg Config, images *imageService, logger interface{ Printf(string
 			d, err = qemu.New(qemuCfg)
 		}
 	default:
-		d, err = jail.New(filepath.Join(cfg.StateDir, "jail"), agent)
+		d, err = newJail(cfg, agent)
 	}
 	if err == nil {
 		saveTierChoice(cfg.StateDir, choice)
@@ -226,7 +226,7 @@ func attestTier(cfg Config, d vmm.Driver, c tierChoice, agent string, store *fs.
 		return nil, c, err
 	}
 	logger.Printf("machines: %v; falling back to the jail", err)
-	jd, jerr := jail.New(filepath.Join(cfg.StateDir, "jail"), agent)
+	jd, jerr := newJail(cfg, agent)
 	if jerr != nil {
 		return nil, c, fmt.Errorf("%w; and the jail: %w", err, jerr)
 	}
@@ -271,4 +271,22 @@ func lastAttestations(stateDir string) []Attestation {
 		}
 	}
 	return out
+}
+
+// newJail makes the jail driver, its machines' host ids from the config's
+// pool (sandbox.id_base, sandbox.id_machines).
+func newJail(cfg Config, agent string) (*jail.Driver, error) {
+	return jail.NewWithIDs(filepath.Join(cfg.StateDir, "jail"), agent, idPool(cfg))
+}
+
+// idPool is the config's pool of host ids for the jail's machines.
+func idPool(cfg Config) jail.IDPool {
+	pool := jail.DefaultIDPool
+	if cfg.Sandbox.IDBase != 0 {
+		pool.Base = cfg.Sandbox.IDBase
+	}
+	if cfg.Sandbox.IDMachines != 0 {
+		pool.Machines = cfg.Sandbox.IDMachines
+	}
+	return pool
 }

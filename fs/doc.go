@@ -19,7 +19,11 @@
 //
 // A View mounts the tree with go-fuse for one machine: its own session is
 // writable, every other session is read-only and their private .home is
-// hidden. The host view sees and writes everything. Data of files opened
+// hidden. The host view sees and writes everything, and only root may
+// enter it unless asked otherwise. A machine's view can shift owners onto
+// the machine's own range of host ids (IDShift). Each session may have a
+// quota of bytes (file data and extended attributes, at most 64 KiB of
+// those per file) and of files. Data of files opened
 // through a view goes through the kernel's FUSE passthrough where the
 // kernel allows it, so bulk I/O runs at the backing filesystem's speed.
 //

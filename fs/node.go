@@ -55,6 +55,28 @@ func (n *node) withXattr(name string, value []byte) *node {
 	return c
 }
 
+// xattrBytes is what n's extended attributes hold: names and values, as
+// Linux filesystems count them against the one block (64 KiB at most)
+// they keep for an inode's attributes.
+func (n *node) xattrBytes() int64 {
+	var b int64
+	for k, v := range n.xattrs {
+		b += int64(len(k) + len(v))
+	}
+	return b
+}
+
+// usage is what n counts against a session's byte quota: a regular
+// file's size, and every node's extended attributes, which the store
+// keeps in memory and in the journal.
+func (n *node) usage() int64 {
+	u := n.xattrBytes()
+	if n.isRegular() {
+		u += n.size
+	}
+	return u
+}
+
 var emptyEntries = immutable.NewSortedMap[string, uint64](nil)
 
 // tree is one session's namespace: an immutable map from inode number to
@@ -62,7 +84,7 @@ var emptyEntries = immutable.NewSortedMap[string, uint64](nil)
 type tree struct {
 	inodes *immutable.Map[uint64, *node]
 	next   uint64 // next free inode number
-	bytes  int64  // sum of regular file sizes
+	bytes  int64  // sum of regular file sizes and extended attributes (node.usage)
 }
 
 func newTree(now int64, uid, gid uint32) tree {
@@ -80,12 +102,10 @@ func (t *tree) get(ino uint64) *node {
 
 // put stores n as the new version of ino and keeps the byte count.
 func (t *tree) put(ino uint64, n *node) {
-	if old := t.get(ino); old != nil && old.isRegular() {
-		t.bytes -= old.size
+	if old := t.get(ino); old != nil {
+		t.bytes -= old.usage()
 	}
-	if n.isRegular() {
-		t.bytes += n.size
-	}
+	t.bytes += n.usage()
 	t.inodes = t.inodes.Set(ino, n)
 	if ino >= t.next {
 		t.next = ino + 1
@@ -94,8 +114,8 @@ func (t *tree) put(ino uint64, n *node) {
 
 // drop removes ino from the tree.
 func (t *tree) drop(ino uint64) {
-	if old := t.get(ino); old != nil && old.isRegular() {
-		t.bytes -= old.size
+	if old := t.get(ino); old != nil {
+		t.bytes -= old.usage()
 	}
 	t.inodes = t.inodes.Delete(ino)
 }

@@ -21,9 +21,40 @@ type ViewOptions struct {
 	// is read-only and its private .home is hidden.
 	Session string
 	// Host makes a view that writes every session (the appliance's own).
+	// Only root may use it, unless AllowOther.
 	Host bool
+	// AllowOther lets every local user into a host view (file modes
+	// still apply). Machine views always allow others: the machine's
+	// users are unprivileged ids on the host.
+	AllowOther bool
+	// IDs shifts owners between the store and the machine that mounts
+	// the view, which runs in its own range of host ids.
+	IDs IDShift
 	// Debug logs every FUSE request.
 	Debug bool
+}
+
+// IDShift maps a range of ids: the store's From..From+Size-1 are the
+// view's To..To+Size-1. Each machine runs in a range of host ids of its
+// own, while the store keeps one range for all of them, so a file the
+// agent of one machine made is its agent's in the next machine too. Ids
+// outside the range (root's) pass unchanged. The zero value maps nothing.
+type IDShift struct{ From, To, Size uint32 }
+
+// out is the id the view shows for the store's id.
+func (m IDShift) out(id uint32) uint32 {
+	if id >= m.From && id-m.From < m.Size {
+		return id - m.From + m.To
+	}
+	return id
+}
+
+// in is the id the store keeps for the view's id.
+func (m IDShift) in(id uint32) uint32 {
+	if id >= m.To && id-m.To < m.Size {
+		return id - m.To + m.From
+	}
+	return id
 }
 
 // cacheTTL is how long the kernel may trust an entry or attributes without
@@ -141,7 +172,7 @@ func (s *Store) Mount(dir string, opts ViewOptions) (*View, error) {
 	name := "hearth-workspace"
 	mo := &fuse.MountOptions{
 		DirectMount:          true,
-		AllowOther:           true,
+		AllowOther:           !opts.Host || opts.AllowOther,
 		FsName:               name,
 		Name:                 "hearth",
 		Options:              []string{"default_permissions"},
@@ -496,7 +527,7 @@ func (v *View) fillAttr(out *fuse.Attr, id uint64, sess *session, ino uint64, n 
 		mode &^= 0o222
 	}
 	*out = fuse.Attr{Ino: id, Size: uint64(size), Blocks: uint64(size+511) / 512, Mode: mode,
-		Nlink: n.nlink, Rdev: n.rdev, Blksize: 4096, Owner: fuse.Owner{Uid: n.uid, Gid: n.gid}}
+		Nlink: n.nlink, Rdev: n.rdev, Blksize: 4096, Owner: fuse.Owner{Uid: v.opts.IDs.out(n.uid), Gid: v.opts.IDs.out(n.gid)}}
 	out.SetTimes(ptrTime(n.atime), ptrTime(mtime), ptrTime(n.ctime))
 }
 

@@ -26,7 +26,7 @@ func (v *View) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, ou
 	// The file and its blob are one commit (openLocked's): a create the
 	// journal cannot take leaves no empty file behind.
 	v.s.nest++
-	ino, _, errno := v.s.mknod(v, sess, dir, name, mode, in.Caller.Uid, in.Caller.Gid, 0, "")
+	ino, _, errno := v.s.mknod(v, sess, dir, name, mode, v.opts.IDs.in(in.Caller.Uid), v.opts.IDs.in(in.Caller.Gid), 0, "")
 	v.s.nest--
 	if errno != 0 {
 		v.s.abort()

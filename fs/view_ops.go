@@ -104,9 +104,11 @@ func (v *View) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.Att
 		ch.mode = &m
 	}
 	if u, ok := in.GetUID(); ok {
+		u = v.opts.IDs.in(u)
 		ch.uid = &u
 	}
 	if g, ok := in.GetGID(); ok {
+		g = v.opts.IDs.in(g)
 		ch.gid = &g
 	}
 	if sz, ok := in.GetSize(); ok {
@@ -147,7 +149,7 @@ func (v *View) mk(parent uint64, name string, mode uint32, c fuse.Caller, rdev u
 		return st(errno)
 	}
 	defer done()
-	ino, n, errno := v.s.mknod(v, sess, dir, name, mode, c.Uid, c.Gid, rdev, target)
+	ino, n, errno := v.s.mknod(v, sess, dir, name, mode, v.opts.IDs.in(c.Uid), v.opts.IDs.in(c.Gid), rdev, target)
 	if errno != 0 {
 		return st(errno)
 	}
@@ -355,7 +357,14 @@ func (v *View) handle(fh uint64) *handle {
 
 // Extended attributes.
 
-const maxXattrSize = 64 << 10
+// Bounds on extended attributes, as Linux filesystems have them: one
+// value at most 64 KiB (E2BIG beyond, XATTR_SIZE_MAX), and all of an
+// inode's names and values together at most 64 KiB (ENOSPC beyond), so
+// one file cannot fill the daemon's memory and journal with attributes.
+const (
+	maxXattrSize  = 64 << 10
+	maxXattrTotal = 64 << 10
+)
 
 func (v *View) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string, dest []byte) (uint32, fuse.Status) {
 	if h.NodeId == fuse.FUSE_ROOT_ID {
@@ -425,11 +434,12 @@ func (v *View) xattr(nodeid uint64, attr string, data []byte, flags uint32) fuse
 	case flags&unix.XATTR_REPLACE != 0 && !exists:
 		return fuse.ENOATTR
 	}
-	if data == nil {
-		n = n.withXattr(attr, nil)
-	} else {
-		n = n.withXattr(attr, data)
+	if data != nil {
+		if errno := xattrRoom(sess, n, attr, data); errno != 0 {
+			return st(errno)
+		}
 	}
+	n = n.withXattr(attr, data)
 	n.ctime = now()
 	v.s.log(&record{op: opPut, sess: sess.name, ino: ino, n: n})
 	if e := v.s.commit(); e != 0 {
@@ -437,6 +447,22 @@ func (v *View) xattr(nodeid uint64, attr string, data []byte, flags uint32) fuse
 	}
 	v.s.changedInode(v, sess, ino)
 	return fuse.OK
+}
+
+// xattrRoom checks that setting attr to data keeps n within the per-inode
+// bound (ENOSPC) and its session within its byte quota (EDQUOT).
+func xattrRoom(sess *session, n *node, attr string, data []byte) syscall.Errno {
+	grow := int64(len(attr) + len(data))
+	if old, ok := n.xattrs[attr]; ok {
+		grow -= int64(len(attr) + len(old))
+	}
+	if n.xattrBytes()+grow > maxXattrTotal {
+		return syscall.ENOSPC
+	}
+	if q := sess.quota.Bytes; q > 0 && grow > 0 && sess.t.bytes+grow > q {
+		return syscall.EDQUOT
+	}
+	return 0
 }
 
 var _ fuse.RawFileSystem = (*View)(nil)

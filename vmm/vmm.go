@@ -85,6 +85,18 @@ type Capabilities struct {
 	HostIDOffset uint32
 }
 
+// IDRanger is a driver whose machines each run in a range of host ids of
+// their own (so that one machine's processes cannot signal another's, nor
+// a host user given the same range by /etc/subuid touch them).
+// HostIDOffset is then the range the workspace stores owners in; a
+// machine's workspace view shifts them onto the machine's range.
+type IDRanger interface {
+	// HostIDs reserves the range of machine id before it is created, or
+	// returns the one it has: ids 0..size-1 inside are base..base+size-1
+	// on the host. Destroying the machine frees it.
+	HostIDs(id string) (base, size uint32, err error)
+}
+
 // Driver makes machines of one tier.
 type Driver interface {
 	// Name is the tier: "jail", "qemu", "chv".

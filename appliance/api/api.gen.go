@@ -289,6 +289,12 @@ type CreateSandboxRequest struct {
 
 	// Session Workspace session the sandbox writes (made if missing); every other session is read-only to it.
 	Session string `json:"session,omitempty,omitzero"`
+
+	// WorkspaceBytes Byte quota of the session, set when the sandbox starts; 0: the config's workspace.session_bytes.
+	WorkspaceBytes int64 `json:"workspace_bytes,omitempty,omitzero"`
+
+	// WorkspaceFiles File-count quota of the session; 0: the config's workspace.session_files.
+	WorkspaceFiles int64 `json:"workspace_files,omitempty,omitzero"`
 }
 
 // CreateSessionRequest defines model for CreateSessionRequest.
@@ -832,6 +838,14 @@ type Usage struct {
 	Memory      int64 `json:"memory"`
 	MemoryLimit int64 `json:"memory_limit,omitempty,omitzero"`
 	Processes   int64 `json:"processes"`
+
+	// WorkspaceBytes Bytes the sandbox's session holds (files and extended attributes).
+	WorkspaceBytes      int64 `json:"workspace_bytes,omitempty,omitzero"`
+	WorkspaceBytesLimit int64 `json:"workspace_bytes_limit,omitempty,omitzero"`
+
+	// WorkspaceFiles Files, directories and links in the sandbox's session.
+	WorkspaceFiles      int64 `json:"workspace_files,omitempty,omitzero"`
+	WorkspaceFilesLimit int64 `json:"workspace_files_limit,omitempty,omitzero"`
 }
 
 // CheckpointName defines model for CheckpointName.

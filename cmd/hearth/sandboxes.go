@@ -124,7 +124,7 @@ func sbxCreate(args []string, stdout io.Writer) error {
 	fl := flag.NewFlagSet("sandboxes create", flag.ContinueOnError)
 	config := fl.String("config", "", "config file")
 	var req appliance.CreateSandboxRequest
-	var memory, disk sizeFlag
+	var memory, disk, wsBytes sizeFlag
 	env := envFlag{}
 	fl.StringVar(&req.Image, "image", "", "image to boot (default: the config's sandbox.default_image)")
 	fl.StringVar(&req.Session, "session", "", "workspace session the sandbox writes")
@@ -132,6 +132,8 @@ func sbxCreate(args []string, stdout io.Writer) error {
 	fl.Var(&memory, "memory", "memory limit")
 	fl.Int64Var(&req.Pids, "pids", 0, "process limit")
 	fl.Var(&disk, "disk", "limit of what the sandbox writes")
+	fl.Var(&wsBytes, "workspace-bytes", "byte quota of the session (default: the config's workspace.session_bytes)")
+	fl.Int64Var(&req.WorkspaceFiles, "workspace-files", 0, "file-count quota of the session (default: the config's workspace.session_files)")
 	fl.Var(env, "env", "NAME=VALUE for every command (repeatable)")
 	fl.StringVar(&req.IdleTimeout, "idle-timeout", "", "pause after this long idle (0: never)")
 	fl.StringVar(&req.ExecTimeout, "exec-timeout", "", "default timeout of a command (0: none)")
@@ -145,7 +147,7 @@ func sbxCreate(args []string, stdout io.Writer) error {
 	if len(pos) == 1 {
 		req.Id = pos[0]
 	}
-	req.Memory, req.Disk, req.Env = int64(memory), int64(disk), env
+	req.Memory, req.Disk, req.Env, req.WorkspaceBytes = int64(memory), int64(disk), env, int64(wsBytes)
 	c, err := client(*config)
 	if err != nil {
 		return err

@@ -94,7 +94,10 @@ func TestSandboxCommands(t *testing.T) {
 	os.WriteFile(big, make([]byte, 2<<20), 0o644)
 	runSteps(t, []step{
 		{args: []string{"sandboxes", "ls", c}, wantOut: "no sandboxes"},
-		{args: []string{"sandboxes", "create", "--session", "s1", "--env", "FOO=bar", "--idle-timeout", "0", "box1", c}, wantOut: "box1\n", exactOut: true},
+		{args: []string{"sandboxes", "create", "--session", "s1", "--env", "FOO=bar", "--idle-timeout", "0", "--workspace-files", "50", "--workspace-bytes", "2M", "box1", c}, wantOut: "box1\n", exactOut: true},
+		{args: []string{"workspace", "ls", c}, wantOut: "50 (8%)     0 B   2.0 MiB (0%)"},
+		{args: []string{"sandboxes", "exec", "box1", c, "--", "sh", "-c", "dd if=/dev/zero of=/workspace/agents/s1/outputs/big bs=64k count=48"}, wantCode: 1, wantErr: "quota"},
+		{args: []string{"sandboxes", "exec", "box1", c, "--", "rm", "/workspace/agents/s1/outputs/big"}},
 		{args: []string{"sandboxes", "exec", "box1", c, "--", "sh", "-c", "echo out; echo err >&2; exit 3"}, wantCode: 3, wantOut: "out\n", exactOut: true, wantErr: "err\n"},
 		{args: []string{"sandboxes", "exec", c, "box1", "--env", "A=1", "--cwd", "/tmp", "sh", "-c", "echo $A $FOO; pwd"}, wantOut: "1 bar\n/tmp\n", exactOut: true},
 		{args: []string{"sandboxes", "exec", "box1", "--user", "root", c, "--", "id", "-u"}, wantOut: "0\n", exactOut: true},
@@ -138,8 +141,8 @@ func TestSandboxCommands(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || !strings.HasPrefix(list[0].Id, "sbx-") || list[0].Memory != 512<<20 {
 		t.Fatalf("sandboxes ls --json = %d %q, want the one sandbox left, with the config's memory", code, out)
 	}
-	if u := list[0].Usage; u == nil || u.Memory <= 0 || u.MemoryLimit != 512<<20 || u.Disk != -1 {
-		t.Errorf("sandboxes ls --json: usage %+v, want memory used of 512 MiB and disk unknown (no limit)", u)
+	if u := list[0].Usage; u == nil || u.Memory <= 0 || u.MemoryLimit != 512<<20 || u.Disk < 0 || u.DiskLimit <= 9<<30 || u.DiskLimit > appliance.DefaultDisk {
+		t.Errorf("sandboxes ls --json: usage %+v, want memory used of 512 MiB and disk used of the default 10 GiB", u)
 	}
 	out, _, _ = hearthIn(t, "", "sandboxes", "ls", c)
 	for _, col := range []string{"ID", "IMAGE", "SESSION", "STATUS", "CPUS", "CPU-TIME", "MEM", "DISK", "CREATED", "tiny", "running", "/512 MiB"} {

@@ -155,13 +155,16 @@ func wsList(ctx context.Context, c *appliance.Client, out io.Writer, asJSON bool
 		return nil
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SESSION\tFILES\tSIZE\tQUOTA\tCREATED")
+	fmt.Fprintln(tw, "SESSION\tFILES\tFILE-QUOTA\tSIZE\tSIZE-QUOTA\tCREATED")
 	for _, s := range list {
-		quota := "-"
-		if s.Quota.Bytes > 0 {
-			quota = humanize.IBytes(uint64(s.Quota.Bytes))
+		files, bytes := "-", "-"
+		if s.Quota.Inodes > 0 {
+			files = fmt.Sprintf("%s (%d%%)", humanize.Comma(s.Quota.Inodes), 100*s.Files/s.Quota.Inodes)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.ID, humanize.Comma(s.Files), humanize.IBytes(uint64(s.Bytes)), quota, humanize.Time(s.Created))
+		if s.Quota.Bytes > 0 {
+			bytes = fmt.Sprintf("%s (%d%%)", humanize.IBytes(uint64(s.Quota.Bytes)), 100*s.Bytes/s.Quota.Bytes)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, humanize.Comma(s.Files), files, humanize.IBytes(uint64(s.Bytes)), bytes, humanize.Time(s.Created))
 	}
 	return tw.Flush()
 }

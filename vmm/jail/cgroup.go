@@ -58,7 +58,31 @@ func newCgroup(parent, id string) (*cgroup, error) {
 			return nil, fmt.Errorf("cgroup %s %s: %w", c, dir, err)
 		}
 	}
+	cg.lowerCPUWeight(parent)
 	return cg, nil
+}
+
+// Machines' share of the CPU under contention, against the daemon and
+// the rest of the host at the default weight (cpu.shares 1024, cpu.weight
+// 100): all machines together get at most a third of a core the daemon
+// wants too, so a busy agent cannot starve the daemon that serves every
+// other one. They still use idle CPU freely.
+const (
+	machinesCPUShares = 512 // cgroup v1 cpu.shares
+	machinesCPUWeight = 50  // cgroup v2 cpu.weight
+)
+
+// lowerCPUWeight gives the machines' parent cgroups (both levels of
+// parent, "hearth" and "hearth/jail-<hash>") their CPU weight. Best
+// effort: a host without the cpu controller has no weights to set.
+func (cg *cgroup) lowerCPUWeight(parent string) {
+	for _, p := range []string{filepath.Dir(parent), parent} {
+		if cg.v2 {
+			os.WriteFile(filepath.Join(cgroupRoot, p, "cpu.weight"), []byte(strconv.Itoa(machinesCPUWeight)), 0)
+		} else if _, ok := cg.dirs["cpu"]; ok {
+			os.WriteFile(filepath.Join(cgroupRoot, "cpu", p, "cpu.shares"), []byte(strconv.Itoa(machinesCPUShares)), 0)
+		}
+	}
 }
 
 func (cg *cgroup) write(controller, file, value string) error {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -73,5 +74,35 @@ func TestCgroupV2(t *testing.T) {
 	}
 	if u := cg.usage(); u.CPUTime <= 0 {
 		t.Errorf("usage() = %+v, want CPU time", u)
+	}
+}
+
+// A busy machine must not get as much CPU as the daemon: the machines'
+// parent cgroup weighs less than the daemon's.
+func TestHostileCPUShares(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("cgroups need root")
+	}
+	parent := "hearth-test-cpu/jail-" + filepath.Base(t.TempDir())
+	defer os.Remove(filepath.Join(cgroupRoot, "cpu", "hearth-test-cpu"))
+	defer os.Remove(filepath.Join(cgroupRoot, "hearth-test-cpu"))
+	defer removeCgroupParent(parent)
+	cg, err := newCgroup(parent, "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.remove()
+	file, def := filepath.Join(cgroupRoot, "cpu", "hearth-test-cpu", "cpu.shares"), 1024
+	if cg.v2 {
+		file, def = filepath.Join(cgroupRoot, "hearth-test-cpu", "cpu.weight"), 100
+	} else if cg.dirs["cpu"] == "" {
+		t.Skip("no cgroup v1 cpu controller on this host")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Skipf("no CPU weight to read: %v", err)
+	}
+	if w, _ := strconv.Atoi(strings.TrimSpace(string(b))); w <= 0 || w >= def {
+		t.Errorf("%s = %s: machines weigh as much as the daemon (default %d)", file, b, def)
 	}
 }

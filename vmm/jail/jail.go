@@ -1,6 +1,7 @@
 // Package jail is the machine tier every Linux host can run: the agent
 // runs as PID 1 of fresh user, mount, PID, network (loopback only), IPC
-// and UTS namespaces (root inside is an unprivileged id outside), in an
+// and UTS namespaces (root inside is an unprivileged id outside, each
+// machine in a range of host ids of its own: ids.go), in an
 // overlay of the image's root with a writable layer of its own (size
 // limited if asked), the session's workspace view bind-mounted at
 // /workspace/agents, limited by cgroups (v1 or v2), and its processes run
@@ -19,19 +20,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"hearth/vmm"
-)
-
-// Every machine's user namespace maps its ids 0..IDCount-1 onto the host
-// ids IDBase..IDBase+IDCount-1: root in a machine is an unprivileged
-// user on the host, and so is its agent user (1000 inside, 101000
-// outside). The image and the writable layer are mounted id-mapped, so on
-// disk they keep the ids the image was built with.
-const (
-	IDBase  = 100000
-	IDCount = 65536
 )
 
 // Driver makes jails. Its state lives under its directory: one directory
@@ -44,13 +36,24 @@ type Driver struct {
 	cgroups string // parent of the machines' cgroups: hearth/jail-<hash of dir>
 
 	audit *vmm.AuditLog // <dir>/audit.jsonl: every lifecycle step, appended
+
+	ids  IDPool     // where machines' host ids come from; see ids.go
+	idMu sync.Mutex // serialises reserving ranges
 }
 
 var _ vmm.Driver = (*Driver)(nil)
 
 // New returns a driver keeping state in dir and starting agent (the
-// hearth-guest binary) as each machine's PID 1.
-func New(dir, agent string) (*Driver, error) {
+// hearth-guest binary) as each machine's PID 1, its machines' host ids
+// taken from DefaultIDPool.
+func New(dir, agent string) (*Driver, error) { return NewWithIDs(dir, agent, DefaultIDPool) }
+
+// NewWithIDs is New with the machines' host ids taken from pool, which
+// no /etc/subuid or /etc/subgid line may overlap (ErrIDPool).
+func NewWithIDs(dir, agent string, pool IDPool) (*Driver, error) {
+	if err := pool.Check(); err != nil {
+		return nil, err
+	}
 	if os.Geteuid() != 0 {
 		return nil, errors.New("jail driver: needs root (namespaces, mounts and cgroups)")
 	}
@@ -68,13 +71,15 @@ func New(dir, agent string) (*Driver, error) {
 	// appliance) never share a cgroup, even under the same id.
 	sum := sha256.Sum256([]byte(dir))
 	cgroups := "hearth/jail-" + hex.EncodeToString(sum[:4])
-	return &Driver{dir: dir, agent: agent, cgroups: cgroups, audit: audit}, nil
+	d := &Driver{dir: dir, agent: agent, cgroups: cgroups, audit: audit, ids: pool}
+	d.pruneIDs()
+	return d, nil
 }
 
 func (d *Driver) Name() string { return "jail" }
 
 func (d *Driver) Capabilities() vmm.Capabilities {
-	return vmm.Capabilities{Isolation: "namespaces", Pause: true, HostIDOffset: IDBase}
+	return vmm.Capabilities{Isolation: "namespaces", Pause: true, HostIDOffset: d.ids.Base}
 }
 
 // OnEvent sets a function told of every lifecycle event (after it is in
@@ -114,6 +119,7 @@ func (d *Driver) Create(ctx context.Context, spec vmm.Spec) (vmm.Machine, error)
 	m, err := d.start(ctx, spec, dir)
 	if err != nil {
 		os.RemoveAll(dir)
+		d.releaseIDs(spec.ID)
 		d.record(spec.ID, "destroy", "start failed: "+err.Error())
 		return nil, fmt.Errorf("create machine %s: %w", spec.ID, err)
 	}

@@ -122,6 +122,10 @@ func TestRootInside(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Destroy(ctx)
+	base, _, err := d.HostIDs("rooted")
+	if err != nil || base <= IDBase {
+		t.Fatalf("HostIDs(rooted) = %d, %v: want a range of the pool after the workspace's", base, err)
+	}
 	asRoot := func(script string) (string, guest.ExitStatus) {
 		var out bytes.Buffer
 		zero := uint32(0)
@@ -133,7 +137,7 @@ func TestRootInside(t *testing.T) {
 	}
 	checks := []struct{ name, script, want string }{
 		{"root inside", "id -u", "0\n"},
-		{"mapped onto the host's unprivileged range", "cat /proc/self/uid_map | tr -s ' ' | sed 's/^ //'", fmt.Sprintf("0 %d %d\n", IDBase, IDCount)},
+		{"mapped onto the host's unprivileged range", "cat /proc/self/uid_map | tr -s ' ' | sed 's/^ //'", fmt.Sprintf("0 %d %d\n", base, IDCount)},
 		{"no mounts", "mount -t tmpfs x /mnt 2>/dev/null && echo mounted || echo refused", "refused\n"},
 		{"no new namespaces", "unshare -m true 2>/dev/null && echo unshared || echo refused", "refused\n"},
 		{"image files keep their owners", "stat -c '%u:%g' /home/agent /bin/busybox | tr '\\n' ' '", "1000:1000 0:0 "},
@@ -147,10 +151,10 @@ func TestRootInside(t *testing.T) {
 			t.Errorf("%s: %q = %q (exit %d), want %q", c.name, c.script, out, st.Code, c.want)
 		}
 	}
-	// From the host, the machine's processes run as IDBase and up.
+	// From the host, the machine's processes run as its range's ids.
 	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", m.(*machine).agent().pid))
-	if !strings.Contains(string(status), fmt.Sprintf("Uid:\t%d\t", IDBase)) {
-		t.Errorf("agent's host credentials:\n%s\nwant uid %d", grepLines(string(status), "Uid", "Gid"), IDBase)
+	if !strings.Contains(string(status), fmt.Sprintf("Uid:\t%d\t", base)) {
+		t.Errorf("agent's host credentials:\n%s\nwant uid %d", grepLines(string(status), "Uid", "Gid"), base)
 	}
 	// On disk the layer keeps the image's ids: root's file is owned by 0.
 	var st syscall.Stat_t

@@ -188,7 +188,9 @@ func (m *machine) cleanup() error {
 	} else {
 		unmountLayer(filepath.Join(m.dir, layerMount)) // whatever a half-made layer left
 	}
-	return errors.Join(err, os.RemoveAll(m.dir))
+	err = errors.Join(err, os.RemoveAll(m.dir))
+	m.d.releaseIDs(m.id)
+	return err
 }
 
 func (m *machine) checkpointDir(name string) string {

@@ -58,7 +58,11 @@ func (m *machine) spawn() (*agentProc, error) {
 	cmd.ExtraFiles = []*os.File{ctrlChild, ln, exe}
 	cmd.Env = agentEnv
 	cmd.Stdout, cmd.Stderr = logf, logf
-	idmap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: IDBase, Size: IDCount}}
+	base, size, err := m.d.HostIDs(m.id)
+	if err != nil {
+		return nil, err
+	}
+	idmap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: int(size)}}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
 			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,

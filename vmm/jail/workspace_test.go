@@ -29,7 +29,8 @@ func TestWorkspaceInJail(t *testing.T) {
 		}
 	}
 	store.WriteFile("b", "outputs/report.md", strings.NewReader("b's report"), 0, fs.Owner{UID: 1000 + IDBase, GID: 1000 + IDBase})
-	view, err := store.Mount(filepath.Join(t.TempDir(), "view-a"), fs.ViewOptions{Session: "a"})
+	ids := viewIDs(t, d, "ws-a")
+	view, err := store.Mount(filepath.Join(t.TempDir(), "view-a"), fs.ViewOptions{Session: "a", IDs: ids})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func TestWorkspaceInJail(t *testing.T) {
 	}
 	// A new view replaces the old one in the running machine, as after a
 	// daemon restart: here b's view, so b becomes the writable session.
-	viewB, err := store.Mount(filepath.Join(t.TempDir(), "view-b"), fs.ViewOptions{Session: "b"})
+	viewB, err := store.Mount(filepath.Join(t.TempDir(), "view-b"), fs.ViewOptions{Session: "b", IDs: ids})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,4 +122,15 @@ func TestMachinesAreSeparate(t *testing.T) {
 	if out, _ := vmmtest.Sh(t, b, "echo fine"); out != "fine\n" {
 		t.Errorf("machine b after a hit its memory limit: %q", out)
 	}
+}
+
+// viewIDs reserves machine's host ids and returns the shift its workspace
+// view needs, as the appliance does.
+func viewIDs(t testing.TB, d *Driver, machine string) fs.IDShift {
+	t.Helper()
+	base, size, err := d.HostIDs(machine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs.IDShift{From: d.Capabilities().HostIDOffset, To: base, Size: size}
 }
