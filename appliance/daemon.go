@@ -128,6 +128,9 @@ func (d *Daemon) open() error {
 	if err != nil {
 		return err
 	}
+	for _, damage := range store.Damage() {
+		d.log.Printf("workspace: %s", damage)
+	}
 	if d.view, err = store.Mount(d.cfg.Workspace.Mount, fs.ViewOptions{Host: true, AllowOther: d.cfg.Workspace.AllowOther}); err != nil {
 		store.Close()
 		return err
