@@ -368,7 +368,8 @@ type storeGate struct {
 
 func (g storeGate) Check() gateway.Decision {
 	if g.ru.storeError() != nil {
-		return gateway.Decide(gateway.LimitUse{Limit: "store", Used: 1, Max: 1, Level: gateway.Deny})
+		return gateway.Decide(gateway.LimitUse{Limit: "store", Used: 1, Max: 1, Level: gateway.Deny,
+			Reason: "The appliance cannot record this execution (its store refused a write), so it cannot meter more calls"})
 	}
 	return g.Budget.Check()
 }

@@ -331,16 +331,23 @@ func (ex *execution) allows(model string) bool {
 // credit balance is too low; 429 and 529 would be retried for minutes.
 // x-should-retry: false says the same to clients that read it.
 func (g *Gateway) refuse(w http.ResponseWriter, ex *execution, d Decision) {
-	var parts []string
+	var limits, reasons []string
 	for _, u := range d.Limits {
-		if u.Level == Deny {
+		switch {
+		case u.Level != Deny:
+		case u.Reason != "":
+			reasons = append(reasons, u.Reason)
+		default:
 			g.emit(ex, stream.Budget, budgetPayload(u))
-			parts = append(parts, fmt.Sprintf("%s limit reached (%s of %s used)", u.Limit, fmtAmount(u.Limit, u.Used), fmtAmount(u.Limit, u.Max)))
+			limits = append(limits, fmt.Sprintf("%s limit reached (%s of %s used)", u.Limit, fmtAmount(u.Limit, u.Used), fmtAmount(u.Limit, u.Max)))
 		}
 	}
+	msg := strings.Join(reasons, "; ")
+	if len(limits) > 0 {
+		msg = strings.Join(append([]string{"Budget exceeded: " + strings.Join(limits, "; ")}, reasons...), "; ")
+	}
 	w.Header().Set("x-should-retry", "false")
-	writeAPIError(w, http.StatusBadRequest, "invalid_request_error",
-		"Budget exceeded: "+strings.Join(parts, "; ")+". Model calls are refused for this execution.")
+	writeAPIError(w, http.StatusBadRequest, "invalid_request_error", msg+". Model calls are refused for this execution.")
 }
 
 // warn writes a warn event for each limit newly at 90%.
