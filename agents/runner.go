@@ -58,9 +58,9 @@ type RunnerConfig struct {
 	Store     *store.Store
 	Gateway   *gateway.Gateway
 	// GatewayDial connects to where the gateway is served on the host
-	// (through gateway.Listener, with gateway.ConnContext); each
+	// (through channel.Listener, with channel.ConnContext); each
 	// machine's agent forwards 127.0.0.1:GatewayPort to it, its
-	// connections named by gateway.DialChannel.
+	// connections named by channel.Dial.
 	GatewayDial func(ctx context.Context) (net.Conn, error)
 	GatewayPort int // default 4000
 	// Egress is the proxy through which an agent reaches the domains its

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"hearth/agents"
+	"hearth/agents/channel"
 	"hearth/agents/egress"
 	"hearth/agents/gateway"
 	"hearth/agents/store"
@@ -189,7 +190,7 @@ func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gatewa
 	// Each agent reaches only the domains its definition's network list
 	// names; with an empty list it has no network at all.
 	a.egress = egress.New(egress.Config{OnEvent: func(ev evstream.Event) { a.runner.Event(ev) }})
-	if a.egSrv, err = a.serveUnix("egress proxy", a.egSock, a.egress, false); err != nil {
+	if a.egSrv, err = a.serveUnix("egress proxy", a.egSock, a.egress, true); err != nil {
 		return err
 	}
 	dial := func(sock string) func(ctx context.Context) (net.Conn, error) {
@@ -215,7 +216,7 @@ func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gatewa
 
 // serveUnix serves h on a unix socket only root can reach, until Close;
 // channels: to connections that name the machine channel they come
-// through (the gateway's, see gateway.DialChannel).
+// through (the gateway's and the egress proxy's, see package channel).
 func (a *agentService) serveUnix(what, sock string, h http.Handler, channels bool) (*http.Server, error) {
 	os.Remove(sock) // left by a daemon that died
 	ln, err := listenPrivate(sock)
@@ -224,7 +225,7 @@ func (a *agentService) serveUnix(what, sock string, h http.Handler, channels boo
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
 	if channels {
-		ln, srv.ConnContext = gateway.Listener(ln), gateway.ConnContext
+		ln, srv.ConnContext = channel.Listener(ln), channel.ConnContext
 	}
 	a.wg.Add(1)
 	go func() {
