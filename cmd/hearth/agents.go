@@ -15,7 +15,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 
-	"hearth/appliance"
+	"hearth/client"
 )
 
 // agentVerbs are the agents subcommands, for usage errors.
@@ -55,7 +55,7 @@ func cmdAgents(args []string, stdout, stderr io.Writer) error {
 
 // agentArgs parses the flags of an agents command, --config and what fl
 // has, and wants lo to hi positional arguments; form is its usage.
-func agentArgs(fl *flag.FlagSet, args []string, lo, hi int, form string) (*appliance.Client, []string, error) {
+func agentArgs(fl *flag.FlagSet, args []string, lo, hi int, form string) (*client.Client, []string, error) {
 	config := fl.String("config", "", "config file")
 	pos, err := parseFlags(fl, args)
 	if err != nil {
@@ -64,7 +64,7 @@ func agentArgs(fl *flag.FlagSet, args []string, lo, hi int, form string) (*appli
 	if len(pos) < lo || len(pos) > hi {
 		return nil, nil, usageError{"usage: hearth agents " + form}
 	}
-	c, err := client(*config)
+	c, err := connect(*config)
 	return c, pos, err
 }
 
@@ -98,7 +98,7 @@ func printJSON(w io.Writer, v any) error {
 func agentList(args []string, stdout io.Writer) error {
 	fl := flag.NewFlagSet("agents list", flag.ContinueOnError)
 	asJSON := fl.Bool("json", false, "print JSON")
-	var f appliance.ExecutionFilter
+	var f client.ExecutionFilter
 	var status string
 	fl.StringVar(&f.Agent, "agent", "", "only this agent's executions")
 	fl.StringVar(&f.Session, "session", "", "only this session's executions")
@@ -116,13 +116,13 @@ func agentList(args []string, stdout io.Writer) error {
 		return err
 	}
 	return printList(stdout, *asJSON, list, "no executions: start one with 'hearth agents run AGENT \"PROMPT\"'",
-		func(e appliance.Execution) []string {
+		func(e client.Execution) []string {
 			return []string{e.Id, e.Agent, e.Session, string(e.Status), turnsOf(e), spendOf(e), ranFor(e, time.Now())}
 		})
 }
 
 // turnsOf is "turn 12/50", or "turn 12" without a turn limit.
-func turnsOf(e appliance.Execution) string {
+func turnsOf(e client.Execution) string {
 	if e.Limits.Turns > 0 {
 		return fmt.Sprintf("turn %d/%d", e.Turns, e.Limits.Turns)
 	}
@@ -130,7 +130,7 @@ func turnsOf(e appliance.Execution) string {
 }
 
 // spendOf is "$1.24 of $10.00", or "$1.24" without a budget.
-func spendOf(e appliance.Execution) string {
+func spendOf(e client.Execution) string {
 	if e.Limits.Usd > 0 {
 		return usd(e.Usd) + " of " + usd(e.Limits.Usd)
 	}
@@ -138,7 +138,7 @@ func spendOf(e appliance.Execution) string {
 }
 
 // ranFor is how long the execution has run (so far), or "pending".
-func ranFor(e appliance.Execution, now time.Time) string {
+func ranFor(e client.Execution, now time.Time) string {
 	if e.Started == nil {
 		return "not started"
 	}
@@ -194,7 +194,7 @@ func agentShow(args []string, stdout io.Writer) error {
 	return nil
 }
 
-func printExecution(w io.Writer, e appliance.Execution) {
+func printExecution(w io.Writer, e client.Execution) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, v string) {
 		if v != "" {
@@ -220,7 +220,7 @@ func printExecution(w io.Writer, e appliance.Execution) {
 	tw.Flush()
 }
 
-func limitsOf(l appliance.Limits) string {
+func limitsOf(l client.Limits) string {
 	var parts []string
 	if l.Usd > 0 {
 		parts = append(parts, usd(l.Usd))
@@ -252,7 +252,7 @@ func shortDuration(s string) string {
 	return d.String()
 }
 
-func spentOf(e appliance.Execution) string {
+func spentOf(e client.Execution) string {
 	s := fmt.Sprintf("%s, %s in / %s out tokens", plural(e.Turns, "turn"), humanize.Comma(e.Tokens.Input), humanize.Comma(e.Tokens.Output))
 	if e.Tokens.CacheRead > 0 || e.Tokens.CacheCreation > 0 {
 		s += fmt.Sprintf(" (cache: %s read, %s written)", humanize.Comma(e.Tokens.CacheRead), humanize.Comma(e.Tokens.CacheCreation))
@@ -288,7 +288,7 @@ func agentCancel(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if !appliance.Ended(e) {
+	if !client.Ended(e) {
 		fmt.Fprintf(stdout, "%s is still stopping (its agent gets KILL after the grace period); check with 'hearth agents show %s'\n", e.Id, e.Id)
 		return nil
 	}
@@ -316,7 +316,7 @@ func agentOutputs(args []string, stdout, stderr io.Writer) error {
 	if *dir != "" {
 		return downloadOutputs(ctx, c, pos[0], files, *dir, stderr)
 	}
-	return printList(stdout, *asJSON, files, "no files in the session's outputs/ yet", func(f appliance.OutputFile) []string {
+	return printList(stdout, *asJSON, files, "no files in the session's outputs/ yet", func(f client.OutputFile) []string {
 		mark := ""
 		if f.Matched {
 			mark = "matched"
@@ -327,7 +327,7 @@ func agentOutputs(args []string, stdout, stderr io.Writer) error {
 
 // downloadOutputs copies each file to dir, under its path below
 // outputs/; each file appears whole or not at all.
-func downloadOutputs(ctx context.Context, c *appliance.Client, id string, files []appliance.OutputFile, dir string, stderr io.Writer) error {
+func downloadOutputs(ctx context.Context, c *client.Client, id string, files []client.OutputFile, dir string, stderr io.Writer) error {
 	var total int64
 	for _, f := range files {
 		rel := strings.TrimPrefix(f.Path, "outputs/")
@@ -345,7 +345,7 @@ func downloadOutputs(ctx context.Context, c *appliance.Client, id string, files 
 	return nil
 }
 
-func downloadTo(ctx context.Context, c *appliance.Client, id, p, dst string) (int64, error) {
+func downloadTo(ctx context.Context, c *client.Client, id, p, dst string) (int64, error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return 0, err
 	}
@@ -379,7 +379,7 @@ func agentDefinitions(args []string, stdout io.Writer) error {
 		return err
 	}
 	return printList(stdout, *asJSON, defs, "no agents: put one TOML file per agent in the daemon's agents.dir, then hearth agents reload",
-		func(d appliance.AgentDefinition) []string {
+		func(d client.AgentDefinition) []string {
 			return []string{d.Name, d.Model, d.Image, limitsOf(d.Limits), oneLine(d.Description, 60)}
 		})
 }
@@ -413,7 +413,7 @@ func agentReload(args []string, stdout io.Writer) error {
 func agentSessions(args []string, stdout io.Writer) error {
 	fl := flag.NewFlagSet("agents sessions", flag.ContinueOnError)
 	asJSON := fl.Bool("json", false, "print JSON")
-	var f appliance.AgentSessionFilter
+	var f client.AgentSessionFilter
 	fl.StringVar(&f.Agent, "agent", "", "only this agent's sessions")
 	fl.IntVar(&f.Limit, "limit", 50, "at most this many, newest first")
 	c, _, err := agentArgs(fl, args, 0, 0, "sessions [--agent A] [--limit N] [--json]")
@@ -424,7 +424,7 @@ func agentSessions(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return printList(stdout, *asJSON, list, "no sessions yet", func(s appliance.AgentSession) []string {
+	return printList(stdout, *asJSON, list, "no sessions yet", func(s client.AgentSession) []string {
 		return []string{s.Id, s.Agent, humanize.Time(s.Created), s.LastExecution}
 	})
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 
-	"hearth/appliance"
+	"hearth/client"
 )
 
 // agentExecution prints an execution's whole event log with timestamps;
@@ -31,7 +31,7 @@ func agentExecution(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	p := eventPrinter{w: stdout, absolute: true}
-	show := func(ev appliance.Event) error {
+	show := func(ev client.Event) error {
 		if *asJSON {
 			b, _ := json.Marshal(ev)
 			_, err := fmt.Fprintf(stdout, "%s\n", b)
@@ -72,7 +72,7 @@ type eventPrinter struct {
 	start    time.Time
 }
 
-func (p eventPrinter) print(ev appliance.Event) {
+func (p eventPrinter) print(ev client.Event) {
 	what, text := describe(ev)
 	if what == "" {
 		return
@@ -89,7 +89,7 @@ func (p eventPrinter) print(ev appliance.Event) {
 
 // describe is an event's kind and one line about it; "" for an event not
 // worth a line.
-func describe(ev appliance.Event) (string, string) {
+func describe(ev client.Event) (string, string) {
 	var p map[string]any
 	json.Unmarshal(ev.Payload, &p)
 	str := func(k string) string { s, _ := p[k].(string); return s }

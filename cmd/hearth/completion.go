@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"hearth/appliance"
+	"hearth/client"
 )
 
 // Shell completion. The scripts are thin: they hand the words typed so far
@@ -199,7 +199,7 @@ func names(pos []string, config string) []string {
 	if len(pos) < 2 {
 		return nil
 	}
-	c, err := client(config)
+	c, err := connect(config)
 	if err != nil {
 		return nil
 	}
@@ -215,12 +215,12 @@ func names(pos []string, config string) []string {
 			out = append(out, d.Name)
 		}
 	case cmd == "agents resume" && first:
-		ss, _ := c.AgentSessions(ctx, appliance.AgentSessionFilter{})
+		ss, _ := c.AgentSessions(ctx, client.AgentSessionFilter{})
 		for _, s := range ss {
 			out = append(out, s.Id)
 		}
 	case slices.Contains([]string{"agents show", "agents execution", "agents logs", "agents outputs", "agents retry", "agents cancel"}, cmd) && first:
-		es, _ := c.Executions(ctx, appliance.ExecutionFilter{})
+		es, _ := c.Executions(ctx, client.ExecutionFilter{})
 		for _, e := range es {
 			out = append(out, e.Id)
 		}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"hearth/appliance"
+	"hearth/client"
 )
 
 func cmdCredits(args []string, stdout io.Writer) error {
@@ -32,7 +32,7 @@ func cmdCredits(args []string, stdout io.Writer) error {
 		if err != nil {
 			return usageError{fmt.Sprintf("credits add: %v", err)}
 		}
-		c, err := client(*config)
+		c, err := connect(*config)
 		if err != nil {
 			return err
 		}
@@ -54,7 +54,7 @@ func cmdCredits(args []string, stdout io.Writer) error {
 		if len(pos) != 0 {
 			return usageError{"usage: hearth credits show [--json]"}
 		}
-		c, err := client(*config)
+		c, err := connect(*config)
 		if err != nil {
 			return err
 		}
@@ -71,7 +71,7 @@ func cmdCredits(args []string, stdout io.Writer) error {
 	return usageError{fmt.Sprintf("credits: unknown command %q: use add or show", verb)}
 }
 
-func printCredits(w io.Writer, cr appliance.Credits) {
+func printCredits(w io.Writer, cr client.Credits) {
 	if cr.Enabled {
 		fmt.Fprintln(w, "credits are on: each execution reserves its budget from the balance")
 	} else {

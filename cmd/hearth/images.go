@@ -14,7 +14,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 
-	"hearth/appliance"
+	"hearth/client"
 )
 
 func cmdImages(args []string, stdout, stderr io.Writer) error {
@@ -35,21 +35,21 @@ func cmdImages(args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
-	var run func(context.Context, *appliance.Client) error
+	var run func(context.Context, *client.Client) error
 	switch verb {
 	case "build":
 		err = need("build NAME")
-		run = func(ctx context.Context, c *appliance.Client) error { return imgBuild(ctx, c, pos[0], stdout, stderr) }
+		run = func(ctx context.Context, c *client.Client) error { return imgBuild(ctx, c, pos[0], stdout, stderr) }
 	case "ls", "list":
-		run = func(ctx context.Context, c *appliance.Client) error { return imgList(ctx, c, stdout, *asJSON) }
+		run = func(ctx context.Context, c *client.Client) error { return imgList(ctx, c, stdout, *asJSON) }
 	case "inspect":
 		err = need("inspect NAME [--json]")
-		run = func(ctx context.Context, c *appliance.Client) error {
+		run = func(ctx context.Context, c *client.Client) error {
 			return imgInspect(ctx, c, pos[0], stdout, *asJSON)
 		}
 	case "rm":
 		err = need("rm NAME")
-		run = func(ctx context.Context, c *appliance.Client) error {
+		run = func(ctx context.Context, c *client.Client) error {
 			if err := c.RemoveImage(ctx, pos[0]); err != nil {
 				return err
 			}
@@ -62,7 +62,7 @@ func cmdImages(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c, err := client(*config)
+	c, err := connect(*config)
 	if err != nil {
 		return err
 	}
@@ -70,10 +70,10 @@ func cmdImages(args []string, stdout, stderr io.Writer) error {
 }
 
 // imgBuild shows the build's progress on stderr and the result on stdout.
-func imgBuild(ctx context.Context, c *appliance.Client, name string, stdout, stderr io.Writer) error {
+func imgBuild(ctx context.Context, c *client.Client, name string, stdout, stderr io.Writer) error {
 	start := time.Now()
 	img, err := c.BuildImage(ctx, name, stderr)
-	var ae *appliance.APIError
+	var ae *client.APIError
 	if errors.As(err, &ae) && ae.Step != "" {
 		return fmt.Errorf("%w\n(nothing was kept: fix the cause and run 'hearth images build %s' again)", err, name)
 	}
@@ -87,7 +87,7 @@ func imgBuild(ctx context.Context, c *appliance.Client, name string, stdout, std
 
 func shortHash(h string) string { return h[:min(len(h), 12)] }
 
-func imgList(ctx context.Context, c *appliance.Client, out io.Writer, asJSON bool) error {
+func imgList(ctx context.Context, c *client.Client, out io.Writer, asJSON bool) error {
 	list, err := c.Images(ctx)
 	if err != nil {
 		return err
@@ -113,7 +113,7 @@ func imgList(ctx context.Context, c *appliance.Client, out io.Writer, asJSON boo
 	return tw.Flush()
 }
 
-func imgInspect(ctx context.Context, c *appliance.Client, name string, out io.Writer, asJSON bool) error {
+func imgInspect(ctx context.Context, c *client.Client, name string, out io.Writer, asJSON bool) error {
 	m, err := c.InspectImage(ctx, name)
 	if err != nil {
 		return err

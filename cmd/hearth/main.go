@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"hearth/appliance"
+	"hearth/client"
 )
 
 // Exit codes scripts can rely on.
@@ -162,12 +163,12 @@ func exitCode(err error, stderr io.Writer) int {
 		return se.code
 	}
 	var ue usageError
-	var ae *appliance.APIError
+	var ae *client.APIError
 	fmt.Fprintf(stderr, "hearth: %v\n", err)
 	switch {
 	case errors.As(err, &ue), errors.Is(err, flag.ErrHelp):
 		return exitUsage
-	case errors.Is(err, appliance.ErrDaemonDown):
+	case errors.Is(err, client.ErrDaemonDown):
 		return exitDown
 	case errors.As(err, &ae) && ae.Code == "not_found":
 		return exitNotFound

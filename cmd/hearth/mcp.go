@@ -12,8 +12,8 @@ import (
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"hearth/appliance"
 	"hearth/appliance/mcp"
+	"hearth/client"
 )
 
 // cmdMCP serves Hearth's MCP server over stdin and stdout until the
@@ -30,13 +30,13 @@ func cmdMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(pos) != 0 {
 		return usageError{"usage: hearth mcp [--config FILE]"}
 	}
-	c, err := client(*config)
+	c, err := connect(*config)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if _, err := c.Agents(ctx); errors.Is(err, appliance.ErrDaemonDown) {
+	if _, err := c.Agents(ctx); errors.Is(err, client.ErrDaemonDown) {
 		fmt.Fprintf(stderr, "hearth mcp: %v; serving anyway, tools fail until it answers\n", err)
 	}
 	t := &mcpsdk.IOTransport{Reader: io.NopCloser(stdin), Writer: nopWriteCloser{stdout}}

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"hearth/appliance"
+	"hearth/client"
 )
 
 // maxStdin bounds what exec forwards from the CLI's standard input: the
@@ -65,24 +66,24 @@ func cmdSandboxes(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 // client returns a client for the daemon: the one at $HEARTH_ADDR
 // (host:port, with the token in $HEARTH_TOKEN) when that is set, else the
 // unix socket of the config named by --config.
-func client(config string) (*appliance.Client, error) {
+func connect(config string) (*client.Client, error) {
 	if addr := os.Getenv("HEARTH_ADDR"); addr != "" {
 		token := os.Getenv("HEARTH_TOKEN")
 		if token == "" {
 			return nil, usageError{"HEARTH_ADDR is set but HEARTH_TOKEN is not: set it to the daemon's token (its api.token_file, by default <state_dir>/api.token)"}
 		}
-		return appliance.NewTCPClient(addr, token), nil
+		return client.NewTCP(addr, token), nil
 	}
 	cfg, err := loadConfig(config)
 	if err != nil {
 		return nil, err
 	}
-	return appliance.NewClient(cfg.SocketPath()), nil
+	return client.New(cfg.SocketPath()), nil
 }
 
 // sbxArgs parses the flags of a sandboxes command, --config and what fl
 // has, and wants lo to hi positional arguments; form is its usage.
-func sbxArgs(fl *flag.FlagSet, args []string, lo, hi int, form string) (*appliance.Client, []string, error) {
+func sbxArgs(fl *flag.FlagSet, args []string, lo, hi int, form string) (*client.Client, []string, error) {
 	config := fl.String("config", "", "config file")
 	pos, err := parseFlags(fl, args)
 	if err != nil {
@@ -91,7 +92,7 @@ func sbxArgs(fl *flag.FlagSet, args []string, lo, hi int, form string) (*applian
 	if len(pos) < lo || len(pos) > hi {
 		return nil, nil, usageError{"usage: hearth sandboxes " + form}
 	}
-	c, err := client(*config)
+	c, err := connect(*config)
 	return c, pos, err
 }
 
@@ -123,7 +124,7 @@ func (s *sizeFlag) Set(v string) error {
 func sbxCreate(args []string, stdout io.Writer) error {
 	fl := flag.NewFlagSet("sandboxes create", flag.ContinueOnError)
 	config := fl.String("config", "", "config file")
-	var req appliance.CreateSandboxRequest
+	var req client.CreateSandboxRequest
 	var memory, disk, wsBytes sizeFlag
 	env := envFlag{}
 	fl.StringVar(&req.Image, "image", "", "image to boot (default: the config's sandbox.default_image)")
@@ -148,7 +149,7 @@ func sbxCreate(args []string, stdout io.Writer) error {
 		req.Id = pos[0]
 	}
 	req.Memory, req.Disk, req.Env, req.WorkspaceBytes = int64(memory), int64(disk), env, int64(wsBytes)
-	c, err := client(*config)
+	c, err := connect(*config)
 	if err != nil {
 		return err
 	}
@@ -164,7 +165,7 @@ func sbxExec(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fl := flag.NewFlagSet("sandboxes exec", flag.ContinueOnError)
 	fl.SetOutput(io.Discard)
 	config := fl.String("config", "", "config file")
-	var req appliance.ExecRequest
+	var req client.ExecRequest
 	env := envFlag{}
 	fl.StringVar(&req.User, "user", "", "user to run as: a name, UID or UID:GID")
 	fl.StringVar(&req.Cwd, "cwd", "", "directory to run in")
@@ -200,7 +201,7 @@ func sbxExec(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		}
 		req.Stdin = data
 	}
-	c, err := client(*config)
+	c, err := connect(*config)
 	if err != nil {
 		return err
 	}
@@ -212,7 +213,7 @@ func sbxExec(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 }
 
 // execStatus turns how the command ended into the CLI's exit status.
-func execStatus(st appliance.ExitStatus, req appliance.ExecRequest, stderr io.Writer) error {
+func execStatus(st client.ExitStatus, req client.ExecRequest, stderr io.Writer) error {
 	code := st.Code
 	if st.Signal != "" {
 		code = 128 + signalNumber(st.Signal)
@@ -262,7 +263,7 @@ func sbxCopy(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if (src == nil) == (dst == nil) {
 		return usageError{"sandboxes cp: exactly one of SRC and DST must be ID:/path; copy between sandboxes through the host"}
 	}
-	c, err := client(*config)
+	c, err := connect(*config)
 	if err != nil {
 		return err
 	}
@@ -273,7 +274,7 @@ func sbxCopy(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	return download(ctx, c, src[1], src[2], pos[1], stdout, stderr)
 }
 
-func upload(ctx context.Context, c *appliance.Client, local, id, remote string, stdin io.Reader, stderr io.Writer) error {
+func upload(ctx context.Context, c *client.Client, local, id, remote string, stdin io.Reader, stderr io.Writer) error {
 	r, mode := stdin, uint32(0o644)
 	if local != "-" {
 		f, err := os.Open(local)
@@ -301,7 +302,7 @@ func upload(ctx context.Context, c *appliance.Client, local, id, remote string, 
 	return nil
 }
 
-func download(ctx context.Context, c *appliance.Client, id, remote, local string, stdout, stderr io.Writer) error {
+func download(ctx context.Context, c *client.Client, id, remote, local string, stdout, stderr io.Writer) error {
 	if local == "-" {
 		_, _, err := c.Download(ctx, id, remote, stdout)
 		return err
@@ -343,7 +344,7 @@ func sbxLifecycle(verb string, args []string, stdout io.Writer) error {
 	if len(pos) != 1 {
 		return usageError{"usage: hearth sandboxes " + verb + " ID"}
 	}
-	c, err := client(*config)
+	c, err := connect(*config)
 	if err != nil {
 		return err
 	}
@@ -375,7 +376,7 @@ func sbxList(args []string, stdout io.Writer) error {
 	if pos, err := parseFlags(fl, args); err != nil || len(pos) > 0 {
 		return usageError{"usage: hearth sandboxes ls [--json]"}
 	}
-	c, err := client(*config)
+	c, err := connect(*config)
 	if err != nil {
 		return err
 	}
@@ -401,7 +402,7 @@ func sbxList(args []string, stdout io.Writer) error {
 }
 
 // cpuTime is the CPU time a sandbox used, "-" when unknown.
-func cpuTime(u *appliance.Usage) string {
+func cpuTime(u *client.Usage) string {
 	if u == nil {
 		return "-"
 	}
@@ -413,7 +414,7 @@ func cpuTime(u *appliance.Usage) string {
 }
 
 // memory is a sandbox's memory in use of its limit: 42 MiB/512 MiB.
-func memory(s appliance.Sandbox) string {
+func memory(s client.Sandbox) string {
 	if s.Usage == nil {
 		return usedOf(-1, s.Memory)
 	}
@@ -426,7 +427,7 @@ func memory(s appliance.Sandbox) string {
 
 // disk is what a sandbox wrote of its disk limit; the jail counts it only
 // when there is a limit.
-func disk(s appliance.Sandbox) string {
+func disk(s client.Sandbox) string {
 	if s.Usage == nil {
 		return usedOf(-1, s.Disk)
 	}
@@ -445,7 +446,7 @@ func usedOf(used, limit int64) string {
 	return u
 }
 
-func status(s appliance.Sandbox) string {
+func status(s client.Sandbox) string {
 	if s.AutoPaused {
 		return string(s.Status) + " (auto)"
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 
-	"hearth/appliance"
+	"hearth/client"
 )
 
 // Checkpoints are saved states of a sandbox's files outside the
@@ -53,7 +53,7 @@ func sbxListCheckpoints(args []string, stdout io.Writer) error {
 	}
 	if *asJSON {
 		if list == nil {
-			list = []appliance.Checkpoint{}
+			list = []client.Checkpoint{}
 		}
 		return json.NewEncoder(stdout).Encode(list)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 
-	"hearth/appliance"
+	"hearth/client"
 )
 
 // sbxJob runs the job commands: background commands in a sandbox that
@@ -55,7 +55,7 @@ func jobStart(args []string, stdout, stderr io.Writer) error {
 	fl := flag.NewFlagSet("sandboxes job start", flag.ContinueOnError)
 	fl.SetOutput(io.Discard)
 	config := fl.String("config", "", "config file")
-	var req appliance.JobRequest
+	var req client.JobRequest
 	env := envFlag{}
 	fl.StringVar(&req.User, "user", "", "user to run as: a name, UID or UID:GID")
 	fl.StringVar(&req.Cwd, "cwd", "", "directory to run in")
@@ -78,7 +78,7 @@ func jobStart(args []string, stdout, stderr io.Writer) error {
 	if len(req.Argv) == 0 {
 		return usageError{form + ": name the command to run"}
 	}
-	c, err := client(*config)
+	c, err := connect(*config)
 	if err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func jobList(args []string, stdout io.Writer) error {
 	}
 	if *asJSON {
 		if list == nil {
-			list = []appliance.Job{}
+			list = []client.Job{}
 		}
 		return json.NewEncoder(stdout).Encode(list)
 	}
@@ -122,7 +122,7 @@ func jobList(args []string, stdout io.Writer) error {
 
 // exitText says how a job ended: its status, the signal that killed it,
 // or "-" while it runs.
-func exitText(j appliance.Job) string {
+func exitText(j client.Job) string {
 	switch {
 	case j.Exit == nil:
 		return "-"
@@ -135,7 +135,7 @@ func exitText(j appliance.Job) string {
 }
 
 // took is how long a job ran, or has run so far.
-func took(j appliance.Job) string {
+func took(j client.Job) string {
 	end := time.Now()
 	if j.Ended != nil {
 		end = *j.Ended

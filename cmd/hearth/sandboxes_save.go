@@ -10,7 +10,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 
-	"hearth/appliance"
+	"hearth/client"
 )
 
 // sbxSave saves a sandbox's root as a new image, showing progress on
@@ -24,7 +24,7 @@ func sbxSave(args []string, stdout, stderr io.Writer) error {
 	id, name := pos[0], pos[1]
 	start := time.Now()
 	img, err := c.SaveSandbox(context.Background(), id, name, stderr)
-	var ae *appliance.APIError
+	var ae *client.APIError
 	if errors.As(err, &ae) && ae.Step != "" {
 		return fmt.Errorf("%w\n(nothing was kept: fix the cause and run 'hearth sandboxes save %s %s' again)", err, id, name)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 
-	"hearth/appliance"
+	"hearth/client"
 )
 
 const scheduleVerbs = "add, ls, rm, run or runs"
@@ -37,7 +37,7 @@ func cmdSchedules(args []string, stdout io.Writer) error {
 
 // scheduleArgs parses the flags of a schedules command, --config and what
 // fl has, and wants n positional arguments; form is its usage.
-func scheduleArgs(fl *flag.FlagSet, args []string, n int, form string) (*appliance.Client, []string, error) {
+func scheduleArgs(fl *flag.FlagSet, args []string, n int, form string) (*client.Client, []string, error) {
 	config := fl.String("config", "", "config file")
 	pos, err := parseFlags(fl, args)
 	if err != nil {
@@ -46,7 +46,7 @@ func scheduleArgs(fl *flag.FlagSet, args []string, n int, form string) (*applian
 	if len(pos) != n {
 		return nil, nil, usageError{"usage: hearth schedules " + form}
 	}
-	c, err := client(*config)
+	c, err := connect(*config)
 	return c, pos, err
 }
 
@@ -62,7 +62,7 @@ func scheduleAdd(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	s, err := c.AddSchedule(context.Background(), appliance.ScheduleRequest{Id: pos[0], Spec: pos[1], Agent: pos[2], Prompt: pos[3],
+	s, err := c.AddSchedule(context.Background(), client.ScheduleRequest{Id: pos[0], Spec: pos[1], Agent: pos[2], Prompt: pos[3],
 		Limits: rf.limits(), Overlap: *overlap, CatchUp: *catchUp})
 	if err != nil {
 		return err
@@ -106,7 +106,7 @@ func when(t time.Time) string {
 }
 
 // lastRun sums up a schedule's latest run: running, when and how it went.
-func lastRun(s appliance.Schedule) string {
+func lastRun(s client.Schedule) string {
 	r := s.Last
 	switch {
 	case s.Running > 0:
@@ -179,7 +179,7 @@ func scheduleRuns(args []string, stdout io.Writer) error {
 	return tw.Flush()
 }
 
-func runOutcome(r appliance.ScheduleRun) string {
+func runOutcome(r client.ScheduleRun) string {
 	kind := ""
 	if r.Manual {
 		kind = " (manual)"

@@ -13,12 +13,12 @@ import (
 
 	"github.com/dustin/go-humanize"
 
-	"hearth/appliance"
+	"hearth/client"
 )
 
 func cmdWorkspace(args []string, stdout io.Writer) error {
 	err := workspaceCmd(args, stdout)
-	var ae *appliance.APIError
+	var ae *client.APIError
 	if errors.As(err, &ae) && ae.Code == "not_found" {
 		return fmt.Errorf("%w (list what exists with 'hearth workspace ls' or 'hearth workspace snapshots SESSION')", err)
 	}
@@ -41,7 +41,7 @@ func workspaceCmd(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c, err := client(*config)
+	c, err := connect(*config)
 	if err != nil {
 		return err
 	}
@@ -125,7 +125,7 @@ func workspaceCmd(args []string, stdout io.Writer) error {
 		if len(pos) != 3 {
 			return usageError{"usage: hearth workspace branch SESSION SNAPSHOT NEW_SESSION"}
 		}
-		if err := c.Branch(ctx, appliance.BranchRequest{Session: pos[0], Snapshot: pos[1], NewSession: pos[2]}); err != nil {
+		if err := c.Branch(ctx, client.BranchRequest{Session: pos[0], Snapshot: pos[1], NewSession: pos[2]}); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "session %s starts from snapshot %s of %s\n", pos[2], pos[1], pos[0])
@@ -142,7 +142,7 @@ func scopeName(session string) string {
 	return "session " + session
 }
 
-func wsList(ctx context.Context, c *appliance.Client, out io.Writer, asJSON bool) error {
+func wsList(ctx context.Context, c *client.Client, out io.Writer, asJSON bool) error {
 	list, err := c.Sessions(ctx)
 	if err != nil {
 		return err
@@ -169,7 +169,7 @@ func wsList(ctx context.Context, c *appliance.Client, out io.Writer, asJSON bool
 	return tw.Flush()
 }
 
-func wsSnapshots(ctx context.Context, c *appliance.Client, out io.Writer, session string, asJSON bool) error {
+func wsSnapshots(ctx context.Context, c *client.Client, out io.Writer, session string, asJSON bool) error {
 	list, err := c.Snapshots(ctx, session)
 	if err != nil {
 		return err
