@@ -93,58 +93,61 @@ func (rf *runFlags) inputFiles() (map[string]string, error) {
 	return out, nil
 }
 
-func agentRun(args []string, stdout, stderr io.Writer) error {
-	fl := flag.NewFlagSet("agents run", flag.ContinueOnError)
+func agentRun(fl *flag.FlagSet) action {
 	var rf runFlags
 	rf.add(fl, true)
-	c, pos, err := agentArgs(fl, args, 2, 2, `run AGENT "PROMPT" [--input FILE]... [--budget USD] [--max-turns N] [--timeout D] [--session ID] [--detach]`)
-	if err != nil {
-		return err
-	}
-	files, err := rf.inputFiles()
-	if err != nil {
-		return err
-	}
-	req := client.DelegateRequest{Agent: pos[0], Prompt: pos[1], Limits: rf.limits(), Outputs: rf.outputs, Session: rf.session}
-	return startAndFollow(c, rf, stdout, stderr, func(ctx context.Context) (client.Execution, error) {
-		if len(files) > 0 {
-			return c.DelegateFiles(ctx, req, files)
+	return func(inv *env) error {
+		c, err := inv.client()
+		if err != nil {
+			return err
 		}
-		return c.Delegate(ctx, req)
-	})
+		files, err := rf.inputFiles()
+		if err != nil {
+			return err
+		}
+		req := client.DelegateRequest{Agent: inv.args[0], Prompt: inv.args[1], Limits: rf.limits(), Outputs: rf.outputs, Session: rf.session}
+		return startAndFollow(c, rf, inv.stdout, inv.stderr, func(ctx context.Context) (client.Execution, error) {
+			if len(files) > 0 {
+				return c.DelegateFiles(ctx, req, files)
+			}
+			return c.Delegate(ctx, req)
+		})
+	}
 }
 
-func agentResume(args []string, stdout, stderr io.Writer) error {
-	fl := flag.NewFlagSet("agents resume", flag.ContinueOnError)
+func agentResume(fl *flag.FlagSet) action {
 	var rf runFlags
 	rf.add(fl, false)
-	c, pos, err := agentArgs(fl, args, 2, 2, `resume SESSION "PROMPT" [--input FILE]... [--budget USD] [--max-turns N] [--timeout D] [--detach]`)
-	if err != nil {
-		return err
-	}
-	files, err := rf.inputFiles()
-	if err != nil {
-		return err
-	}
-	req := client.ResumeRequest{Prompt: pos[1], Limits: rf.limits()}
-	return startAndFollow(c, rf, stdout, stderr, func(ctx context.Context) (client.Execution, error) {
-		if len(files) > 0 {
-			return c.ResumeFiles(ctx, pos[0], req, files)
+	return func(inv *env) error {
+		c, err := inv.client()
+		if err != nil {
+			return err
 		}
-		return c.Resume(ctx, pos[0], req)
-	})
+		files, err := rf.inputFiles()
+		if err != nil {
+			return err
+		}
+		req := client.ResumeRequest{Prompt: inv.args[1], Limits: rf.limits()}
+		return startAndFollow(c, rf, inv.stdout, inv.stderr, func(ctx context.Context) (client.Execution, error) {
+			if len(files) > 0 {
+				return c.ResumeFiles(ctx, inv.args[0], req, files)
+			}
+			return c.Resume(ctx, inv.args[0], req)
+		})
+	}
 }
 
-func agentRetry(args []string, stdout, stderr io.Writer) error {
-	fl := flag.NewFlagSet("agents retry", flag.ContinueOnError)
+func agentRetry(fl *flag.FlagSet) action {
 	var rf runFlags
 	fl.BoolVar(&rf.detach, "detach", false, "print the execution id and leave it running")
 	fl.BoolVar(&rf.asJSON, "json", false, "print the execution as JSON instead of the stream")
-	c, pos, err := agentArgs(fl, args, 1, 1, "retry EXECUTION [--detach] [--json]")
-	if err != nil {
-		return err
+	return func(inv *env) error {
+		c, err := inv.client()
+		if err != nil {
+			return err
+		}
+		return startAndFollow(c, rf, inv.stdout, inv.stderr, func(ctx context.Context) (client.Execution, error) { return c.Retry(ctx, inv.args[0], false) })
 	}
-	return startAndFollow(c, rf, stdout, stderr, func(ctx context.Context) (client.Execution, error) { return c.Retry(ctx, pos[0], false) })
 }
 
 // startAndFollow starts the execution and, unless detached, streams its

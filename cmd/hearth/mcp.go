@@ -20,17 +20,11 @@ import (
 // client closes stdin or a signal stops it. It reaches the daemon through
 // the API like every other command; a daemon that is not running is said
 // on stderr, and each tool call fails until it answers.
-func cmdMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fl := flag.NewFlagSet("mcp", flag.ContinueOnError)
-	config := fl.String("config", "", "config file")
-	pos, err := parseFlags(fl, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 0 {
-		return usageError{"usage: hearth mcp [--config FILE]"}
-	}
-	c, err := connect(*config)
+func cmdMCP(*flag.FlagSet) action { return serveMCP }
+
+func serveMCP(inv *env) error {
+	stdin, stdout, stderr := inv.stdin, inv.stdout, inv.stderr
+	c, err := inv.client()
 	if err != nil {
 		return err
 	}
