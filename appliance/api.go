@@ -14,6 +14,7 @@ import (
 	"hearth/appliance/api"
 	"hearth/appliance/dashboard"
 	"hearth/appliance/mcp"
+	"hearth/client"
 	"hearth/fs"
 	"hearth/image"
 	"hearth/scheduler"
@@ -129,8 +130,8 @@ func (d *Daemon) routes() http.Handler {
 	mux.Handle("/", dashboard.RedirectBrowsers(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fail(w, &APIError{Code: codeNotFound, Message: fmt.Sprintf("no API route %s %s", r.Method, r.URL.Path), Status: http.StatusNotFound})
 	})))
-	mux.Handle(dashboard.Prefix, dashboard.Handler())      // the web dashboard, a client of this API
-	mux.Handle("/mcp", mcp.Handler(NewClient(d.Socket()))) // MCP over streamable HTTP, through the API like any client
+	mux.Handle(dashboard.Prefix, dashboard.Handler())       // the web dashboard, a client of this API
+	mux.Handle("/mcp", mcp.Handler(client.New(d.Socket()))) // MCP over streamable HTTP, through the API like any client
 	return api.HandlerWithOptions(&server{d: d}, api.StdHTTPServerOptions{
 		BaseRouter: mux,
 		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"hearth/appliance/api"
+	"hearth/client"
 )
 
 // Health is what the running daemon knows is wrong with its own state.
@@ -26,19 +27,13 @@ func (a *agentService) health() Health {
 	return Health{Store: strings.TrimPrefix(werr.Error(), "store "), StoreFailingSince: since.UTC()}
 }
 
-// Health asks the daemon what it knows is wrong with its own state.
-func (c *Client) Health(ctx context.Context) (Health, error) {
-	var out Health
-	return out, c.call(ctx, &out, func(ctx context.Context) (*http.Response, error) { return c.api.GetHealth(ctx) })
-}
-
 // daemonStoreCheck is the doctor's look at the running daemon's store:
 // whether its database takes writes. Without a daemon there is nothing
 // to look at.
 func daemonStoreCheck(cfg Config) Check {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	h, err := NewClient(cfg.SocketPath()).Health(ctx)
+	h, err := client.New(cfg.SocketPath()).Health(ctx)
 	switch {
 	case err != nil:
 		return Check{Name: "store", OK: true, Detail: "no daemon answering on " + cfg.SocketPath() + ": nothing to report"}
