@@ -22,6 +22,11 @@ func (s *server) GetHealth(w http.ResponseWriter, r *http.Request) {
 func (a *agentService) health() Health {
 	werr, since := a.store.WriteError()
 	if werr == nil {
+		// Writes go through now; a failure this hour (a full disk that
+		// stopped executions, freed since or not) is still news.
+		if last, at := a.store.LastWriteFailure(); last != nil && time.Since(at) < time.Hour {
+			return Health{StoreOk: true, Store: "ok; the last write refused, at " + at.UTC().Format(time.RFC3339) + ": " + strings.TrimPrefix(last.Error(), "store ")}
+		}
 		return Health{StoreOk: true, Store: "ok"}
 	}
 	return Health{Store: strings.TrimPrefix(werr.Error(), "store "), StoreFailingSince: since.UTC()}
@@ -37,6 +42,8 @@ func daemonStoreCheck(cfg Config) Check {
 	switch {
 	case err != nil:
 		return Check{Name: "store", OK: true, Detail: "no daemon answering on " + cfg.SocketPath() + ": nothing to report"}
+	case h.StoreOk && h.Store != "ok":
+		return Check{Name: "store", OK: true, Detail: "the daemon's store takes writes (" + h.Store + ")"}
 	case h.StoreOk:
 		return Check{Name: "store", OK: true, Detail: "the daemon's store takes writes"}
 	}

@@ -74,7 +74,7 @@ func TestHealthStoreFull(t *testing.T) {
 	if _, err := c.AddCredits(ctx, 0.01, "after"); err != nil {
 		t.Fatalf("AddCredits after freeing space: %v", err)
 	}
-	if h, err := c.Health(ctx); err != nil || !h.StoreOk {
-		t.Errorf("Health after freeing space = %+v, %v; want ok", h, err)
+	if h, err := c.Health(ctx); err != nil || !h.StoreOk || !strings.HasPrefix(h.Store, "ok; the last write refused, at ") || !strings.Contains(h.Store, "full") {
+		t.Errorf("Health after freeing space = %+v, %v; want ok, naming the last refusal", h, err)
 	}
 }

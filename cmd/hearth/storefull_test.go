@@ -84,8 +84,11 @@ func TestAgentStoreFull(t *testing.T) {
 	if x.Turns >= 7 {
 		t.Errorf("%d turns: the calls after the store failed were not refused", x.Turns)
 	}
-	if h, err := c.Health(ctx); err != nil || h.StoreOk || !strings.Contains(h.Store, "full") {
-		t.Errorf("health with the disk full = %+v, %v; want the store's write failing", h, err)
+	// Writes that fit in pages SQLite already holds may go through again
+	// on the full disk, so the health says either that writes fail or
+	// that the last one refused was for a full disk.
+	if h, err := c.Health(ctx); err != nil || !strings.Contains(h.Store, "full") {
+		t.Errorf("health with the disk full = %+v, %v; want the store's write failing, or its last refusal, for a full disk", h, err)
 	}
 
 	os.Remove(filler)
