@@ -469,7 +469,7 @@ type outcome struct {
 // see). The caller holds startMu.
 func (a *agentService) launch(run func(ctx context.Context) (agents.Result, error)) (store.Execution, <-chan outcome, error) {
 	if a.closed {
-		return store.Execution{}, nil, errorf(codeUnavailable, "the daemon is stopping")
+		return store.Execution{}, nil, unavailablef("the daemon is stopping")
 	}
 	accepted := make(chan store.Execution, 1)
 	done := make(chan outcome, 1)

@@ -17,6 +17,7 @@ import (
 	"hearth/fs"
 	"hearth/image"
 	"hearth/scheduler"
+	"hearth/vmm"
 	"hearth/vmm/guest"
 )
 
@@ -52,19 +53,6 @@ var codeStatus = map[string]int{
 	codeUnsupported: http.StatusNotImplemented, codeNoCredits: http.StatusPaymentRequired,
 }
 
-// codedError gives an error the API code it is reported with.
-type codedError struct {
-	code string
-	err  error
-}
-
-func (e *codedError) Error() string { return e.err.Error() }
-func (e *codedError) Unwrap() error { return e.err }
-
-func errorf(code, format string, args ...any) error {
-	return &codedError{code: code, err: fmt.Errorf(format, args...)}
-}
-
 // APIError is the body of every error response, and what the client
 // returns for one.
 type APIError struct {
@@ -77,20 +65,32 @@ type APIError struct {
 
 func (e *APIError) Error() string { return e.Message }
 
-// apiError maps errors to HTTP; this is the only place that does.
+// kindCode is the API code of each domain error (errors.go).
+var kindCode = map[error]string{
+	ErrNotFound: codeNotFound, ErrInvalid: codeBadRequest, ErrConflict: codeConflict,
+	ErrUnavailable: codeUnavailable, ErrUnsupported: codeUnsupported, ErrTooLarge: codeTooLarge,
+	ErrNoCredits: codeNoCredits,
+}
+
+// notFound are the not-found sentinels of the packages the services use.
+var notFound = []error{
+	ErrNotFound, fs.ErrNotFound, guest.ErrNotFound, image.ErrNotFound, store.ErrNotFound,
+	agents.ErrNotFound, scheduler.ErrNotFound, vmm.ErrNotFound,
+}
+
+// apiError maps errors to HTTP; this is the only place that does. A
+// domain error's own kind comes first (an invalid request that mentions
+// a missing file is invalid), then the sentinels it wraps.
 func apiError(err error) *APIError {
 	e := &APIError{Code: codeInternal, Message: err.Error()}
-	var ce *codedError
+	var ke *kindError
 	var se *image.StepError
 	switch {
-	case errors.As(err, &ce):
-		e.Code = ce.code
+	case errors.As(err, &ke):
+		e.Code = kindCode[ke.kind]
 	case errors.As(err, &se):
 		e.Code, e.Step = codeBuildFailed, se.Step
-	case errors.Is(err, fs.ErrNotFound), errors.Is(err, guest.ErrNotFound), errors.Is(err, image.ErrNotFound),
-		errors.Is(err, store.ErrNotFound), errors.Is(err, agents.ErrNotFound):
-		e.Code = codeNotFound
-	case errors.Is(err, scheduler.ErrNotFound):
+	case isAny(err, notFound):
 		e.Code = codeNotFound
 	case errors.Is(err, scheduler.ErrBusy):
 		e.Code = codeConflict
@@ -117,6 +117,15 @@ func apiError(err error) *APIError {
 		e.Status = codeStatus[e.Code]
 	}
 	return e
+}
+
+func isAny(err error, targets []error) bool {
+	for _, t := range targets {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
 }
 
 // server implements the generated interface over a daemon.

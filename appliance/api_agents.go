@@ -46,11 +46,11 @@ const promptPreview = 200
 func checkPrompt(p string) error {
 	switch {
 	case strings.TrimSpace(p) == "":
-		return errorf(codeBadRequest, "the prompt is empty: say what the agent should do")
+		return invalidf("the prompt is empty: say what the agent should do")
 	case len(p) > maxPrompt:
-		return errorf(codeTooLarge, "the prompt is %d bytes, more than the %d (1 MiB) a task may have: put the material in an input file (--input) and refer to it", len(p), maxPrompt)
+		return tooLargef("the prompt is %d bytes, more than the %d (1 MiB) a task may have: put the material in an input file (--input) and refer to it", len(p), maxPrompt)
 	case strings.ContainsRune(p, 0):
-		return errorf(codeBadRequest, "the prompt has a NUL byte at offset %d: send text", strings.IndexByte(p, 0))
+		return invalidf("the prompt has a NUL byte at offset %d: send text", strings.IndexByte(p, 0))
 	}
 	return nil
 }
@@ -60,7 +60,7 @@ const cancelWait = 30 * time.Second
 
 func (a *agentService) available() error {
 	if a.runner == nil {
-		return errorf(codeUnavailable, "agents are unavailable: %v", a.unavailable)
+		return unavailablef("agents are unavailable: %v", a.unavailable)
 	}
 	return nil
 }
@@ -102,7 +102,7 @@ func (a *agentService) check(ctx context.Context, t task) (store.Execution, <-ch
 			return store.Execution{}, nil, err
 		}
 		if t.Agent != "" && t.Agent != sess.Agent {
-			return store.Execution{}, nil, errorf(codeBadRequest, "session %s belongs to agent %s, not %s", sess.ID, sess.Agent, t.Agent)
+			return store.Execution{}, nil, invalidf("session %s belongs to agent %s, not %s", sess.ID, sess.Agent, t.Agent)
 		}
 		t.Agent = sess.Agent
 	}
@@ -112,14 +112,14 @@ func (a *agentService) check(ctx context.Context, t task) (store.Execution, <-ch
 	}
 	limits, err := def.Limits.Tighten(t.Limits)
 	if err != nil {
-		return store.Execution{}, nil, &codedError{code: codeBadRequest, err: fmt.Errorf("agent %s: %w", def.Name, err)}
+		return store.Execution{}, nil, invalid(fmt.Errorf("agent %s: %w", def.Name, err))
 	}
 	if err := checkInputs(t.Inputs); err != nil {
 		return store.Execution{}, nil, err
 	}
 	for name := range t.InputFiles {
 		if t.Inputs[name] != nil {
-			return store.Execution{}, nil, errorf(codeBadRequest, "input %q: given twice", name)
+			return store.Execution{}, nil, invalidf("input %q: given twice", name)
 		}
 	}
 	if err := checkOutputs(t.Outputs); err != nil {
@@ -143,7 +143,7 @@ func (a *agentService) startRetry(ctx context.Context, id string) (store.Executi
 		return store.Execution{}, nil, err
 	}
 	if !old.Status.Terminal() {
-		return store.Execution{}, nil, errorf(codeConflict, "execution %s is %s: retry it once it has ended (or cancel it)", id, old.Status)
+		return store.Execution{}, nil, conflictf("execution %s is %s: retry it once it has ended (or cancel it)", id, old.Status)
 	}
 	if _, err := a.idleSession(ctx, old.Session); err != nil {
 		return store.Execution{}, nil, err
@@ -164,7 +164,7 @@ func (a *agentService) startRetry(ctx context.Context, id string) (store.Executi
 func (a *agentService) idleSession(ctx context.Context, id string) (store.Session, error) {
 	sess, err := a.store.GetSession(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return sess, errorf(codeNotFound, "no session %s: list them with 'hearth agents sessions'", id)
+		return sess, notFoundf("no session %s: list them with 'hearth agents sessions'", id)
 	}
 	if err != nil {
 		return sess, err
@@ -174,7 +174,7 @@ func (a *agentService) idleSession(ctx context.Context, id string) (store.Sessio
 		return sess, err
 	}
 	if len(busy) > 0 {
-		return sess, errorf(codeConflict, "session %s is busy with execution %s: wait for it or cancel it ('hearth agents cancel %s')", id, busy[0].ID, busy[0].ID)
+		return sess, conflictf("session %s is busy with execution %s: wait for it or cancel it ('hearth agents cancel %s')", id, busy[0].ID, busy[0].ID)
 	}
 	return sess, nil
 }
@@ -184,7 +184,7 @@ func (a *agentService) idleSession(ctx context.Context, id string) (store.Sessio
 func (a *agentService) execution(ctx context.Context, id string) (store.Execution, error) {
 	e, err := a.store.GetExecution(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return e, errorf(codeNotFound, "no execution %s: list them with 'hearth agents list'", id)
+		return e, notFoundf("no execution %s: list them with 'hearth agents list'", id)
 	}
 	return e, err
 }
@@ -194,9 +194,9 @@ func (a *agentService) definition(name string) (*agents.Definition, error) {
 		return def, nil
 	}
 	if len(a.names()) == 0 {
-		return nil, errorf(codeNotFound, "no agent %q: none is defined; put one TOML file per agent in %s and run 'hearth agents reload'", name, a.cfg.AgentsDir())
+		return nil, notFoundf("no agent %q: none is defined; put one TOML file per agent in %s and run 'hearth agents reload'", name, a.cfg.AgentsDir())
 	}
-	return nil, errorf(codeNotFound, "no agent %q: the agents are %s ('hearth agents definitions')", name, strings.Join(a.names(), ", "))
+	return nil, notFoundf("no agent %q: the agents are %s ('hearth agents definitions')", name, strings.Join(a.names(), ", "))
 }
 
 // ready checks what the runner would only find out after recording the
@@ -210,14 +210,14 @@ func (a *agentService) ready(ctx context.Context, def *agents.Definition, usd fl
 		return nil
 	}
 	if usd <= 0 {
-		return errorf(codeBadRequest, "agent %s: credits are in use, so a task needs a budget: give one (--budget) or set limits.usd in the agent", def.Name)
+		return invalidf("agent %s: credits are in use, so a task needs a budget: give one (--budget) or set limits.usd in the agent", def.Name)
 	}
 	avail, _, _, err := a.store.Balance(ctx)
 	if err != nil {
 		return err
 	}
 	if avail < usd {
-		return errorf(codeNoCredits, "a budget of $%.2f needs that much credit, and $%.2f is available: add some with 'hearth credits add USD' or give a smaller budget", usd, avail)
+		return noCreditsf("a budget of $%.2f needs that much credit, and $%.2f is available: add some with 'hearth credits add USD' or give a smaller budget", usd, avail)
 	}
 	return nil
 }
@@ -231,7 +231,7 @@ func (a *agentService) imageInUse(ctx context.Context, name string) error {
 	}
 	for _, e := range running {
 		if def := a.def(e.Agent); def != nil && def.Image == name {
-			return errorf(codeConflict, "image %s is used by execution %s of agent %s: wait for it or cancel it", name, e.ID, e.Agent)
+			return conflictf("image %s is used by execution %s of agent %s: wait for it or cancel it", name, e.ID, e.Agent)
 		}
 	}
 	return nil
@@ -243,11 +243,11 @@ func checkInputs(inputs map[string][]byte) error {
 		total += len(data)
 	}
 	if total > maxInputs {
-		return errorf(codeTooLarge, "the input files are %d bytes in all, more than the %d (16 MiB) a JSON request may carry: stream them as multipart/form-data (as 'hearth agents run --input' does)", total, maxInputs)
+		return tooLargef("the input files are %d bytes in all, more than the %d (16 MiB) a JSON request may carry: stream them as multipart/form-data (as 'hearth agents run --input' does)", total, maxInputs)
 	}
 	for name := range inputs {
 		if name == "" || name == "." || name == ".." || path.Base(name) != name || strings.ContainsAny(name, "\\\x00") {
-			return errorf(codeBadRequest, "input %q: give a plain file name, without directories", name)
+			return invalidf("input %q: give a plain file name, without directories", name)
 		}
 	}
 	return nil
@@ -256,7 +256,7 @@ func checkInputs(inputs map[string][]byte) error {
 func checkOutputs(patterns []string) error {
 	for _, o := range patterns {
 		if _, err := path.Match(o, ""); err != nil || path.Clean(o) != o || !strings.HasPrefix(o, "outputs/") {
-			return errorf(codeBadRequest, "output pattern %q: must be a glob under outputs/, like outputs/*.md", o)
+			return invalidf("output pattern %q: must be a glob under outputs/, like outputs/*.md", o)
 		}
 	}
 	return nil
@@ -266,17 +266,17 @@ func checkOutputs(patterns []string) error {
 func limits(l api.Limits) (agents.Limits, error) {
 	out := agents.Limits{USD: l.Usd, Turns: l.Turns}
 	if err := store.CheckUSD(l.Usd); err != nil {
-		return out, errorf(codeBadRequest, "limits.usd: %v (0 or none for the agent's limit)", err)
+		return out, invalidf("limits.usd: %v (0 or none for the agent's limit)", err)
 	}
 	if l.WallTime != "" {
 		d, err := time.ParseDuration(l.WallTime)
 		if err != nil {
-			return out, errorf(codeBadRequest, "limits.wall_time %q: write a duration like 90s, 10m or 1h", l.WallTime)
+			return out, invalidf("limits.wall_time %q: write a duration like 90s, 10m or 1h", l.WallTime)
 		}
 		out.WallTime = agents.Duration(d)
 	}
 	if out.USD < 0 || out.Turns < 0 || out.WallTime < 0 {
-		return out, errorf(codeBadRequest, "limits must not be negative")
+		return out, invalidf("limits must not be negative")
 	}
 	return out, nil
 }
@@ -342,7 +342,7 @@ func (s *server) DelegateTask(w http.ResponseWriter, r *http.Request) {
 	}
 	lim, err := limits(req.Limits)
 	if err == nil && req.Agent == "" && req.Session == "" {
-		err = errorf(codeBadRequest, "name the agent to delegate to (agent)")
+		err = invalidf("name the agent to delegate to (agent)")
 	}
 	if err != nil {
 		os.RemoveAll(staging)
@@ -386,13 +386,13 @@ func (s *server) ListExecutions(w http.ResponseWriter, r *http.Request, params a
 	f := store.ExecutionFilter{Agent: params.Agent, Session: params.Session, Before: params.Before, Limit: params.Limit,
 		PromptPreview: promptPreview}
 	if params.Limit < 0 {
-		fail(w, apiError(errorf(codeBadRequest, "limit must not be negative")))
+		fail(w, apiError(invalidf("limit must not be negative")))
 		return
 	}
 	for _, st := range params.Status {
 		for _, one := range strings.Split(st, ",") {
 			if !store.Status(one).Valid() {
-				fail(w, apiError(errorf(codeBadRequest, "status %q: use pending, running, completed, failed, budget_exceeded, timed_out, cancelled or interrupted", one)))
+				fail(w, apiError(invalidf("status %q: use pending, running, completed, failed, budget_exceeded, timed_out, cancelled or interrupted", one)))
 				return
 			}
 			f.Status = append(f.Status, store.Status(one))
@@ -410,7 +410,7 @@ func (s *server) CancelExecution(w http.ResponseWriter, r *http.Request, id api.
 	a := s.d.agents
 	e, err := a.execution(r.Context(), id)
 	if err == nil && e.Status.Terminal() {
-		err = errorf(codeConflict, "execution %s has already ended (%s)", id, e.Status)
+		err = conflictf("execution %s has already ended (%s)", id, e.Status)
 	}
 	if err == nil {
 		err = a.available()
@@ -483,7 +483,7 @@ func (s *server) ListAgents(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) ListAgentSessions(w http.ResponseWriter, r *http.Request, params api.ListAgentSessionsParams) {
 	if params.Limit < 0 {
-		fail(w, apiError(errorf(codeBadRequest, "limit must not be negative")))
+		fail(w, apiError(invalidf("limit must not be negative")))
 		return
 	}
 	list, err := s.d.agents.store.ListSessions(r.Context(), store.SessionFilter{Agent: params.Agent, Before: params.Before, Limit: params.Limit})
@@ -532,7 +532,7 @@ func (s *server) DownloadOutput(w http.ResponseWriter, r *http.Request, id api.E
 	}
 	rel := strings.TrimPrefix(name, "outputs/")
 	if !filepath.IsLocal(rel) || strings.ContainsRune(rel, '\\') {
-		fail(w, apiError(errorf(codeBadRequest, "output %q: name a file under outputs/, like report.md", name)))
+		fail(w, apiError(invalidf("output %q: name a file under outputs/, like report.md", name)))
 		return
 	}
 	f, fi, err := openOutput(filepath.Join(a.cfg.Workspace.Mount, e.Session), path.Join("outputs", rel))
@@ -552,22 +552,22 @@ func (s *server) DownloadOutput(w http.ResponseWriter, r *http.Request, id api.E
 func openOutput(dir, p string) (*os.File, os.FileInfo, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return nil, nil, errorf(codeNotFound, "the session's directory is gone: %v", err)
+		return nil, nil, notFoundf("the session's directory is gone: %v", err)
 	}
 	defer root.Close()
 	if fi, err := root.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-		return nil, nil, errorf(codeBadRequest, "%s is a symbolic link: download what it points to", p)
+		return nil, nil, invalidf("%s is a symbolic link: download what it points to", p)
 	}
 	f, err := root.Open(p)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return nil, nil, errorf(codeNotFound, "no file %s in the session: list them with 'hearth agents outputs'", p)
+		return nil, nil, notFoundf("no file %s in the session: list them with 'hearth agents outputs'", p)
 	case err != nil:
-		return nil, nil, errorf(codeBadRequest, "%s: %v", p, err)
+		return nil, nil, invalidf("%s: %v", p, err)
 	}
 	fi, err := f.Stat()
 	if err == nil && !fi.Mode().IsRegular() {
-		err = errorf(codeBadRequest, "%s is not a regular file", p)
+		err = invalidf("%s is not a regular file", p)
 	}
 	if err != nil {
 		f.Close()
@@ -591,7 +591,7 @@ func (s *server) AddCredits(w http.ResponseWriter, r *http.Request) {
 		if err == nil {
 			err = errors.New("0 adds nothing: give a positive number of dollars")
 		}
-		fail(w, apiError(errorf(codeBadRequest, "usd: %v", err)))
+		fail(w, apiError(invalidf("usd: %v", err)))
 		return
 	}
 	if err := a.store.AddCredits(r.Context(), req.Usd, req.Note); err != nil {

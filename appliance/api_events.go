@@ -27,7 +27,7 @@ const keepAlive = 15 * time.Second
 
 func (s *server) ExecutionEvents(w http.ResponseWriter, r *http.Request, id api.ExecutionID, params api.ExecutionEventsParams) {
 	if params.After < 0 || params.Limit < 0 {
-		fail(w, apiError(errorf(codeBadRequest, "after and limit must not be negative")))
+		fail(w, apiError(invalidf("after and limit must not be negative")))
 		return
 	}
 	if wantsSSE(r) {
@@ -86,7 +86,7 @@ func (a *agentService) streamEvents(w http.ResponseWriter, r *http.Request, id s
 	if params.LastEventID != "" {
 		n, err := strconv.ParseInt(params.LastEventID, 10, 64)
 		if err != nil || n < 0 {
-			fail(w, apiError(errorf(codeBadRequest, "Last-Event-ID %q: not an event seq", params.LastEventID)))
+			fail(w, apiError(invalidf("Last-Event-ID %q: not an event seq", params.LastEventID)))
 			return
 		}
 		after = n

@@ -77,7 +77,7 @@ func optDuration(key, v string) (*time.Duration, error) {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
-		return nil, errorf(codeBadRequest, "%s %q: write a duration like 90s, 10m or 1h", key, v)
+		return nil, invalidf("%s %q: write a duration like 90s, 10m or 1h", key, v)
 	}
 	return &d, nil
 }
@@ -170,7 +170,7 @@ func (s *server) DownloadSandboxFile(w http.ResponseWriter, r *http.Request, id 
 			return err
 		}
 		if fi.IsDir {
-			return errorf(codeBadRequest, "%s is a directory: download one file at a time", params.Path)
+			return invalidf("%s is a directory: download one file at a time", params.Path)
 		}
 		lw.size, lw.mode = fi.Size, fi.Mode
 		_, err = gc.Download(r.Context(), params.Path, lw)
@@ -218,7 +218,7 @@ func (s *server) UploadSandboxFile(w http.ResponseWriter, r *http.Request, id ap
 	if params.Mode != "" {
 		var err error
 		if mode, err = strconv.ParseUint(params.Mode, 8, 32); err != nil || mode > 0o7777 {
-			fail(w, apiError(errorf(codeBadRequest, "mode %q: give permission bits in octal, like 0644", params.Mode)))
+			fail(w, apiError(invalidf("mode %q: give permission bits in octal, like 0644", params.Mode)))
 			return
 		}
 	}
@@ -244,7 +244,7 @@ func tooLarge(size, limit int64) error {
 	if size >= 0 {
 		what = fmt.Sprintf("the upload of %d bytes", size)
 	}
-	return errorf(codeTooLarge, "%s is over the daemon's limit of %d bytes: raise max_upload under [sandbox] in the config, or split the file", what, limit)
+	return tooLargef("%s is over the daemon's limit of %d bytes: raise max_upload under [sandbox] in the config, or split the file", what, limit)
 }
 
 // limitedReader fails a read past the limit and remembers that it did.

@@ -39,7 +39,7 @@ var imageNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 func checkImageName(name string) error {
 	if !imageNameRe.MatchString(name) || strings.Contains(name, "..") {
-		return errorf(codeBadRequest, "image name %q: use lowercase letters, digits, '.', '_' or '-'", name)
+		return invalidf("image name %q: use lowercase letters, digits, '.', '_' or '-'", name)
 	}
 	return nil
 }
@@ -64,9 +64,9 @@ func (s *imageService) resolve(name string) (image.Image, error) {
 	img, err := s.builder.Get(name)
 	if errors.Is(err, image.ErrNotFound) {
 		if _, rerr := s.catalog.Get(name); rerr != nil {
-			return image.Image{}, errorf(codeNotFound, "no image %s: the recipes are %s", name, strings.Join(s.catalog.Names(), ", "))
+			return image.Image{}, notFoundf("no image %s: the recipes are %s", name, strings.Join(s.catalog.Names(), ", "))
 		}
-		return image.Image{}, errorf(codeNotFound, "image %s is not built yet: run `hearth images build %s` first", name, name)
+		return image.Image{}, notFoundf("image %s is not built yet: run `hearth images build %s` first", name, name)
 	}
 	return img, err
 }
@@ -123,7 +123,7 @@ func (s *imageService) checkSaveName(name string) error {
 		return err
 	}
 	if _, err := s.catalog.Get(name); err == nil {
-		return errorf(codeConflict, "image %s is a recipe's name, and building the recipe would replace the saved image: choose another name", name)
+		return conflictf("image %s is a recipe's name, and building the recipe would replace the saved image: choose another name", name)
 	}
 	return nil
 }
@@ -151,7 +151,7 @@ func (s *imageService) checkRecipe(name string) error {
 		return err
 	}
 	if _, err := s.catalog.Get(name); err != nil {
-		return errorf(codeNotFound, "no image recipe %s: the recipes are %s", name, strings.Join(s.catalog.Names(), ", "))
+		return notFoundf("no image recipe %s: the recipes are %s", name, strings.Join(s.catalog.Names(), ", "))
 	}
 	return nil
 }
@@ -163,7 +163,7 @@ func (s *imageService) Remove(name string) error {
 	}
 	if err := s.builder.Remove(name); err != nil {
 		if errors.Is(err, image.ErrNotFound) {
-			return errorf(codeNotFound, "image %s is not built: list the built ones with `hearth images ls`", name)
+			return notFoundf("image %s is not built: list the built ones with `hearth images ls`", name)
 		}
 		return err
 	}

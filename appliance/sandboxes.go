@@ -185,7 +185,7 @@ func guestAgentPath(cfg Config) (string, error) {
 
 func (m *sandboxManager) available() error {
 	if m.driver == nil {
-		return errorf(codeUnavailable, "sandboxes are unavailable: %v", m.driverErr)
+		return unavailablef("sandboxes are unavailable: %v", m.driverErr)
 	}
 	return nil
 }
@@ -209,7 +209,7 @@ var (
 
 func validSandboxID(id string) error {
 	if !sandboxIDRe.MatchString(id) {
-		return errorf(codeBadRequest, "sandbox id %q: use 1-63 lowercase letters, digits or '-', starting with a letter or digit", id)
+		return invalidf("sandbox id %q: use 1-63 lowercase letters, digits or '-', starting with a letter or digit", id)
 	}
 	return nil
 }
@@ -218,7 +218,7 @@ func validSandboxID(id string) error {
 // free.
 func validNewSandboxID(id string) error {
 	if strings.HasPrefix(id, executionPrefix) {
-		return errorf(codeBadRequest, "sandbox id %q: ids starting with %q are the machines of agent executions: pick another", id, executionPrefix)
+		return invalidf("sandbox id %q: ids starting with %q are the machines of agent executions: pick another", id, executionPrefix)
 	}
 	return validSandboxID(id)
 }
@@ -246,11 +246,11 @@ func (m *sandboxManager) withDefaults(spec createSpec) (createSpec, error) {
 	}
 	if spec.Session != "" {
 		if err := fs.ValidateID("session", spec.Session); err != nil {
-			return spec, &codedError{code: codeBadRequest, err: err}
+			return spec, invalid(err)
 		}
 	}
 	if spec.CPUs < 0 || spec.Memory < 0 || spec.Pids < 0 || spec.Disk < 0 || spec.WorkspaceBytes < 0 || spec.WorkspaceFiles < 0 {
-		return spec, errorf(codeBadRequest, "sandbox %s: cpus, memory, pids, disk, workspace_bytes and workspace_files must not be negative", spec.ID)
+		return spec, invalidf("sandbox %s: cpus, memory, pids, disk, workspace_bytes and workspace_files must not be negative", spec.ID)
 	}
 	def := func(v *int64, d int64) {
 		if *v == 0 {
@@ -265,12 +265,12 @@ func (m *sandboxManager) withDefaults(spec createSpec) (createSpec, error) {
 	}
 	for k := range spec.Env {
 		if !envKeyRe.MatchString(k) {
-			return spec, errorf(codeBadRequest, "sandbox %s: environment variable name %q: use letters, digits and '_'", spec.ID, k)
+			return spec, invalidf("sandbox %s: environment variable name %q: use letters, digits and '_'", spec.ID, k)
 		}
 	}
 	for _, t := range []**time.Duration{&spec.IdleTimeout, &spec.ExecTimeout} {
 		if *t != nil && **t < 0 {
-			return spec, errorf(codeBadRequest, "sandbox %s: timeouts must not be negative", spec.ID)
+			return spec, invalidf("sandbox %s: timeouts must not be negative", spec.ID)
 		}
 	}
 	if spec.IdleTimeout == nil {
@@ -325,7 +325,7 @@ func (m *sandboxManager) reserve(id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.boxes[id] != nil || m.reserved[id] {
-		return errorf(codeConflict, "sandbox %s already exists: pick another id or destroy it first", id)
+		return conflictf("sandbox %s already exists: pick another id or destroy it first", id)
 	}
 	m.reserved[id] = true
 	return nil
@@ -382,7 +382,7 @@ func (m *sandboxManager) boot(ctx context.Context, spec createSpec, img image.Im
 	}
 	if s.m, err = m.driver.Create(ctx, vspec); err != nil {
 		if errors.Is(err, vmm.ErrExists) {
-			return nil, errorf(codeConflict, "sandbox %s: a machine with this id is still running: destroy it or pick another id", spec.ID)
+			return nil, conflictf("sandbox %s: a machine with this id is still running: destroy it or pick another id", spec.ID)
 		}
 		return nil, err
 	}
@@ -462,7 +462,7 @@ func (m *sandboxManager) get(id string) (*sandbox, error) {
 	s := m.boxes[id]
 	m.mu.Unlock()
 	if s == nil {
-		return nil, errorf(codeNotFound, "no sandbox %s: list them with `hearth sandboxes ls`", id)
+		return nil, notFoundf("no sandbox %s: list them with `hearth sandboxes ls`", id)
 	}
 	return s, nil
 }
@@ -477,7 +477,7 @@ func (m *sandboxManager) lock(id string) (*sandbox, error) {
 	s.mu.Lock()
 	if s.destroyed {
 		s.mu.Unlock()
-		return nil, errorf(codeNotFound, "no sandbox %s: it was just destroyed", id)
+		return nil, notFoundf("no sandbox %s: it was just destroyed", id)
 	}
 	return s, nil
 }
@@ -599,7 +599,7 @@ func (m *sandboxManager) resumeLocked(ctx context.Context, s *sandbox, what stri
 }
 
 func errStopped(id string) error {
-	return errorf(codeConflict, "sandbox %s has stopped (its machine is gone): destroy it with `hearth sandboxes destroy %s` and create a new one", id, id)
+	return conflictf("sandbox %s has stopped (its machine is gone): destroy it with `hearth sandboxes destroy %s` and create a new one", id, id)
 }
 
 // use marks the sandbox busy for one exec, file or job call, resuming it
@@ -618,7 +618,7 @@ func (m *sandboxManager) use(ctx context.Context, id string) (s *sandbox, releas
 	case s.op == opRestore:
 		return nil, nil, s.busy()
 	case s.rec.Paused == pausedByUser:
-		return nil, nil, errorf(codeConflict, "sandbox %s is paused: run `hearth sandboxes resume %s` first", id, id)
+		return nil, nil, conflictf("sandbox %s is paused: run `hearth sandboxes resume %s` first", id, id)
 	case s.rec.Paused == pausedIdle && s.op != "":
 		return nil, nil, s.busy() // resuming would thaw it in the middle of a copy
 	case s.rec.Paused == pausedIdle:
@@ -699,9 +699,9 @@ func (m *sandboxManager) removeImage(name string) error {
 	switch len(users) {
 	case 0:
 	case 1:
-		return errorf(codeConflict, "image %s is used by sandbox %s: destroy it first", name, users[0])
+		return conflictf("image %s is used by sandbox %s: destroy it first", name, users[0])
 	default:
-		return errorf(codeConflict, "image %s is used by sandboxes %s: destroy them first", name, strings.Join(users, ", "))
+		return conflictf("image %s is used by sandboxes %s: destroy them first", name, strings.Join(users, ", "))
 	}
 	return m.images.Remove(name)
 }

@@ -49,11 +49,11 @@ func (s *sandbox) busy() error {
 	if s.op == "" {
 		return nil
 	}
-	return errorf(codeConflict, "sandbox %s is busy with a %s: try again when it is done", s.rec.ID, s.op)
+	return conflictf("sandbox %s is busy with a %s: try again when it is done", s.rec.ID, s.op)
 }
 
 func (m *sandboxManager) unsupported(id, what string) error {
-	return errorf(codeUnsupported, "sandbox %s runs on the %s tier, whose machines cannot %s", id, m.driverName(), what)
+	return unsupportedf("sandbox %s runs on the %s tier, whose machines cannot %s", id, m.driverName(), what)
 }
 
 func (m *sandboxManager) checkpointer(s *sandbox) (vmm.Checkpointer, error) {
@@ -65,13 +65,13 @@ func (m *sandboxManager) checkpointer(s *sandbox) (vmm.Checkpointer, error) {
 
 func checkCheckpointName(name string) error {
 	if err := vmm.CheckName("checkpoint", name); err != nil {
-		return &codedError{code: codeBadRequest, err: err}
+		return invalid(err)
 	}
 	return nil
 }
 
 func errNoCheckpoint(id, name string) error {
-	return errorf(codeNotFound, "sandbox %s has no checkpoint %s: list them with `hearth sandboxes checkpoints %s`", id, name, id)
+	return notFoundf("sandbox %s has no checkpoint %s: list them with `hearth sandboxes checkpoints %s`", id, name, id)
 }
 
 // Checkpoint saves the sandbox's writable layer as name (generated when
@@ -94,7 +94,7 @@ func (m *sandboxManager) Checkpoint(ctx context.Context, id, name string) (vmm.C
 	}
 	start := time.Now()
 	if err := c.Checkpoint(ctx, name); errors.Is(err, vmm.ErrExists) {
-		return vmm.Checkpoint{}, errorf(codeConflict, "sandbox %s already has a checkpoint %s: pick another name, or delete it with `hearth sandboxes checkpoint-rm %s %s`",
+		return vmm.Checkpoint{}, conflictf("sandbox %s already has a checkpoint %s: pick another name, or delete it with `hearth sandboxes checkpoint-rm %s %s`",
 			id, name, id, name)
 	} else if err != nil {
 		return vmm.Checkpoint{}, err // it names the machine, which is the sandbox

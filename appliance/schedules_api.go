@@ -35,9 +35,9 @@ func (s *server) AddSchedule(w http.ResponseWriter, r *http.Request) {
 		err = s.d.sched.sch.Create(sc)
 		switch {
 		case errors.Is(err, scheduler.ErrExists):
-			err = errorf(codeConflict, "schedule %s already exists: remove it first ('hearth schedules rm %s'), or pick another id", sc.ID, sc.ID)
+			err = conflictf("schedule %s already exists: remove it first ('hearth schedules rm %s'), or pick another id", sc.ID, sc.ID)
 		case err != nil && !errors.Is(err, scheduler.ErrClosed):
-			err = &codedError{code: codeBadRequest, err: err}
+			err = invalid(err)
 		}
 	}
 	if err != nil {
@@ -51,7 +51,7 @@ func (s *server) AddSchedule(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	fail(w, apiError(errorf(codeConflict, "schedule %s was removed as it was added", sc.ID)))
+	fail(w, apiError(conflictf("schedule %s was removed as it was added", sc.ID)))
 }
 
 // schedule checks a request's task and makes its schedule.
@@ -68,7 +68,7 @@ func (ss *scheduleService) schedule(req api.ScheduleRequest) (scheduler.Schedule
 		return scheduler.Schedule{}, err
 	}
 	if _, err := def.Limits.Tighten(lim); err != nil {
-		return scheduler.Schedule{}, errorf(codeBadRequest, "agent %s: %v", def.Name, err)
+		return scheduler.Schedule{}, invalidf("agent %s: %v", def.Name, err)
 	}
 	payload, err := json.Marshal(schedulePayload{Agent: def.Name, Prompt: req.Prompt, Limits: lim, Source: sourceAPI})
 	if err != nil {
@@ -102,7 +102,7 @@ func (s *server) ListScheduleRuns(w http.ResponseWriter, r *http.Request, id api
 		return
 	}
 	if len(runs) == 0 && !s.d.sched.known(id) {
-		fail(w, apiError(errorf(codeNotFound, "no schedule %s: list them with 'hearth schedules ls'", id)))
+		fail(w, apiError(notFoundf("no schedule %s: list them with 'hearth schedules ls'", id)))
 		return
 	}
 	out := make([]api.ScheduleRun, 0, len(runs))
