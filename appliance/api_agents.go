@@ -222,9 +222,9 @@ func (a *agentService) ready(ctx context.Context, def *agents.Definition, usd fl
 	return nil
 }
 
-// imageInUse refuses to remove an image an execution runs on: its
+// ImageInUse refuses to remove an image an execution runs on: its
 // machine's root is an overlay over the image's directory.
-func (a *agentService) imageInUse(ctx context.Context, name string) error {
+func (a *agentService) ImageInUse(ctx context.Context, name string) error {
 	running, err := a.store.ListExecutions(ctx, store.ExecutionFilter{Status: []store.Status{store.Pending, store.Running}})
 	if err != nil {
 		return err

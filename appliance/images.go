@@ -44,9 +44,12 @@ func checkImageName(name string) error {
 	return nil
 }
 
-// current reports whether img is the version sandboxes get: built from
+// Recipes names the image recipes, sorted.
+func (s *imageService) Recipes() []string { return s.catalog.Names() }
+
+// Current reports whether img is the version sandboxes get: built from
 // its recipe as it is now or, for a saved image (no recipe), the newest.
-func (s *imageService) current(img image.Image) bool {
+func (s *imageService) Current(img image.Image) bool {
 	if h, err := s.catalog.Hash(img.Name); err == nil {
 		return h == img.Hash
 	}
@@ -145,8 +148,8 @@ func (s *imageService) Save(ctx context.Context, name string, parent image.Image
 	return img, nil
 }
 
-// checkRecipe returns a not_found error if no recipe is named name.
-func (s *imageService) checkRecipe(name string) error {
+// CheckRecipe returns a not_found error if no recipe is named name.
+func (s *imageService) CheckRecipe(name string) error {
 	if err := checkImageName(name); err != nil {
 		return err
 	}

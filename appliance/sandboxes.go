@@ -284,9 +284,9 @@ func (m *sandboxManager) withDefaults(spec createSpec) (createSpec, error) {
 	return spec, nil
 }
 
-// Create boots a sandbox and returns once its agent answers. The image
+// create boots a sandbox and returns once its agent answers. The image
 // must be built; the session is made if missing.
-func (m *sandboxManager) Create(ctx context.Context, spec createSpec) (*sandbox, error) {
+func (m *sandboxManager) create(ctx context.Context, spec createSpec) (*sandbox, error) {
 	if err := m.available(); err != nil {
 		return nil, err
 	}
@@ -501,8 +501,8 @@ func (m *sandboxManager) lockRunning(id string) (*sandbox, error) {
 	return s, nil
 }
 
-// List returns the sandboxes, oldest first.
-func (m *sandboxManager) List() []*sandbox {
+// list returns the sandboxes, oldest first.
+func (m *sandboxManager) list() []*sandbox {
 	m.mu.Lock()
 	out := make([]*sandbox, 0, len(m.boxes))
 	for _, s := range m.boxes {
@@ -555,8 +555,8 @@ func (m *sandboxManager) Destroy(ctx context.Context, id string) error {
 	return nil
 }
 
-// Pause freezes the sandbox on request; it stays paused until Resume.
-func (m *sandboxManager) Pause(ctx context.Context, id string) (*sandbox, error) {
+// pause freezes the sandbox on request; it stays paused until Resume.
+func (m *sandboxManager) pause(ctx context.Context, id string) (*sandbox, error) {
 	s, err := m.lockRunning(id)
 	if err != nil {
 		return nil, err
@@ -575,8 +575,8 @@ func (m *sandboxManager) Pause(ctx context.Context, id string) (*sandbox, error)
 	return s, nil
 }
 
-// Resume thaws a paused sandbox. Idempotent.
-func (m *sandboxManager) Resume(ctx context.Context, id string) (*sandbox, error) {
+// resume thaws a paused sandbox. Idempotent.
+func (m *sandboxManager) resume(ctx context.Context, id string) (*sandbox, error) {
 	s, err := m.lockRunning(id)
 	if err != nil {
 		return nil, err
@@ -647,7 +647,7 @@ func (m *sandboxManager) Close() error {
 	m.closeOnce.Do(func() {
 		close(m.stop)
 		m.wg.Wait()
-		for _, s := range m.List() {
+		for _, s := range m.list() {
 			m.release(s)
 		}
 	})
@@ -682,16 +682,16 @@ func (m *sandboxManager) driverName() string {
 	return m.driver.Name()
 }
 
-// removeImage deletes an image unless a sandbox boots from it: a jail's
+// RemoveImage deletes an image unless a sandbox boots from it: a jail's
 // root is an overlay over the image's directory.
-func (m *sandboxManager) removeImage(name string) error {
+func (m *sandboxManager) RemoveImage(name string) error {
 	if err := checkImageName(name); err != nil {
 		return err
 	}
 	m.imagesMu.Lock()
 	defer m.imagesMu.Unlock()
 	var users []string
-	for _, s := range m.List() {
+	for _, s := range m.list() {
 		if s.rec.Image == name {
 			users = append(users, s.rec.ID)
 		}
@@ -704,4 +704,81 @@ func (m *sandboxManager) removeImage(name string) error {
 		return conflictf("image %s is used by sandboxes %s: destroy them first", name, strings.Join(users, ", "))
 	}
 	return m.images.Remove(name)
+}
+
+// SandboxInfo is what the manager tells about a sandbox: a copy, taken
+// under its lock, that callers may keep.
+type SandboxInfo struct {
+	sandboxRecord
+	Status     string // statusRunning, statusPaused or statusStopped
+	AutoPaused bool   // paused by the idle timeout, not by a user
+	LastActive time.Time
+	Driver     string
+	// Usage is what its machine uses, nil when it is stopped or its tier
+	// cannot say; Workspace what its session holds, nil without one.
+	Usage     *vmm.Usage
+	Workspace *fs.SessionInfo
+}
+
+// info describes s; it takes s.mu.
+func (m *sandboxManager) info(s *sandbox) SandboxInfo {
+	s.mu.Lock()
+	out := SandboxInfo{sandboxRecord: s.rec, Status: s.status(), AutoPaused: s.rec.Paused == pausedIdle && !s.stopped(),
+		LastActive: s.last, Driver: m.driverName()}
+	u, ok := s.usage()
+	s.mu.Unlock()
+	if !ok {
+		return out
+	}
+	out.Usage = &u
+	for _, ws := range m.store.Sessions() {
+		if ws.ID == out.Session {
+			out.Workspace = &ws
+		}
+	}
+	return out
+}
+
+// infoOf describes the sandbox an operation returned, or passes its error.
+func (m *sandboxManager) infoOf(s *sandbox, err error) (SandboxInfo, error) {
+	if err != nil {
+		return SandboxInfo{}, err
+	}
+	return m.info(s), nil
+}
+
+// Create boots a sandbox and returns once its agent answers. The image
+// must be built; the session is made if missing.
+func (m *sandboxManager) Create(ctx context.Context, spec createSpec) (SandboxInfo, error) {
+	return m.infoOf(m.create(ctx, spec))
+}
+
+// Get describes sandbox id.
+func (m *sandboxManager) Get(id string) (SandboxInfo, error) {
+	return m.infoOf(m.get(id))
+}
+
+// List describes the sandboxes, oldest first.
+func (m *sandboxManager) List() []SandboxInfo {
+	boxes := m.list()
+	out := make([]SandboxInfo, len(boxes))
+	for i, s := range boxes {
+		out[i] = m.info(s)
+	}
+	return out
+}
+
+// Pause freezes the sandbox on request; it stays paused until Resume.
+func (m *sandboxManager) Pause(ctx context.Context, id string) (SandboxInfo, error) {
+	return m.infoOf(m.pause(ctx, id))
+}
+
+// Resume thaws a paused sandbox. Idempotent.
+func (m *sandboxManager) Resume(ctx context.Context, id string) (SandboxInfo, error) {
+	return m.infoOf(m.resume(ctx, id))
+}
+
+// Restore puts checkpoint name back (see restore).
+func (m *sandboxManager) Restore(ctx context.Context, id, name string) (SandboxInfo, error) {
+	return m.infoOf(m.restore(ctx, id, name))
 }

@@ -102,7 +102,7 @@ func (m *sandboxManager) idleLoop() {
 		case <-m.stop:
 			return
 		case <-t.C:
-			for _, s := range m.List() {
+			for _, s := range m.list() {
 				m.pauseIfIdle(s)
 			}
 		}

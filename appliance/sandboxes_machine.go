@@ -157,10 +157,10 @@ func (m *sandboxManager) checkpointerOf(id string) (vmm.Checkpointer, error) {
 	return m.checkpointer(s)
 }
 
-// Restore puts checkpoint name back: every process in the sandbox ends
+// restore puts checkpoint name back: every process in the sandbox ends
 // and its agent starts again. The sandbox runs afterwards, even if it was
 // paused. If the agent cannot start again, the sandbox has stopped.
-func (m *sandboxManager) Restore(ctx context.Context, id, name string) (*sandbox, error) {
+func (m *sandboxManager) restore(ctx context.Context, id, name string) (*sandbox, error) {
 	if err := checkCheckpointName(name); err != nil {
 		return nil, err
 	}
