@@ -74,7 +74,7 @@ func (s *server) stageTask(r *http.Request, v any) (map[string]string, string, e
 	if err := dec.Decode(v); err != nil {
 		return nil, "", invalidf("request body: request: %v", err)
 	}
-	uploads := filepath.Join(s.d.agents.cfg.StateDir, "uploads")
+	uploads := s.d.agents.UploadsDir()
 	if err := os.MkdirAll(uploads, 0o700); err != nil {
 		return nil, "", err
 	}

@@ -105,7 +105,7 @@ func (s *scheduleService) job(ctx context.Context, r scheduler.Run) (string, err
 	if err := json.Unmarshal(r.Payload, &p); err != nil {
 		return "", fmt.Errorf("schedule %s: payload: %w", r.Schedule, err)
 	}
-	e, done, err := s.agents.start(ctx, task{TaskRequest: agents.TaskRequest{Agent: p.Agent, Prompt: p.Prompt, Limits: p.Limits}})
+	e, done, err := s.agents.Start(ctx, task{TaskRequest: agents.TaskRequest{Agent: p.Agent, Prompt: p.Prompt, Limits: p.Limits}})
 	if err != nil {
 		s.log.Printf("schedule %s: run %s: %v", r.Schedule, r.ID, err)
 		return "", err
