@@ -22,9 +22,10 @@ import (
 )
 
 // The local API, version 1, is described by api/openapi.yaml; the routes
-// and parameter binding are generated from it, the handlers are here and
-// in api_*.go. JSON in and out, except the streams; errors are
-// {"error":{"code":"...","message":"..."}} with a 4xx or 5xx status.
+// and parameter binding are generated from it, the handlers are in
+// *_api.go (see doc.go). JSON in and out, except the streams; errors are
+// {"error":{"code":"...","message":"..."}} with a 4xx or 5xx status,
+// chosen by apiError below and nowhere else.
 
 const (
 	maxBody     = 1 << 20  // a JSON request body
