@@ -502,7 +502,7 @@ func (a *agentService) AddCredits(ctx context.Context, usd float64, note string)
 	if err := a.store.AddCredits(ctx, usd, note); err != nil {
 		return err
 	}
-	a.log.Printf("credits: added $%.2f (%s)", usd, note)
+	a.log.Info("credits added", "usd", usd, "note", note)
 	return nil
 }
 

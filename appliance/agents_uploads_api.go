@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"mime"
 	"net/http"
 	"os"
@@ -29,9 +29,9 @@ const maxRequestPart = 8 * maxPrompt
 
 // clearUploads removes what a daemon that died left staged: every run
 // copies its inputs before its agent starts, so none is still needed.
-func clearUploads(stateDir string, logger *log.Logger) {
+func clearUploads(stateDir string, logger *slog.Logger) {
 	if err := os.RemoveAll(filepath.Join(stateDir, "uploads")); err != nil {
-		logger.Printf("agents: clear staged uploads: %v", err)
+		logger.Warn("agents: clear staged uploads", "err", err)
 	}
 }
 

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -19,10 +19,10 @@ type imageService struct {
 	dir     string
 	catalog *image.Catalog
 	builder *image.Builder // for listing, inspecting and removing
-	log     *log.Logger
+	log     *slog.Logger
 }
 
-func newImageService(stateDir string, logger *log.Logger) (*imageService, error) {
+func newImageService(stateDir string, logger *slog.Logger) (*imageService, error) {
 	cat, err := image.BuiltinCatalog()
 	if err != nil {
 		return nil, err
@@ -93,14 +93,14 @@ func (s *imageService) Build(ctx context.Context, name string, progress io.Write
 	}
 	img, err := b.Build(ctx, name)
 	if err != nil {
-		s.log.Printf("image %s: build failed: %v", name, err)
+		s.log.Warn("image build failed", "image", name, "err", err)
 		var se *image.StepError
 		if errors.As(err, &se) {
 			return img, err
 		}
 		return img, fmt.Errorf("build image %s: %w", name, err)
 	}
-	s.log.Printf("image %s: ready (%s)", name, shortHash(img.Hash))
+	s.log.Info("image ready", "image", name, "hash", shortHash(img.Hash))
 	return img, nil
 }
 
@@ -141,10 +141,10 @@ func (s *imageService) Save(ctx context.Context, name string, parent image.Image
 	}
 	img, err := b.Save(ctx, name, parent, from, fill)
 	if err != nil {
-		s.log.Printf("image %s: save from %s failed: %v", name, from, err)
+		s.log.Warn("image save failed", "image", name, "from", from, "err", err)
 		return img, err
 	}
-	s.log.Printf("image %s: saved from %s (%s)", name, from, shortHash(img.Hash))
+	s.log.Info("image saved", "image", name, "from", from, "hash", shortHash(img.Hash))
 	return img, nil
 }
 
@@ -170,7 +170,7 @@ func (s *imageService) Remove(name string) error {
 		}
 		return err
 	}
-	s.log.Printf("image %s: removed", name)
+	s.log.Info("image removed", "image", name)
 	return nil
 }
 

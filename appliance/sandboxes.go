@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -118,7 +118,7 @@ type sandboxManager struct {
 	viewsDir  string
 	hostMount string // the daemon's host view, to fix an existing session's owner
 	store     *fs.Store
-	log       *log.Logger
+	log       *slog.Logger
 	images    *imageService
 
 	driver    vmm.Driver
@@ -138,10 +138,23 @@ type sandboxManager struct {
 	closeOnce sync.Once
 }
 
-// newSandboxManager takes the daemon's machine driver, which agent
-// executions share (their machine ids start with "exec-", which sandbox
-// ids may not), or why there is none.
-func newSandboxManager(cfg Config, store *fs.Store, images *imageService, driver vmm.Driver, driverErr error, logger *log.Logger) (*sandboxManager, error) {
+// SandboxDeps is what a sandboxManager is made of.
+type SandboxDeps struct {
+	Config Config
+	Store  *fs.Store // the workspace, whose sessions sandboxes see
+	Images *imageService
+	// Driver makes the machines; agent executions share it (their machine
+	// ids start with "exec-", which sandbox ids may not). Nil when there
+	// can be none, and DriverErr says why.
+	Driver    vmm.Driver
+	DriverErr error
+	Log       *slog.Logger
+}
+
+// newSandboxManager re-attaches to the sandboxes a previous daemon left
+// and starts the idle loop.
+func newSandboxManager(deps SandboxDeps) (*sandboxManager, error) {
+	cfg, store, images, driver, driverErr, logger := deps.Config, deps.Store, deps.Images, deps.Driver, deps.DriverErr, deps.Log
 	m := &sandboxManager{
 		cfg: cfg.Sandbox.withDefaults(), wcfg: cfg.Workspace, dir: filepath.Join(cfg.StateDir, "sandboxes"),
 		viewsDir: filepath.Join(cfg.StateDir, "views"), hostMount: cfg.Workspace.Mount,
@@ -155,10 +168,10 @@ func newSandboxManager(cfg Config, store *fs.Store, images *imageService, driver
 		}
 	}
 	if m.driverErr != nil {
-		m.log.Printf("sandboxes are unavailable: %v", m.driverErr)
+		m.log.Warn("sandboxes are unavailable", "err", m.driverErr)
 	} else {
 		m.recoverAll()
-		m.log.Printf("sandboxes: %s driver, %d known", m.driver.Name(), len(m.boxes))
+		m.log.Info("sandboxes ready", "driver", m.driver.Name(), "known", len(m.boxes))
 	}
 	m.wg.Add(1)
 	go m.idleLoop()
@@ -316,8 +329,8 @@ func (m *sandboxManager) create(ctx context.Context, spec createSpec) (*sandbox,
 	m.mu.Lock()
 	m.boxes[s.rec.ID] = s
 	m.mu.Unlock()
-	m.log.Printf("sandbox %s: created from image %s (%s) as %s, session %q, in %v", s.rec.ID, img.Name, shortHash(img.Hash),
-		acct.name, spec.Session, time.Since(start).Round(time.Millisecond))
+	m.log.Info("sandbox created", "id", s.rec.ID, "image", img.Name, "hash", shortHash(img.Hash),
+		"user", acct.name, "session", spec.Session, "took", time.Since(start).Round(time.Millisecond))
 	return s, nil
 }
 
@@ -538,7 +551,7 @@ func (m *sandboxManager) Destroy(ctx context.Context, id string) error {
 	// the view unmounts cleanly.
 	if s.view != nil {
 		if err := s.view.Unmount(); err != nil {
-			m.log.Printf("sandbox %s: unmount workspace view: %v", id, err)
+			m.log.Warn("sandbox: unmount workspace view", "id", id, "err", err)
 		}
 	} else {
 		fs.CleanStaleMount(m.viewDir(id)) // left by a daemon that crashed
@@ -551,7 +564,7 @@ func (m *sandboxManager) Destroy(ctx context.Context, id string) error {
 	m.mu.Lock()
 	delete(m.boxes, id)
 	m.mu.Unlock()
-	m.log.Printf("sandbox %s: destroyed", id)
+	m.log.Info("sandbox destroyed", "id", id)
 	return nil
 }
 
@@ -569,7 +582,7 @@ func (m *sandboxManager) pause(ctx context.Context, id string) (*sandbox, error)
 	}
 	if s.rec.Paused != pausedByUser {
 		s.rec.Paused = pausedByUser
-		m.log.Printf("sandbox %s: paused", id)
+		m.log.Info("sandbox paused", "id", id, "by", pausedByUser)
 		return s, m.save(&s.rec)
 	}
 	return s, nil
@@ -594,7 +607,7 @@ func (m *sandboxManager) resumeLocked(ctx context.Context, s *sandbox, what stri
 		return err
 	}
 	s.rec.Paused = ""
-	m.log.Printf("sandbox %s: %s", s.rec.ID, what)
+	m.log.Info("sandbox "+what, "id", s.rec.ID)
 	return m.save(&s.rec)
 }
 
@@ -662,14 +675,14 @@ func (m *sandboxManager) release(s *sandbox) {
 	if s.m != nil && !s.stopped() {
 		if s.rec.Paused != "" {
 			if err := s.m.Resume(ctx); err != nil {
-				m.log.Printf("sandbox %s: thaw before the daemon stops: %v", s.rec.ID, err)
+				m.log.Warn("sandbox: thaw before the daemon stops", "id", s.rec.ID, "err", err)
 			}
 		}
 		s.m.Guest().Close()
 	}
 	if s.view != nil {
 		if err := abortFUSE(s.view.Dir()); err != nil {
-			m.log.Printf("sandbox %s: %v", s.rec.ID, err)
+			m.log.Warn("sandbox", "id", s.rec.ID, "err", err)
 		}
 		s.view.Unmount()
 	}

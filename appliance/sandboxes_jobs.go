@@ -56,7 +56,7 @@ func (m *sandboxManager) StartJob(ctx context.Context, id string, spec execSpec)
 	if st.State == guest.JobFailed && st.PID == 0 {
 		return st, invalidf("sandbox %s: job %s: %s", id, spec.Argv[0], st.Exit.Error)
 	}
-	m.log.Printf("sandbox %s: job %s started: %s (pid %d)", id, st.ID, spec.Argv[0], st.PID)
+	m.log.Info("sandbox job started", "id", id, "job", st.ID, "command", spec.Argv[0], "pid", st.PID)
 	return st, nil
 }
 
@@ -106,7 +106,7 @@ func (m *sandboxManager) StopJob(ctx context.Context, id, job string, grace time
 		return err
 	})
 	if err == nil && st.State == guest.JobCancelled {
-		m.log.Printf("sandbox %s: job %s stopped (%s)", id, job, st.Exit.Signal)
+		m.log.Info("sandbox job stopped", "id", id, "job", job, "signal", st.Exit.Signal)
 	}
 	return st, err
 }

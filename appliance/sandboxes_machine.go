@@ -106,7 +106,7 @@ func (m *sandboxManager) Checkpoint(ctx context.Context, id, name string) (vmm.C
 	}
 	for _, cp := range cps {
 		if cp.Name == name {
-			m.log.Printf("sandbox %s: checkpoint %s taken in %v (%d bytes)", id, name, took.Round(time.Microsecond), cp.Size)
+			m.log.Info("sandbox checkpoint taken", "id", id, "checkpoint", name, "took", took.Round(time.Microsecond), "bytes", cp.Size)
 			return cp, nil
 		}
 	}
@@ -140,7 +140,7 @@ func (m *sandboxManager) DeleteCheckpoint(ctx context.Context, id, name string) 
 	} else if err != nil {
 		return err
 	}
-	m.log.Printf("sandbox %s: checkpoint %s deleted", id, name)
+	m.log.Info("sandbox checkpoint deleted", "id", id, "checkpoint", name)
 	return nil
 }
 
@@ -179,12 +179,12 @@ func (m *sandboxManager) restore(ctx context.Context, id, name string) (*sandbox
 	if err := c.Restore(context.WithoutCancel(ctx), name); errors.Is(err, vmm.ErrNotFound) {
 		return nil, errNoCheckpoint(id, name)
 	} else if err != nil {
-		m.log.Printf("sandbox %s: %v", id, err)
+		m.log.Warn("sandbox: restore", "id", id, "err", err)
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m.log.Printf("sandbox %s: restored to checkpoint %s in %v; every process in it was restarted", id, name, time.Since(start).Round(time.Millisecond))
+	m.log.Info("sandbox restored; every process in it was restarted", "id", id, "checkpoint", name, "took", time.Since(start).Round(time.Millisecond))
 	if s.rec.Paused != "" {
 		s.rec.Paused = "" // the restarted machine runs
 		return s, m.save(&s.rec)
@@ -221,7 +221,7 @@ func (m *sandboxManager) Save(ctx context.Context, id, name string, progress io.
 	if err != nil {
 		return image.Image{}, err
 	}
-	m.log.Printf("sandbox %s: saved as image %s (%s) in %v", id, name, shortHash(img.Hash), time.Since(start).Round(time.Millisecond))
+	m.log.Info("sandbox saved as an image", "id", id, "image", name, "hash", shortHash(img.Hash), "took", time.Since(start).Round(time.Millisecond))
 	return img, nil
 }
 

@@ -78,7 +78,7 @@ func (s *scheduleService) Add(n NewSchedule) (ScheduleInfo, error) {
 	case err != nil:
 		return ScheduleInfo{}, invalid(err)
 	}
-	s.log.Printf("schedules: added %s (%s, agent %s)", sc.ID, sc.Spec, n.Agent)
+	s.log.Info("schedule added", "schedule", sc.ID, "spec", sc.Spec, "agent", n.Agent)
 	for _, st := range s.sch.List() {
 		if st.Schedule.ID == sc.ID {
 			return scheduleInfo(st), nil
@@ -92,7 +92,7 @@ func (s *scheduleService) Remove(id string) error {
 	if err := s.sch.Remove(id); err != nil {
 		return err
 	}
-	s.log.Printf("schedules: removed %s", id)
+	s.log.Info("schedule removed", "schedule", id)
 	return nil
 }
 
