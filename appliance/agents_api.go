@@ -76,7 +76,7 @@ func (s *server) started(w http.ResponseWriter, r *http.Request, wait bool, t ta
 		return
 	}
 	if !wait {
-		reply(w, http.StatusAccepted, executionView(a.withLive(e)))
+		reply(w, http.StatusAccepted, executionView(e))
 		return
 	}
 	e, err = a.Wait(r.Context(), e.ID, done)
@@ -215,4 +215,9 @@ func (s *server) AddCredits(w http.ResponseWriter, r *http.Request) {
 	}
 	c, err := s.d.agents.Credits(r.Context())
 	result(w, http.StatusOK, creditsView(c), err)
+}
+
+func (s *server) ReloadAgents(w http.ResponseWriter, r *http.Request) {
+	names, problems := s.d.ReloadAgents()
+	reply(w, http.StatusOK, api.AgentReload{Agents: names, Problems: append([]string{}, problems...)})
 }

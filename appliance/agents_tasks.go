@@ -69,13 +69,14 @@ type task struct {
 	staging string
 }
 
-// Start checks a task and launches it; see launch.
+// Start checks a task and launches it (see launch); the execution it
+// returns has what was metered so far.
 func (a *agentService) Start(ctx context.Context, t task) (store.Execution, <-chan outcome, error) {
 	e, done, err := a.check(ctx, t)
 	if err != nil && t.staging != "" {
 		os.RemoveAll(t.staging)
 	}
-	return e, done, err
+	return a.withLive(e), done, err
 }
 
 func (a *agentService) check(ctx context.Context, t task) (store.Execution, <-chan outcome, error) {
