@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
@@ -510,3 +511,11 @@ func (a *agentService) AddCredits(ctx context.Context, usd float64, note string)
 // UploadsDir is where a task's streamed input files are staged, one
 // directory per task, until its execution ends.
 func (a *agentService) UploadsDir() string { return filepath.Join(a.cfg.StateDir, "uploads") }
+
+// clearUploads removes what a daemon that died left staged: every run
+// copies its inputs before its agent starts, so none is still needed.
+func clearUploads(stateDir string, logger *slog.Logger) {
+	if err := os.RemoveAll(filepath.Join(stateDir, "uploads")); err != nil {
+		logger.Warn("agents: clear staged uploads", "err", err)
+	}
+}

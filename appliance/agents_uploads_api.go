@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"mime"
 	"net/http"
 	"os"
@@ -26,14 +25,6 @@ const MaxInputFiles = 1 << 30
 // maxRequestPart bounds the JSON part of a multipart request: the
 // request without inputs, a prompt of up to maxPrompt JSON-escaped.
 const maxRequestPart = 8 * maxPrompt
-
-// clearUploads removes what a daemon that died left staged: every run
-// copies its inputs before its agent starts, so none is still needed.
-func clearUploads(stateDir string, logger *slog.Logger) {
-	if err := os.RemoveAll(filepath.Join(stateDir, "uploads")); err != nil {
-		logger.Warn("agents: clear staged uploads", "err", err)
-	}
-}
 
 // isMultipart says the request is multipart/form-data.
 func isMultipart(r *http.Request) bool {
