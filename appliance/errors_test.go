@@ -1,10 +1,12 @@
 package appliance
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	iofs "io/fs"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"hearth/agents"
@@ -27,6 +29,14 @@ func TestAPIErrorNotFound(t *testing.T) {
 		err := fmt.Errorf("sandbox sb1: %w", sentinel)
 		if e := apiError(err); e.Status != http.StatusNotFound || e.Code != codeNotFound {
 			t.Errorf("apiError(%q) = %d %s, want 404 %s", err, e.Status, e.Code, codeNotFound)
+		}
+		// And on the wire: the status and the typed error body.
+		w := httptest.NewRecorder()
+		result(w, http.StatusOK, nil, err)
+		var body struct{ Error APIError }
+		if jerr := json.Unmarshal(w.Body.Bytes(), &body); jerr != nil || w.Code != http.StatusNotFound ||
+			body.Error.Code != codeNotFound || body.Error.Message != err.Error() {
+			t.Errorf("response to %q: %d %s (%v), want 404 with code %s", err, w.Code, w.Body, jerr, codeNotFound)
 		}
 	}
 	if !errors.Is(notFoundf("no sandbox %s", "x"), iofs.ErrNotExist) {
