@@ -181,12 +181,29 @@ func isJSON(contentType string) bool {
 	return err == nil && mt == "application/json"
 }
 
-// isUpload says whether r is one of the routes whose body is not JSON
-// (openapi.yaml: PUT /v1/sandboxes/{id}/files, application/octet-stream).
+// isUpload says whether r is one of the requests whose body is not JSON
+// (openapi.yaml): PUT /v1/sandboxes/{id}/files, application/octet-stream,
+// and a task that streams its input files, POST /v1/executions or
+// /v1/sessions/{id}/resume as multipart/form-data. A form that a page of
+// another origin makes a browser send is refused before this, by its
+// Origin or Sec-Fetch-Site.
 func isUpload(r *http.Request) bool {
-	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/sandboxes/")
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/v1/sandboxes/"); ok && r.Method == http.MethodPut {
+		id, tail, _ := strings.Cut(rest, "/")
+		return id != "" && tail == "files"
+	}
+	return r.Method == http.MethodPost && isTaskPath(r.URL.Path) && isMultipart(r)
+}
+
+// isTaskPath says whether p is a route that starts a task from a
+// request with input files.
+func isTaskPath(p string) bool {
+	if p == "/v1/executions" {
+		return true
+	}
+	rest, ok := strings.CutPrefix(p, "/v1/sessions/")
 	id, tail, _ := strings.Cut(rest, "/")
-	return ok && r.Method == http.MethodPut && id != "" && tail == "files"
+	return ok && id != "" && tail == "resume"
 }
 
 // decode reads a JSON body strictly: size-limited, unknown fields refused.
