@@ -137,7 +137,8 @@ func (d *Daemon) open() error {
 	}
 	d.store = store
 	d.watchWorkspaceHealth(store)
-	if d.images, err = newImageService(d.cfg.StateDir, d.log); err == nil {
+	logs := serviceLogger(d.log) // until Start takes a *slog.Logger
+	if d.images, err = newImageService(d.cfg.StateDir, logs); err == nil {
 		var agent string
 		d.driver, agent, d.tier, d.driverErr = newDriver(d.cfg, d.images, d.log)
 		if d.driver != nil {
@@ -156,10 +157,10 @@ func (d *Daemon) open() error {
 		err = moveWorkspaceIDs(d.cfg.StateDir, store, d.driver, d.log)
 	}
 	if err == nil {
-		d.sbx, err = newSandboxManager(d.cfg, store, d.images, d.driver, d.driverErr, d.log)
+		d.sbx, err = newSandboxManager(SandboxDeps{Config: d.cfg, Store: store, Images: d.images, Driver: d.driver, DriverErr: d.driverErr, Log: logs})
 	}
 	if err == nil {
-		d.agents, err = newAgentService(d.cfg, d.driver, d.driverErr, store, d.images, &d.wg, d.log)
+		d.agents, err = newAgentService(AgentDeps{Config: d.cfg, Driver: d.driver, DriverErr: d.driverErr, Workspace: store, Images: d.images, WG: &d.wg, Log: logs})
 		if err != nil {
 			d.sbx.Close()
 		}
@@ -205,7 +206,7 @@ func (d *Daemon) watchWorkspaceHealth(store *fs.Store) {
 // on failure it closes the agents and sandboxes open already.
 func (d *Daemon) startSchedules() error {
 	var err error
-	if d.sched, err = newScheduleService(d.cfg, d.agents, d.log); err == nil {
+	if d.sched, err = newScheduleService(ScheduleDeps{Config: d.cfg, Agents: d.agents, Log: serviceLogger(d.log)}); err == nil {
 		err = d.sched.start()
 		if err != nil {
 			d.sched.Close()
