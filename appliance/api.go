@@ -164,7 +164,7 @@ func guardBrowsers(h http.Handler) http.Handler {
 				Message: "a browser's " + r.Method + " from another origin is refused: use the dashboard of this address, or an API client"})
 			return
 		}
-		if !safeMethod(r.Method) && !isUpload(r) && !isStreamedTask(r) && (r.ContentLength != 0 || r.Header.Get("Content-Type") != "") && !isJSON(r.Header.Get("Content-Type")) {
+		if !safeMethod(r.Method) && !isUpload(r) && (r.ContentLength != 0 || r.Header.Get("Content-Type") != "") && !isJSON(r.Header.Get("Content-Type")) {
 			fail(w, &APIError{Status: http.StatusUnsupportedMediaType, Code: codeMediaType,
 				Message: fmt.Sprintf("%s %s takes a JSON body: send it with 'Content-Type: application/json', not %q", r.Method, r.URL.Path, r.Header.Get("Content-Type"))})
 			return
@@ -203,24 +203,6 @@ func isTaskPath(p string) bool {
 		return true
 	}
 	rest, ok := strings.CutPrefix(p, "/v1/sessions/")
-	id, tail, _ := strings.Cut(rest, "/")
-	return ok && id != "" && tail == "resume"
-}
-
-// isStreamedTask says whether r starts a task with its input files
-// streamed as multipart/form-data (openapi.yaml: POST /v1/executions and
-// POST /v1/sessions/{id}/resume). Another origin's browser could send such
-// a form without asking, but the cross-origin check refuses it first, and
-// it could carry no credential: the dashboard's session is no cookie.
-func isStreamedTask(r *http.Request) bool {
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || mt != "multipart/form-data" || r.Method != http.MethodPost {
-		return false
-	}
-	if r.URL.Path == "/v1/executions" {
-		return true
-	}
-	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/sessions/")
 	id, tail, _ := strings.Cut(rest, "/")
 	return ok && id != "" && tail == "resume"
 }
