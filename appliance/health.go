@@ -16,10 +16,12 @@ type Health = api.Health
 // GetHealth reports the store's write health: whether its database takes
 // writes, and if not why (the disk is full) and since when.
 func (s *server) GetHealth(w http.ResponseWriter, r *http.Request) {
-	result(w, http.StatusOK, s.d.agents.health(), nil)
+	result(w, http.StatusOK, s.d.agents.Health(), nil)
 }
 
-func (a *agentService) health() Health {
+// Health is the store's write health: whether it takes writes, and the last
+// write it refused.
+func (a *agentService) Health() Health {
 	werr, since := a.store.WriteError()
 	if werr == nil {
 		// Writes go through now; a failure this hour (a full disk that
