@@ -19,7 +19,7 @@ func (s *server) GetHealth(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *agentService) health() Health {
-	werr, since := a.store.WriteError()
+	since, werr := a.store.WriteError()
 	if werr == nil {
 		return Health{StoreOk: true, Store: "ok"}
 	}

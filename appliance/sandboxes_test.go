@@ -36,16 +36,6 @@ func (r *recorder) writer(stream string) io.Writer {
 	})
 }
 
-func (r *recorder) text(stream string) string {
-	var b strings.Builder
-	for _, c := range r.chunks {
-		if c.stream == stream {
-			b.WriteString(c.data)
-		}
-	}
-	return b.String()
-}
-
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

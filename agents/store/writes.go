@@ -64,16 +64,17 @@ func writeFailure(err error) bool {
 	return false
 }
 
-// WriteError returns the latest write the database refused (wrapping
-// ErrWriteFailed) and since when writes have been failing, or nil once a
-// write has succeeded since. The daemon reports it as the store's health.
-func (s *Store) WriteError() (error, time.Time) {
+// WriteError returns since when writes have been failing and the latest
+// write the database refused (wrapping ErrWriteFailed), or a nil error
+// once a write has succeeded since. The daemon reports it as the store's
+// health.
+func (s *Store) WriteError() (since time.Time, err error) {
 	s.wr.mu.Lock()
 	defer s.wr.mu.Unlock()
 	if s.wr.err == nil {
-		return nil, time.Time{}
+		return time.Time{}, nil
 	}
-	return fmt.Errorf("%w: %w", ErrWriteFailed, s.wr.err), s.wr.since
+	return s.wr.since, fmt.Errorf("%w: %w", ErrWriteFailed, s.wr.err)
 }
 
 // OnWriteFailure calls fn, in its own goroutine, each time the database

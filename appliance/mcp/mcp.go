@@ -74,10 +74,10 @@ then read what it wrote with read_output or the hearth://sessions/{session}/outp
 // site are refused (the dashboard's cookie must not open it to them).
 func Handler(d Daemon) http.Handler {
 	s := New(d)
-	return mcpsdk.NewStreamableHTTPHandler(func(*http.Request) *mcpsdk.Server { return s }, &mcpsdk.StreamableHTTPOptions{
-		Stateless:             true,
-		CrossOriginProtection: http.NewCrossOriginProtection(),
+	h := mcpsdk.NewStreamableHTTPHandler(func(*http.Request) *mcpsdk.Server { return s }, &mcpsdk.StreamableHTTPOptions{
+		Stateless: true,
 	})
+	return http.NewCrossOriginProtection().Handler(h)
 }
 
 // handlers holds the tool and resource handlers over one daemon.

@@ -63,11 +63,11 @@ func hearthIn(t *testing.T, stdin string, args ...string) (stdout, stderr string
 }
 
 type step struct {
-	args              []string
-	stdin             string
-	wantCode          int
-	wantOut, wantErr  string
-	exactOut, noStdin bool
+	args             []string
+	stdin            string
+	wantCode         int
+	wantOut, wantErr string
+	exactOut         bool
 }
 
 func runSteps(t *testing.T, steps []step) {
