@@ -75,10 +75,10 @@ func (s Spec) Validate() error {
 	return nil
 }
 
-// Capabilities say what a driver can do beyond the basics.
+// Capabilities say how a driver's machines differ in what the daemon
+// must know of them. (Every driver pauses and isolates; what the tier
+// isolates with is Driver.Name.)
 type Capabilities struct {
-	Isolation string // e.g. "namespaces", "vm"
-	Pause     bool
 	// HostIDOffset is added to a user or group id inside the machine to
 	// get the id the host sees (in the workspace, on disk): machines with
 	// a user namespace map their ids onto an unprivileged host range.
