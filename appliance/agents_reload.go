@@ -69,9 +69,9 @@ func (a *agentService) loadDefinitions() (names, problems []string) {
 func (d *Daemon) ReloadAgents() (names, problems []string) {
 	names, problems = d.agents.loadDefinitions()
 	d.sched.syncDefinitions()
-	d.log.Printf("agents: reloaded from %s: %d defined (%s)", d.cfg.AgentsDir(), len(names), strings.Join(names, ", "))
+	d.log.Info("agents reloaded", "dir", d.cfg.AgentsDir(), "defined", len(names), "names", strings.Join(names, ", "))
 	for _, p := range problems {
-		d.log.Printf("agents: %s", p)
+		d.log.Warn("agent definition refused", "problem", p)
 	}
 	return names, problems
 }

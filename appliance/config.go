@@ -3,6 +3,8 @@ package appliance
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math"
 	"net"
 	"net/url"
@@ -28,6 +30,37 @@ type Config struct {
 	Model     ModelConfig     `toml:"model"`
 	Credits   CreditsConfig   `toml:"credits"`
 	API       APIConfig       `toml:"api"`
+	Log       LogConfig       `toml:"log"`
+}
+
+// LogConfig says how the daemon writes its log (to standard error).
+type LogConfig struct {
+	// Format is "text" (the default: key=value lines) or "json" (one
+	// object a line, for a log collector).
+	Format string `toml:"format"`
+}
+
+// The log formats.
+const (
+	LogText = "text"
+	LogJSON = "json"
+)
+
+func (l LogConfig) validate() error {
+	switch l.Format {
+	case "", LogText, LogJSON:
+		return nil
+	}
+	return fmt.Errorf("log.format = %q: use %q (the default) or %q", l.Format, LogText, LogJSON)
+}
+
+// NewLogger is the daemon's structured logger writing to w in the
+// config's format.
+func (l LogConfig) NewLogger(w io.Writer) *slog.Logger {
+	if l.Format == LogJSON {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
 }
 
 // APIConfig says where the API is served besides the unix socket
@@ -271,7 +304,7 @@ func DefaultSandboxConfig() SandboxConfig {
 
 const knownKeys = "state_dir, workspace.mount, sandbox.agent, sandbox.tier, sandbox.allow_tcg, sandbox.warm, sandbox.default_image, sandbox.idle_timeout, " +
 	"sandbox.exec_timeout, sandbox.cpus, sandbox.memory, sandbox.pids, sandbox.disk, sandbox.max_upload, " +
-	"agents.dir, agents.grace, agents.on_shutdown, agents.shutdown_timeout, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, credits.enabled, workspace.allow_other, workspace.session_bytes, workspace.session_files, sandbox.id_base, sandbox.id_machines"
+	"agents.dir, agents.grace, agents.on_shutdown, agents.shutdown_timeout, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, credits.enabled, log.format, workspace.allow_other, workspace.session_bytes, workspace.session_files, sandbox.id_base, sandbox.id_machines"
 
 // LoadConfig decodes the TOML file at path over the defaults. Unknown keys
 // are errors, so a typo does not silently fall back to a default.
@@ -328,6 +361,9 @@ func (c Config) Validate() error {
 			c.Agents.OnShutdown, OnShutdownStop, OnShutdownFinish, OnShutdownLeave)
 	}
 	if err := c.API.validate(); err != nil {
+		return err
+	}
+	if err := c.Log.validate(); err != nil {
 		return err
 	}
 	return c.model().validate()

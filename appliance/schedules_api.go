@@ -44,7 +44,7 @@ func (s *server) AddSchedule(w http.ResponseWriter, r *http.Request) {
 		fail(w, apiError(err))
 		return
 	}
-	s.d.log.Printf("schedules: added %s (%s, agent %s)", sc.ID, sc.Spec, req.Agent)
+	s.d.log.Info("schedule added", "id", sc.ID, "spec", sc.Spec, "agent", req.Agent)
 	for _, st := range s.d.sched.sch.List() {
 		if st.Schedule.ID == sc.ID {
 			reply(w, http.StatusCreated, scheduleView(st))
@@ -81,7 +81,7 @@ func (ss *scheduleService) schedule(req api.ScheduleRequest) (scheduler.Schedule
 func (s *server) DeleteSchedule(w http.ResponseWriter, r *http.Request, id api.ScheduleID) {
 	err := s.d.sched.sch.Remove(id)
 	if err == nil {
-		s.d.log.Printf("schedules: removed %s", id)
+		s.d.log.Info("schedule removed", "id", id)
 	}
 	result(w, http.StatusOK, api.Deleted{Deleted: id}, err)
 }

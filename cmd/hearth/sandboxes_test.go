@@ -39,7 +39,7 @@ func sandboxDaemon(t *testing.T) (configFlag string, cfg appliance.Config) {
 	if err != nil || cfg.Sandbox.MaxUpload != 1<<20 || cfg.Sandbox.Memory != 512<<20 || cfg.Sandbox.DefaultImage != "tiny" {
 		t.Fatalf("LoadConfig = %+v, %v", cfg.Sandbox, err)
 	}
-	d, err := appliance.Start(cfg, nil)
+	d, err := appliance.Start(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
