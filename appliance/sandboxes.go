@@ -17,6 +17,7 @@ import (
 
 	"hearth/fs"
 	"hearth/image"
+	"hearth/internal/atomicfile"
 	"hearth/vmm"
 )
 
@@ -419,38 +420,10 @@ func (m *sandboxManager) save(rec *sandboxRecord) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(m.dir, rec.ID+".json")
-	tmp, err := os.CreateTemp(m.dir, "."+rec.ID+"-*")
-	if err != nil {
-		return fmt.Errorf("save sandbox %s: %w", rec.ID, err)
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(append(b, '\n'))
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err == nil {
-		err = syncDir(m.dir)
-	}
-	if err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(m.dir, rec.ID+".json"), append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("save sandbox %s: %w", rec.ID, err)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // get returns the sandbox id or a not_found error.

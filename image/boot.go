@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"hearth/internal/atomicfile"
 )
 
 // KernelPackage is the Debian package whose kernel VMs boot: a metapackage
@@ -256,7 +258,7 @@ func parseKernelDepends(meta string, record []byte) (pkg, version string, err er
 }
 
 // writeInitramfs writes the gzip'd newc cpio of k's modules with agent as
-// /init to out, through a temporary file.
+// /init to out, atomically.
 func writeInitramfs(out, agent string, k Boot) error {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
@@ -278,11 +280,7 @@ func writeInitramfs(out, agent string, k Boot) error {
 	if err := zw.Close(); err != nil {
 		return err
 	}
-	tmp := out + ".tmp"
-	if err := os.WriteFile(tmp, buf.Bytes(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, out)
+	return atomicfile.WriteFile(out, buf.Bytes(), 0o644)
 }
 
 func fileHash(path string) (string, error) {
