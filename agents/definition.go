@@ -18,6 +18,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"hearth/agents/store"
+	"hearth/internal/duration"
 )
 
 // Definition is an agent: what it runs, how it is told its task, and what
@@ -82,18 +83,7 @@ func (b *Bytes) UnmarshalText(text []byte) error {
 func (b Bytes) MarshalText() ([]byte, error) { return []byte(humanize.IBytes(uint64(b))), nil }
 
 // Duration is a time.Duration written as "30m" in TOML and JSON.
-type Duration time.Duration
-
-func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
-
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
-	if err != nil {
-		return fmt.Errorf("%q is not a duration (like 90s, 30m, 2h)", b)
-	}
-	*d = Duration(v)
-	return nil
-}
+type Duration = duration.Duration
 
 // Tighten applies a task's override: each limit set in o replaces the
 // definition's only if it is lower (or the definition had none). A

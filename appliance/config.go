@@ -17,6 +17,7 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"hearth/fs"
+	"hearth/internal/duration"
 )
 
 // Config is hearth.toml.
@@ -257,18 +258,7 @@ func ParseSize(s string) (int64, error) {
 func (s Size) MarshalText() ([]byte, error) { return []byte(humanize.IBytes(uint64(s))), nil }
 
 // Duration is a time.Duration written as "10m" or "90s" in the config.
-type Duration time.Duration
-
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
-	if err != nil {
-		return fmt.Errorf("%q is not a duration: write it like 90s, 10m or 1h30m", b)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+type Duration = duration.Duration
 
 // DefaultConfig is what an empty config file means.
 func DefaultConfig() Config {
