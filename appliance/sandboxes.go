@@ -18,6 +18,7 @@ import (
 	"hearth/fs"
 	"hearth/image"
 	"hearth/internal/atomicfile"
+	"hearth/internal/ids"
 	"hearth/vmm"
 )
 
@@ -204,13 +205,12 @@ type createSpec struct {
 }
 
 var (
-	sandboxIDRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-	envKeyRe    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	envKeyRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
 func validSandboxID(id string) error {
-	if !sandboxIDRe.MatchString(id) {
-		return errorf(codeBadRequest, "sandbox id %q: use 1-63 lowercase letters, digits or '-', starting with a letter or digit", id)
+	if err := ids.Check("sandbox id", id); err != nil {
+		return &codedError{code: codeBadRequest, err: err}
 	}
 	return nil
 }
