@@ -86,7 +86,7 @@ func (b *Builder) Boot(ctx context.Context, agent string) (Boot, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Boot{}, fmt.Errorf("boot artifacts: %w", err)
 	}
-	unlock, err := flock(filepath.Join(dir, ".lock"))
+	unlock, err := flock(ctx, filepath.Join(dir, ".lock"))
 	if err != nil {
 		return Boot{}, fmt.Errorf("boot artifacts: %w", err)
 	}
@@ -319,14 +319,27 @@ func lastLines(out []byte, n int) string {
 }
 
 // flock takes an exclusive lock on path, for processes sharing a cache.
-func flock(path string) (func(), error) {
+func flock(ctx context.Context, path string) (func(), error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+	// Polled rather than blocking, so that ctx (Ctrl-C while another
+	// process builds the kernel) ends the wait.
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("lock %s: held by another process: %w", path, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	return func() { f.Close() }, nil
 }
