@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"hearth/agents/adapter"
+	"hearth/agents/channel"
 	"hearth/agents/egress"
 	"hearth/agents/gateway"
 	"hearth/agents/store"
@@ -117,7 +118,7 @@ func (ru *run) connect(ctx context.Context, gc *guest.Client) (listen, proxy, to
 	// that leaks from its outputs cannot be spent from another machine.
 	token = cfg.Gateway.Register(gateway.Execution{Session: ru.exec.Session, ID: ru.exec.ID, Budget: budget,
 		Token: ru.r.token("gateway", ru.exec.ID), Channel: ru.exec.ID})
-	gc.Serve("gateway", gateway.DialChannel(cfg.GatewayDial, ru.exec.ID))
+	gc.Serve("gateway", channel.Dial(cfg.GatewayDial, ru.exec.ID))
 	listen = "127.0.0.1:" + strconv.Itoa(cfg.GatewayPort)
 	if _, err := gc.Forward(ctx, listen, "gateway"); err != nil {
 		cfg.Gateway.Unregister(token)
@@ -150,8 +151,9 @@ func (ru *run) egress(ctx context.Context, gc *guest.Client) (proxy string, revo
 	if cfg.Egress == nil || len(ru.def.Network) == 0 {
 		return "", func() {}, nil
 	}
-	token := cfg.Egress.Register(egress.Execution{Session: ru.exec.Session, ID: ru.exec.ID, Allow: ru.def.Network, Token: ru.r.token("egress", ru.exec.ID)})
-	gc.Serve("egress", cfg.EgressDial)
+	token := cfg.Egress.Register(egress.Execution{Session: ru.exec.Session, ID: ru.exec.ID, Allow: ru.def.Network,
+		Token: ru.r.token("egress", ru.exec.ID), Channel: ru.exec.ID})
+	gc.Serve("egress", channel.Dial(cfg.EgressDial, ru.exec.ID))
 	listen := "127.0.0.1:" + strconv.Itoa(cfg.EgressPort)
 	if _, err := gc.Forward(ctx, listen, "egress"); err != nil {
 		cfg.Egress.Unregister(token)

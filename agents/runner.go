@@ -58,9 +58,9 @@ type RunnerConfig struct {
 	Store     *store.Store
 	Gateway   *gateway.Gateway
 	// GatewayDial connects to where the gateway is served on the host
-	// (through gateway.Listener, with gateway.ConnContext); each
+	// (through channel.Listener, with channel.ConnContext); each
 	// machine's agent forwards 127.0.0.1:GatewayPort to it, its
-	// connections named by gateway.DialChannel.
+	// connections named by channel.Dial.
 	GatewayDial func(ctx context.Context) (net.Conn, error)
 	GatewayPort int // default 4000
 	// Egress is the proxy through which an agent reaches the domains its
@@ -368,7 +368,8 @@ type storeGate struct {
 
 func (g storeGate) Check() gateway.Decision {
 	if g.ru.storeError() != nil {
-		return gateway.Decide(gateway.LimitUse{Limit: "store", Used: 1, Max: 1, Level: gateway.Deny})
+		return gateway.Decide(gateway.LimitUse{Limit: "store", Used: 1, Max: 1, Level: gateway.Deny,
+			Reason: "The appliance cannot record this execution (its store refused a write), so it cannot meter more calls"})
 	}
 	return g.Budget.Check()
 }

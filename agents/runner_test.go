@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"hearth/agents/channel"
 	"hearth/agents/egress"
 	"hearth/agents/gateway"
 	"hearth/agents/modeltest"
@@ -147,8 +148,8 @@ func (h *harness) egress(t *testing.T, dir string, onEvent func(stream.Event)) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: p}
-	go srv.Serve(ln)
+	srv := &http.Server{Handler: p, ConnContext: channel.ConnContext}
+	go srv.Serve(channel.Listener(ln))
 	t.Cleanup(func() { srv.Close(); p.Close() })
 	return p, func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) }
 }
@@ -213,8 +214,8 @@ func newHarnessStore(t *testing.T, turns []modeltest.Turn, limits Limits, storeD
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: gw, ConnContext: gateway.ConnContext}
-	go srv.Serve(gateway.Listener(ln))
+	srv := &http.Server{Handler: gw, ConnContext: channel.ConnContext}
+	go srv.Serve(channel.Listener(ln))
 	t.Cleanup(func() { srv.Close() })
 	eg, egressDial := h.egress(t, dir, func(ev stream.Event) { runner.Event(ev) })
 	def := &Definition{Name: "analyst", Image: "claude-code", Model: "claude-sonnet-4-5", Prompt: "{{.Prompt}}",

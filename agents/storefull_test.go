@@ -141,8 +141,8 @@ func TestStoreFailureRefusesModelCalls(t *testing.T) {
 		t.Fatal("the run was not stopped within 5s of the store failing")
 	}
 	code, body := call()
-	if code != 400 || !strings.Contains(body, "store") {
-		t.Errorf("call after the store failed = %d %s; want 400 refusing it", code, body)
+	if code != 400 || !strings.Contains(body, "cannot record this execution") || strings.Contains(body, "Budget exceeded") {
+		t.Errorf("call after the store failed = %d %s; want 400 saying the store cannot record it (not a budget)", code, body)
 	}
 	if n := len(up.MessageRequests()); n != 1 {
 		t.Errorf("the provider got %d calls, want 1: the refused one must not reach it", n)

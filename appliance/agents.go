@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"hearth/agents"
+	"hearth/agents/channel"
 	"hearth/agents/egress"
 	"hearth/agents/gateway"
 	"hearth/agents/store"
@@ -44,7 +45,7 @@ type agentService struct {
 	defs   map[string]*agents.Definition
 	ws     agentWorkspace
 	images *imageService
-	log    *log.Logger
+	log    *slog.Logger
 	// runner is nil when agents cannot run; unavailable says why.
 	runner      *agents.Runner
 	unavailable error
@@ -83,6 +84,19 @@ type liveRun struct {
 	done   chan struct{}
 }
 
+// AgentDeps is what an agentService is made of.
+type AgentDeps struct {
+	Config Config
+	// Driver makes the executions' machines, shared with the sandboxes;
+	// nil when there can be none, and DriverErr says why.
+	Driver    vmm.Driver
+	DriverErr error
+	Workspace *fs.Store // where sessions live
+	Images    *imageService
+	WG        *sync.WaitGroup // the daemon's, for the servers it starts
+	Log       *slog.Logger
+}
+
 // newAgentService opens the store (<state_dir>/hearth.db), ends what a
 // previous daemon left running, loads the agent definitions and, when it
 // has a machine driver and an API key, starts the gateway and the runner.
@@ -90,7 +104,8 @@ type liveRun struct {
 // read is fatal (the config is wrong); no driver or no key leaves agents
 // unavailable, and their routes say why. A definition that does not load
 // is logged and left out.
-func newAgentService(cfg Config, driver vmm.Driver, driverErr error, ws *fs.Store, images *imageService, wg *sync.WaitGroup, logger *log.Logger) (*agentService, error) {
+func newAgentService(deps AgentDeps) (*agentService, error) {
+	cfg, driver, driverErr, ws, images, wg, logger := deps.Config, deps.Driver, deps.DriverErr, deps.Workspace, deps.Images, deps.WG, deps.Log
 	db := filepath.Join(cfg.StateDir, "hearth.db")
 	if err := createPrivate(db); err != nil {
 		return nil, fmt.Errorf("agents store: %w", err)
@@ -105,7 +120,7 @@ func newAgentService(cfg Config, driver vmm.Driver, driverErr error, ws *fs.Stor
 		egSock: filepath.Join(cfg.StateDir, "egress.sock"), stopped: make(chan struct{}), hurry: make(chan struct{})}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	if _, problems := a.loadDefinitions(); len(problems) > 0 {
-		a.log.Printf("agents: some definitions were not loaded: %s", strings.Join(problems, "; "))
+		a.log.Warn("agents: some definitions were not loaded", "problems", strings.Join(problems, "; "))
 	}
 	key, err := cfg.model().apiKey()
 	var prices *gateway.Prices
@@ -126,10 +141,10 @@ func newAgentService(cfg Config, driver vmm.Driver, driverErr error, ws *fs.Stor
 	}
 	a.recover(driver)
 	if a.unavailable != nil {
-		a.log.Printf("agents are unavailable: %v", a.unavailable)
+		a.log.Warn("agents are unavailable", "err", a.unavailable)
 	} else {
-		a.log.Printf("agents: %d defined in %s (%s), model provider %s, credits %s", len(a.names()), cfg.AgentsDir(),
-			strings.Join(a.names(), ", "), cfg.model().Upstream, onOff(cfg.Credits.Enabled))
+		a.log.Info("agents ready", "defined", len(a.names()), "dir", cfg.AgentsDir(),
+			"agents", strings.Join(a.names(), ", "), "model_provider", cfg.model().Upstream, "credits", onOff(cfg.Credits.Enabled))
 	}
 	return a, nil
 }
@@ -189,7 +204,7 @@ func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gatewa
 	// Each agent reaches only the domains its definition's network list
 	// names; with an empty list it has no network at all.
 	a.egress = egress.New(egress.Config{OnEvent: func(ev evstream.Event) { a.runner.Event(ev) }})
-	if a.egSrv, err = a.serveUnix("egress proxy", a.egSock, a.egress, false); err != nil {
+	if a.egSrv, err = a.serveUnix("egress proxy", a.egSock, a.egress, true); err != nil {
 		return err
 	}
 	dial := func(sock string) func(ctx context.Context) (net.Conn, error) {
@@ -215,7 +230,7 @@ func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gatewa
 
 // serveUnix serves h on a unix socket only root can reach, until Close;
 // channels: to connections that name the machine channel they come
-// through (the gateway's, see gateway.DialChannel).
+// through (the gateway's and the egress proxy's, see package channel).
 func (a *agentService) serveUnix(what, sock string, h http.Handler, channels bool) (*http.Server, error) {
 	os.Remove(sock) // left by a daemon that died
 	ln, err := listenPrivate(sock)
@@ -224,13 +239,13 @@ func (a *agentService) serveUnix(what, sock string, h http.Handler, channels boo
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
 	if channels {
-		ln, srv.ConnContext = gateway.Listener(ln), gateway.ConnContext
+		ln, srv.ConnContext = channel.Listener(ln), channel.ConnContext
 	}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Printf("%s: %v", what, err)
+			a.log.Error("agents: serve", "what", what, "err", err)
 		}
 	}()
 	return srv, nil
@@ -312,11 +327,11 @@ func (a *agentService) recover(driver vmm.Driver) {
 	a.settleCalls(ctx, keep)
 	list, err := a.store.InterruptRunning(ctx, keep...)
 	if err != nil {
-		a.log.Printf("agents: mark interrupted executions: %v", err)
+		a.log.Warn("agents: mark interrupted executions", "err", err)
 	}
 	for _, e := range list {
 		if got, err := agents.RecordTotals(ctx, a.store, e.ID, a.cfg.Credits.Enabled); err != nil {
-			a.log.Printf("execution %s: %v", e.ID, err)
+			a.log.Warn("execution", "id", e.ID, "err", err)
 		} else {
 			e = got
 		}
@@ -325,9 +340,9 @@ func (a *agentService) recover(driver vmm.Driver) {
 		}
 		ev := evstream.New(e.Session, e.ID, evstream.Status, map[string]any{"status": e.Status, "error": e.Error, "outputs": e.Outputs})
 		if _, err := a.store.Append(ctx, ev); err != nil {
-			a.log.Printf("execution %s: %v", e.ID, err)
+			a.log.Warn("execution", "id", e.ID, "err", err)
 		}
-		a.log.Printf("execution %s (agent %s, session %s): interrupted: %s", e.ID, e.Agent, e.Session, e.Error)
+		a.log.Info("execution interrupted", "id", e.ID, "agent", e.Agent, "session", e.Session, "error", e.Error)
 	}
 	if driver != nil {
 		ids, _ := driver.List(ctx)
@@ -337,13 +352,13 @@ func (a *agentService) recover(driver vmm.Driver) {
 			}
 			m, err := driver.Recover(ctx, id)
 			if err != nil {
-				a.log.Printf("execution %s: the machine it left: %v", id, err)
+				a.log.Warn("execution: the machine it left", "id", id, "err", err)
 				continue
 			}
 			if err := m.Destroy(ctx); err != nil {
-				a.log.Printf("execution %s: destroy the machine it left running: %v", id, err)
+				a.log.Warn("execution: destroy the machine it left running", "id", id, "err", err)
 			} else {
-				a.log.Printf("execution %s: destroyed the machine it left running", id)
+				a.log.Info("execution: destroyed the machine it left running", "id", id)
 			}
 		}
 	}
@@ -361,7 +376,7 @@ func (a *agentService) recover(driver vmm.Driver) {
 func (a *agentService) settleCalls(ctx context.Context, keep []string) {
 	list, err := a.store.ListExecutions(ctx, store.ExecutionFilter{Status: []store.Status{store.Pending, store.Running}, Limit: 10000})
 	if err != nil {
-		a.log.Printf("agents: settle the model calls of interrupted executions: %v", err)
+		a.log.Warn("agents: settle the model calls of interrupted executions", "err", err)
 		return
 	}
 	for _, e := range list {
@@ -371,10 +386,10 @@ func (a *agentService) settleCalls(ctx context.Context, keep []string) {
 		s, err := agents.SettleCalls(ctx, a.store, e, a.cfg.Credits.Enabled)
 		switch {
 		case err != nil:
-			a.log.Printf("execution %s: %v", e.ID, err)
+			a.log.Warn("execution", "id", e.ID, "err", err)
 		case s.Cut > 0 || s.Charged > 0:
-			a.log.Printf("execution %s: %d model call(s) were in flight when the daemon stopped: recorded as cut, charged $%.6f; $%.6f charged to credits to match the records",
-				e.ID, s.Cut, s.CutUSD, s.Charged)
+			a.log.Info("execution: model calls were in flight when the daemon stopped: recorded as cut, charged, and charged to credits to match the records",
+				"id", e.ID, "cut", s.Cut, "cut_usd", s.CutUSD, "credits_usd", s.Charged)
 		}
 	}
 }
@@ -388,7 +403,7 @@ func (a *agentService) leftRunning(ctx context.Context, driver vmm.Driver) map[s
 	}
 	running, err := a.store.ListExecutions(ctx, store.ExecutionFilter{Status: []store.Status{store.Running}, Limit: 10000})
 	if err != nil {
-		a.log.Printf("agents: executions left running: %v", err)
+		a.log.Warn("agents: executions left running", "err", err)
 		return left
 	}
 	for _, e := range running {
@@ -397,7 +412,7 @@ func (a *agentService) leftRunning(ctx context.Context, driver vmm.Driver) map[s
 		}
 		m, err := driver.Recover(ctx, e.ID)
 		if err != nil {
-			a.log.Printf("execution %s: left running, but its machine is gone: %v", e.ID, err)
+			a.log.Warn("execution: left running, but its machine is gone", "id", e.ID, "err", err)
 			continue
 		}
 		left[e.ID] = m
@@ -412,7 +427,7 @@ func (a *agentService) reattach(id string, m vmm.Machine) {
 	a.mu.Lock()
 	a.runs[id] = &liveRun{done: done}
 	a.mu.Unlock()
-	a.log.Printf("execution %s: taking it up again where the last daemon left it", id)
+	a.log.Info("execution: taking it up again where the last daemon left it", "id", id)
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -469,7 +484,7 @@ type outcome struct {
 // see). The caller holds startMu.
 func (a *agentService) launch(run func(ctx context.Context) (agents.Result, error)) (store.Execution, <-chan outcome, error) {
 	if a.closed {
-		return store.Execution{}, nil, errorf(codeUnavailable, "the daemon is stopping")
+		return store.Execution{}, nil, unavailablef("the daemon is stopping")
 	}
 	accepted := make(chan store.Execution, 1)
 	done := make(chan outcome, 1)
@@ -514,11 +529,11 @@ func (a *agentService) ended(id string, res agents.Result, err error) {
 	}
 	switch {
 	case errors.Is(err, agents.ErrDetached):
-		a.log.Printf("execution %s (agent %s, session %s): left running in its machine; the next start takes it up", id, e.Agent, e.Session)
+		a.log.Info("execution left running in its machine; the next start takes it up", "id", id, "agent", e.Agent, "session", e.Session)
 	case err != nil:
-		a.log.Printf("execution %s: %v", id, err)
+		a.log.Warn("execution", "id", id, "err", err)
 	default:
-		a.log.Printf("execution %s (agent %s, session %s): %s after %v, %d turns, $%.4f", id, e.Agent, e.Session, e.Status, ran, e.Turns, e.USD)
+		a.log.Info("execution ended", "id", id, "agent", e.Agent, "session", e.Session, "status", e.Status, "ran", ran, "turns", e.Turns, "usd", e.USD)
 	}
 	a.mu.Lock()
 	if lr := a.runs[id]; lr != nil {
@@ -550,7 +565,7 @@ func (a *agentService) Close() {
 	a.startMu.Unlock()
 	if n := a.running(); n > 0 && a.cfg.Agents.OnShutdown == OnShutdownFinish {
 		limit := time.Duration(a.cfg.Agents.shutdownTimeout())
-		a.log.Printf("agents: waiting up to %v for %d running execution(s) to finish; new ones are refused (stop now: signal again)", limit, n)
+		a.log.Info("agents: waiting for running executions to finish; new ones are refused (stop now: signal again)", "limit", limit, "running", n)
 		select {
 		case <-a.runsDone():
 		case <-time.After(limit):
@@ -559,12 +574,12 @@ func (a *agentService) Close() {
 	}
 	if n := a.running(); n > 0 && a.cfg.Agents.OnShutdown == OnShutdownLeave && a.runner != nil {
 		a.drainGateway()
-		a.log.Printf("agents: leaving %d running execution(s) in their machines; the next start takes them up", n)
+		a.log.Info("agents: leaving running executions in their machines; the next start takes them up", "running", n)
 		a.runner.Detach()
 		a.waitRuns()
 	}
 	if n := a.running(); n > 0 {
-		a.log.Printf("agents: stopping %d running execution(s): they end cancelled, their events and partial outputs kept", n)
+		a.log.Info("agents: stopping running executions: they end cancelled, their events and partial outputs kept", "running", n)
 	}
 	a.cancel()
 	a.waitRuns()
@@ -602,11 +617,11 @@ func (a *agentService) drainGateway() {
 	}()
 	t0 := time.Now()
 	if err := a.gw.Drain(ctx); err != nil {
-		a.log.Printf("agents: model calls in flight did not finish, they are cut: %v", err)
+		a.log.Warn("agents: model calls in flight did not finish, they are cut", "err", err)
 		return
 	}
 	if took := time.Since(t0); took > time.Second {
-		a.log.Printf("agents: waited %v for the model calls in flight to finish", took.Round(time.Millisecond))
+		a.log.Info("agents: the model calls in flight finished", "waited", took.Round(time.Millisecond))
 	}
 }
 

@@ -1,13 +1,11 @@
 package appliance
 
 import (
-	"net/http"
 	"path/filepath"
 	"sort"
 	"strings"
 
 	"hearth/agents"
-	"hearth/appliance/api"
 )
 
 // def returns the definition of agent name, nil if there is none.
@@ -64,19 +62,21 @@ func (a *agentService) loadDefinitions() (names, problems []string) {
 	return a.names(), problems
 }
 
-// ReloadAgents reads the agent definitions again and brings the
-// schedules of definitions in line (see agentService.loadDefinitions).
-func (d *Daemon) ReloadAgents() (names, problems []string) {
-	names, problems = d.agents.loadDefinitions()
-	d.sched.syncDefinitions()
-	d.log.Info("agents reloaded", "dir", d.cfg.AgentsDir(), "defined", len(names), "names", strings.Join(names, ", "))
+// Reload reads the agent definitions again (see loadDefinitions) and
+// logs what it found.
+func (a *agentService) Reload() (names, problems []string) {
+	names, problems = a.loadDefinitions()
+	a.log.Info("agents reloaded", "dir", a.cfg.AgentsDir(), "defined", len(names), "agents", strings.Join(names, ", "))
 	for _, p := range problems {
-		d.log.Warn("agent definition refused", "problem", p)
+		a.log.Warn("agents: definition not loaded", "problem", p)
 	}
 	return names, problems
 }
 
-func (s *server) ReloadAgents(w http.ResponseWriter, r *http.Request) {
-	names, problems := s.d.ReloadAgents()
-	reply(w, http.StatusOK, api.AgentReload{Agents: names, Problems: append([]string{}, problems...)})
+// ReloadAgents reads the agent definitions again and brings the
+// schedules of definitions in line.
+func (d *Daemon) ReloadAgents() (names, problems []string) {
+	names, problems = d.agents.Reload()
+	d.sched.syncDefinitions()
+	return names, problems
 }

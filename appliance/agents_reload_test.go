@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"hearth/agents/modeltest"
+	"hearth/client"
 )
 
 // TestAgentsReload: a reload adds a new agent (and its schedule), keeps
@@ -54,7 +55,7 @@ func TestAgentsReload(t *testing.T) {
 	if slices.ContainsFunc(scheds, func(s Schedule) bool { return s.Id == "agent-writer" }) {
 		t.Error("agent-writer's schedule outlived its definition")
 	}
-	var ae *APIError
+	var ae *client.APIError
 	if _, err := env.c.Delegate(ctx, DelegateRequest{Agent: "writer", Prompt: "go"}); !errors.As(err, &ae) || ae.Code != codeNotFound {
 		t.Errorf("a task for the removed agent = %v, want not_found", err)
 	}

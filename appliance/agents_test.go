@@ -21,6 +21,7 @@ import (
 	"hearth/agents/store"
 	evstream "hearth/agents/stream"
 	"hearth/appliance/appliancetest"
+	"hearth/client"
 	"hearth/vmm"
 )
 
@@ -577,7 +578,7 @@ func TestAgentsCloseCancels(t *testing.T) {
 	}
 	// Every goroutine of the daemon (executions, gateway, streams) is gone.
 	env.model.Close()
-	env.c.hc.CloseIdleConnections()
+	env.c.HTTP().CloseIdleConnections()
 	deadline := time.Now().Add(5 * time.Second)
 	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
@@ -614,7 +615,7 @@ func TestAgentsShutdownFinish(t *testing.T) {
 			break
 		}
 	}
-	var ae *APIError
+	var ae *client.APIError
 	if !errors.As(refused, &ae) || ae.Status != http.StatusServiceUnavailable {
 		t.Errorf("Delegate while stopping = %v, want 503 the daemon is stopping", refused)
 	}

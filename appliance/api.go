@@ -14,16 +14,19 @@ import (
 	"hearth/appliance/api"
 	"hearth/appliance/dashboard"
 	"hearth/appliance/mcp"
+	"hearth/client"
 	"hearth/fs"
 	"hearth/image"
 	"hearth/scheduler"
+	"hearth/vmm"
 	"hearth/vmm/guest"
 )
 
 // The local API, version 1, is described by api/openapi.yaml; the routes
-// and parameter binding are generated from it, the handlers are here and
-// in api_*.go. JSON in and out, except the streams; errors are
-// {"error":{"code":"...","message":"..."}} with a 4xx or 5xx status.
+// and parameter binding are generated from it, the handlers are in
+// *_api.go (see doc.go). JSON in and out, except the streams; errors are
+// {"error":{"code":"...","message":"..."}} with a 4xx or 5xx status,
+// chosen by apiError below and nowhere else.
 
 const (
 	maxBody     = 1 << 20  // a JSON request body
@@ -52,19 +55,6 @@ var codeStatus = map[string]int{
 	codeUnsupported: http.StatusNotImplemented, codeNoCredits: http.StatusPaymentRequired,
 }
 
-// codedError gives an error the API code it is reported with.
-type codedError struct {
-	code string
-	err  error
-}
-
-func (e *codedError) Error() string { return e.err.Error() }
-func (e *codedError) Unwrap() error { return e.err }
-
-func errorf(code, format string, args ...any) error {
-	return &codedError{code: code, err: fmt.Errorf(format, args...)}
-}
-
 // APIError is the body of every error response, and what the client
 // returns for one.
 type APIError struct {
@@ -77,20 +67,32 @@ type APIError struct {
 
 func (e *APIError) Error() string { return e.Message }
 
-// apiError maps errors to HTTP; this is the only place that does.
+// kindCode is the API code of each domain error (errors.go).
+var kindCode = map[error]string{
+	ErrNotFound: codeNotFound, ErrInvalid: codeBadRequest, ErrConflict: codeConflict,
+	ErrUnavailable: codeUnavailable, ErrUnsupported: codeUnsupported, ErrTooLarge: codeTooLarge,
+	ErrNoCredits: codeNoCredits,
+}
+
+// notFound are the not-found sentinels of the packages the services use.
+var notFound = []error{
+	ErrNotFound, fs.ErrNotFound, guest.ErrNotFound, image.ErrNotFound, store.ErrNotFound,
+	agents.ErrNotFound, scheduler.ErrNotFound, vmm.ErrNotFound,
+}
+
+// apiError maps errors to HTTP; this is the only place that does. A
+// domain error's own kind comes first (an invalid request that mentions
+// a missing file is invalid), then the sentinels it wraps.
 func apiError(err error) *APIError {
 	e := &APIError{Code: codeInternal, Message: err.Error()}
-	var ce *codedError
+	var ke *kindError
 	var se *image.StepError
 	switch {
-	case errors.As(err, &ce):
-		e.Code = ce.code
+	case errors.As(err, &ke):
+		e.Code = kindCode[ke.kind]
 	case errors.As(err, &se):
 		e.Code, e.Step = codeBuildFailed, se.Step
-	case errors.Is(err, fs.ErrNotFound), errors.Is(err, guest.ErrNotFound), errors.Is(err, image.ErrNotFound),
-		errors.Is(err, store.ErrNotFound), errors.Is(err, agents.ErrNotFound):
-		e.Code = codeNotFound
-	case errors.Is(err, scheduler.ErrNotFound):
+	case isAny(err, notFound):
 		e.Code = codeNotFound
 	case errors.Is(err, scheduler.ErrBusy):
 		e.Code = codeConflict
@@ -119,6 +121,15 @@ func apiError(err error) *APIError {
 	return e
 }
 
+func isAny(err error, targets []error) bool {
+	for _, t := range targets {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
+}
+
 // server implements the generated interface over a daemon.
 type server struct{ d *Daemon }
 
@@ -129,8 +140,8 @@ func (d *Daemon) routes() http.Handler {
 	mux.Handle("/", dashboard.RedirectBrowsers(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fail(w, &APIError{Code: codeNotFound, Message: fmt.Sprintf("no API route %s %s", r.Method, r.URL.Path), Status: http.StatusNotFound})
 	})))
-	mux.Handle(dashboard.Prefix, dashboard.Handler())      // the web dashboard, a client of this API
-	mux.Handle("/mcp", mcp.Handler(NewClient(d.Socket()))) // MCP over streamable HTTP, through the API like any client
+	mux.Handle(dashboard.Prefix, dashboard.Handler())       // the web dashboard, a client of this API
+	mux.Handle("/mcp", mcp.Handler(client.New(d.Socket()))) // MCP over streamable HTTP, through the API like any client
 	return api.HandlerWithOptions(&server{d: d}, api.StdHTTPServerOptions{
 		BaseRouter: mux,
 		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -171,12 +182,29 @@ func isJSON(contentType string) bool {
 	return err == nil && mt == "application/json"
 }
 
-// isUpload says whether r is one of the routes whose body is not JSON
-// (openapi.yaml: PUT /v1/sandboxes/{id}/files, application/octet-stream).
+// isUpload says whether r is one of the requests whose body is not JSON
+// (openapi.yaml): PUT /v1/sandboxes/{id}/files, application/octet-stream,
+// and a task that streams its input files, POST /v1/executions or
+// /v1/sessions/{id}/resume as multipart/form-data. A form that a page of
+// another origin makes a browser send is refused before this, by its
+// Origin or Sec-Fetch-Site.
 func isUpload(r *http.Request) bool {
-	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/sandboxes/")
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/v1/sandboxes/"); ok && r.Method == http.MethodPut {
+		id, tail, _ := strings.Cut(rest, "/")
+		return id != "" && tail == "files"
+	}
+	return r.Method == http.MethodPost && isTaskPath(r.URL.Path) && isMultipart(r)
+}
+
+// isTaskPath says whether p is a route that starts a task from a
+// request with input files.
+func isTaskPath(p string) bool {
+	if p == "/v1/executions" {
+		return true
+	}
+	rest, ok := strings.CutPrefix(p, "/v1/sessions/")
 	id, tail, _ := strings.Cut(rest, "/")
-	return ok && r.Method == http.MethodPut && id != "" && tail == "files"
+	return ok && id != "" && tail == "resume"
 }
 
 // decode reads a JSON body strictly: size-limited, unknown fields refused.

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"hearth/client"
 )
 
 func TestLoadConfig(t *testing.T) {
@@ -109,7 +111,7 @@ func TestWorkspaceAPI(t *testing.T) {
 	if err != nil || len(list) != 2 {
 		t.Fatalf("Sessions = %v, %v; want 2", list, err)
 	}
-	var ae *APIError
+	var ae *client.APIError
 	if err := c.Restore(ctx, "nope", "x"); !errors.As(err, &ae) || ae.Code != "not_found" || ae.Status != 404 {
 		t.Errorf("Restore(nope) = %v, want not_found 404", err)
 	}
@@ -130,7 +132,7 @@ func TestAPIRejectsBadBodies(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			resp, err := c.hc.Post("http://hearth/v1/workspace/sessions", "application/json", strings.NewReader(tc.body))
+			resp, err := c.HTTP().Post("http://hearth/v1/workspace/sessions", "application/json", strings.NewReader(tc.body))
 			if err != nil {
 				t.Fatal(err)
 			}

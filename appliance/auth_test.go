@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"hearth/client"
 )
 
 // TestAPIOverTCP serves the API on loopback TCP: without the token every
@@ -40,7 +42,7 @@ func TestAPIOverTCP(t *testing.T) {
 
 	for name, c := range map[string]*Client{"no token": NewTCPClient(addr, ""), "wrong token": NewTCPClient(addr, strings.Repeat("x", 64))} {
 		err := c.CreateSession(ctx, "intruder")
-		var ae *APIError
+		var ae *client.APIError
 		if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized || ae.Code != "unauthorized" || !strings.Contains(ae.Message, "api.token") {
 			t.Errorf("%s: CreateSession = %v, want a 401 unauthorized that says where the token is", name, err)
 		}

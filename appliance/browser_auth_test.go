@@ -250,6 +250,9 @@ func FuzzGuardBrowsers(f *testing.F) {
 	f.Add("PUT", "/v1/sandboxes/x/files", "text/plain", "same-origin", "", "127.0.0.1:8080", 5)
 	f.Add("DELETE", "/v1/schedules/x", "", "", "null", "h", 0)
 	f.Add("post", "/v1/sandboxes//files", "Application/JSON", "none", "", "h", -1)
+	f.Add("POST", "/v1/executions", "multipart/form-data; boundary=x", "cross-site", "", "h", 100)
+	f.Add("POST", "/v1/sessions/s1/resume", "multipart/form-data; boundary=x", "", "http://evil.example", "h", 100)
+	f.Add("POST", "/v1/sessions//resume", "multipart/form-data; boundary=x", "", "", "h", 100)
 	f.Fuzz(func(t *testing.T, method, path, ctype, site, origin, host string, length int) {
 		if !validMethod(method) || strings.ContainsAny(path+ctype+site+origin+host, "\r\n\x00") || !strings.HasPrefix(path, "/") {
 			return

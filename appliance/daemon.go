@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -39,8 +38,6 @@ type Daemon struct {
 	// browsers are the dashboard's sessions on tcp, signed in with token.
 	browsers *sessions
 	log      *slog.Logger
-	// legacyLog is log for the services that still take a *log.Logger.
-	legacyLog *log.Logger
 
 	// driver makes the machines of sandboxes and agent executions alike;
 	// nil (and driverErr says why) when there can be none.
@@ -82,7 +79,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 	if err := secureStateDir(cfg.StateDir); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, log: log, legacyLog: slog.NewLogLogger(log.Handler(), slog.LevelInfo)}
+	d := &Daemon{cfg: cfg, log: log}
 	steps := []func(context.Context) error{
 		d.openSocket, d.openTCP, d.openWorkspace, d.openDriver,
 		d.openSandboxes, d.openAgents, d.openSchedules, d.openAPI,
@@ -181,6 +178,9 @@ func (d *Daemon) openWorkspace(context.Context) error {
 	}
 	d.store = store
 	d.undo.push("workspace store", store.Close)
+	for _, damage := range store.Damage() {
+		d.log.Warn("workspace damaged", "damage", damage)
+	}
 	if d.view, err = store.Mount(d.cfg.Workspace.Mount, fs.ViewOptions{Host: true, AllowOther: d.cfg.Workspace.AllowOther}); err != nil {
 		return err
 	}
@@ -194,7 +194,7 @@ func (d *Daemon) openWorkspace(context.Context) error {
 // workspace's owners into the driver's id range.
 func (d *Daemon) openDriver(ctx context.Context) error {
 	var err error
-	if d.images, err = newImageService(d.cfg.StateDir, d.legacyLog); err != nil {
+	if d.images, err = newImageService(d.cfg.StateDir, d.log); err != nil {
 		return err
 	}
 	var agent string
@@ -222,7 +222,7 @@ func (d *Daemon) openDriver(ctx context.Context) error {
 
 func (d *Daemon) openSandboxes(context.Context) error {
 	var err error
-	if d.sbx, err = newSandboxManager(d.cfg, d.store, d.images, d.driver, d.driverErr, d.legacyLog); err != nil {
+	if d.sbx, err = newSandboxManager(SandboxDeps{Config: d.cfg, Store: d.store, Images: d.images, Driver: d.driver, DriverErr: d.driverErr, Log: d.log}); err != nil {
 		return err
 	}
 	d.undo.push("sandboxes", d.sbx.Close)
@@ -234,7 +234,7 @@ func (d *Daemon) openSandboxes(context.Context) error {
 // the store they write to.
 func (d *Daemon) openAgents(context.Context) error {
 	var err error
-	if d.agents, err = newAgentService(d.cfg, d.driver, d.driverErr, d.store, d.images, &d.wg, d.legacyLog); err != nil {
+	if d.agents, err = newAgentService(AgentDeps{Config: d.cfg, Driver: d.driver, DriverErr: d.driverErr, Workspace: d.store, Images: d.images, WG: &d.wg, Log: d.log}); err != nil {
 		return err
 	}
 	d.stopAgents = sync.OnceFunc(d.agents.Close)
@@ -249,7 +249,7 @@ func (d *Daemon) openAgents(context.Context) error {
 // openSchedules starts the scheduler after the runner it delegates to.
 func (d *Daemon) openSchedules(context.Context) error {
 	var err error
-	if d.sched, err = newScheduleService(d.cfg, d.agents, d.legacyLog); err != nil {
+	if d.sched, err = newScheduleService(ScheduleDeps{Config: d.cfg, Agents: d.agents, Log: d.log}); err != nil {
 		return err
 	}
 	d.stopSched = sync.OnceFunc(d.sched.Close)

@@ -74,6 +74,12 @@ func Doctor(cfg Config) Diagnosis {
 	if ws := filepath.Join(cfg.StateDir, "workspace"); dirExists(ws) {
 		free, err := fs.SpaceHealth(ws)
 		add("workspace space", err == nil, "%s", orOK(err, humanize.IBytes(uint64(free))+" free for the workspace"))
+		detail := "intact"
+		if damaged := fs.DamagedJournals(ws); len(damaged) > 0 {
+			detail = strings.Join(damaged, ", ") + ": a journal was damaged in its middle; the operations after the damage were " +
+				"not replayed, and their bytes are kept there for recovery (remove the file once dealt with)"
+		}
+		add("workspace journal", detail == "intact", "%s", detail)
 	}
 	pool := idPool(cfg)
 	poolErr := pool.Check()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"hearth/appliance/api"
+	"hearth/client"
 )
 
 // Health is what the running daemon knows is wrong with its own state.
@@ -15,21 +16,22 @@ type Health = api.Health
 // GetHealth reports the store's write health: whether its database takes
 // writes, and if not why (the disk is full) and since when.
 func (s *server) GetHealth(w http.ResponseWriter, r *http.Request) {
-	result(w, http.StatusOK, s.d.agents.health(), nil)
+	result(w, http.StatusOK, s.d.agents.Health(), nil)
 }
 
-func (a *agentService) health() Health {
+// Health is the store's write health: whether it takes writes, and the last
+// write it refused.
+func (a *agentService) Health() Health {
 	since, werr := a.store.WriteError()
 	if werr == nil {
+		// Writes go through now; a failure this hour (a full disk that
+		// stopped executions, freed since or not) is still news.
+		if last, at := a.store.LastWriteFailure(); last != nil && time.Since(at) < time.Hour {
+			return Health{StoreOk: true, Store: "ok; the last write refused, at " + at.UTC().Format(time.RFC3339) + ": " + strings.TrimPrefix(last.Error(), "store ")}
+		}
 		return Health{StoreOk: true, Store: "ok"}
 	}
 	return Health{Store: strings.TrimPrefix(werr.Error(), "store "), StoreFailingSince: since.UTC()}
-}
-
-// Health asks the daemon what it knows is wrong with its own state.
-func (c *Client) Health(ctx context.Context) (Health, error) {
-	var out Health
-	return out, c.call(ctx, &out, func(ctx context.Context) (*http.Response, error) { return c.api.GetHealth(ctx) })
 }
 
 // daemonStoreCheck is the doctor's look at the running daemon's store:
@@ -38,10 +40,12 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 func daemonStoreCheck(cfg Config) Check {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	h, err := NewClient(cfg.SocketPath()).Health(ctx)
+	h, err := client.New(cfg.SocketPath()).Health(ctx)
 	switch {
 	case err != nil:
 		return Check{Name: "store", OK: true, Detail: "no daemon answering on " + cfg.SocketPath() + ": nothing to report"}
+	case h.StoreOk && h.Store != "ok":
+		return Check{Name: "store", OK: true, Detail: "the daemon's store takes writes (" + h.Store + ")"}
 	case h.StoreOk:
 		return Check{Name: "store", OK: true, Detail: "the daemon's store takes writes"}
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"hearth/client"
 )
 
 // TestHealthStoreFull runs the daemon with its state on a small tmpfs and
@@ -49,7 +51,7 @@ func TestHealthStoreFull(t *testing.T) {
 	if addErr == nil {
 		t.Fatal("the daemon's store took 100 MB of ledger entries on a full disk")
 	}
-	var apiErr *APIError
+	var apiErr *client.APIError
 	if !errors.As(addErr, &apiErr) || apiErr.Code != codeUnavailable || !strings.Contains(apiErr.Message, "store write failed") {
 		t.Errorf("AddCredits on a full disk = %v; want unavailable, saying the store's write failed", addErr)
 	}
@@ -72,7 +74,7 @@ func TestHealthStoreFull(t *testing.T) {
 	if _, err := c.AddCredits(ctx, 0.01, "after"); err != nil {
 		t.Fatalf("AddCredits after freeing space: %v", err)
 	}
-	if h, err := c.Health(ctx); err != nil || !h.StoreOk {
-		t.Errorf("Health after freeing space = %+v, %v; want ok", h, err)
+	if h, err := c.Health(ctx); err != nil || !h.StoreOk || !strings.HasPrefix(h.Store, "ok; the last write refused, at ") || !strings.Contains(h.Store, "full") {
+		t.Errorf("Health after freeing space = %+v, %v; want ok, naming the last refusal", h, err)
 	}
 }

@@ -51,7 +51,7 @@ func startSandboxDaemon(t testing.TB, cfg Config) (*Daemon, *Client) {
 }
 
 func destroyAll(d *Daemon) {
-	for _, s := range d.sbx.List() {
+	for _, s := range d.sbx.list() {
 		d.sbx.Destroy(context.Background(), s.rec.ID)
 	}
 }

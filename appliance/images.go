@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -19,10 +19,10 @@ type imageService struct {
 	dir     string
 	catalog *image.Catalog
 	builder *image.Builder // for listing, inspecting and removing
-	log     *log.Logger
+	log     *slog.Logger
 }
 
-func newImageService(stateDir string, logger *log.Logger) (*imageService, error) {
+func newImageService(stateDir string, logger *slog.Logger) (*imageService, error) {
 	cat, err := image.BuiltinCatalog()
 	if err != nil {
 		return nil, err
@@ -39,14 +39,17 @@ var imageNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 func checkImageName(name string) error {
 	if !imageNameRe.MatchString(name) || strings.Contains(name, "..") {
-		return errorf(codeBadRequest, "image name %q: use lowercase letters, digits, '.', '_' or '-'", name)
+		return invalidf("image name %q: use lowercase letters, digits, '.', '_' or '-'", name)
 	}
 	return nil
 }
 
-// current reports whether img is the version sandboxes get: built from
+// Recipes names the image recipes, sorted.
+func (s *imageService) Recipes() []string { return s.catalog.Names() }
+
+// Current reports whether img is the version sandboxes get: built from
 // its recipe as it is now or, for a saved image (no recipe), the newest.
-func (s *imageService) current(img image.Image) bool {
+func (s *imageService) Current(img image.Image) bool {
 	if h, err := s.catalog.Hash(img.Name); err == nil {
 		return h == img.Hash
 	}
@@ -64,9 +67,9 @@ func (s *imageService) resolve(name string) (image.Image, error) {
 	img, err := s.builder.Get(name)
 	if errors.Is(err, image.ErrNotFound) {
 		if _, rerr := s.catalog.Get(name); rerr != nil {
-			return image.Image{}, errorf(codeNotFound, "no image %s: the recipes are %s", name, strings.Join(s.catalog.Names(), ", "))
+			return image.Image{}, notFoundf("no image %s: the recipes are %s", name, strings.Join(s.catalog.Names(), ", "))
 		}
-		return image.Image{}, errorf(codeNotFound, "image %s is not built yet: run `hearth images build %s` first", name, name)
+		return image.Image{}, notFoundf("image %s is not built yet: run `hearth images build %s` first", name, name)
 	}
 	return img, err
 }
@@ -90,14 +93,14 @@ func (s *imageService) Build(ctx context.Context, name string, progress io.Write
 	}
 	img, err := b.Build(ctx, name)
 	if err != nil {
-		s.log.Printf("image %s: build failed: %v", name, err)
+		s.log.Warn("image build failed", "image", name, "err", err)
 		var se *image.StepError
 		if errors.As(err, &se) {
 			return img, err
 		}
 		return img, fmt.Errorf("build image %s: %w", name, err)
 	}
-	s.log.Printf("image %s: ready (%s)", name, shortHash(img.Hash))
+	s.log.Info("image ready", "image", name, "hash", shortHash(img.Hash))
 	return img, nil
 }
 
@@ -123,7 +126,7 @@ func (s *imageService) checkSaveName(name string) error {
 		return err
 	}
 	if _, err := s.catalog.Get(name); err == nil {
-		return errorf(codeConflict, "image %s is a recipe's name, and building the recipe would replace the saved image: choose another name", name)
+		return conflictf("image %s is a recipe's name, and building the recipe would replace the saved image: choose another name", name)
 	}
 	return nil
 }
@@ -138,20 +141,20 @@ func (s *imageService) Save(ctx context.Context, name string, parent image.Image
 	}
 	img, err := b.Save(ctx, name, parent, from, fill)
 	if err != nil {
-		s.log.Printf("image %s: save from %s failed: %v", name, from, err)
+		s.log.Warn("image save failed", "image", name, "from", from, "err", err)
 		return img, err
 	}
-	s.log.Printf("image %s: saved from %s (%s)", name, from, shortHash(img.Hash))
+	s.log.Info("image saved", "image", name, "from", from, "hash", shortHash(img.Hash))
 	return img, nil
 }
 
-// checkRecipe returns a not_found error if no recipe is named name.
-func (s *imageService) checkRecipe(name string) error {
+// CheckRecipe returns a not_found error if no recipe is named name.
+func (s *imageService) CheckRecipe(name string) error {
 	if err := checkImageName(name); err != nil {
 		return err
 	}
 	if _, err := s.catalog.Get(name); err != nil {
-		return errorf(codeNotFound, "no image recipe %s: the recipes are %s", name, strings.Join(s.catalog.Names(), ", "))
+		return notFoundf("no image recipe %s: the recipes are %s", name, strings.Join(s.catalog.Names(), ", "))
 	}
 	return nil
 }
@@ -163,11 +166,11 @@ func (s *imageService) Remove(name string) error {
 	}
 	if err := s.builder.Remove(name); err != nil {
 		if errors.Is(err, image.ErrNotFound) {
-			return errorf(codeNotFound, "image %s is not built: list the built ones with `hearth images ls`", name)
+			return notFoundf("image %s is not built: list the built ones with `hearth images ls`", name)
 		}
 		return err
 	}
-	s.log.Printf("image %s: removed", name)
+	s.log.Info("image removed", "image", name)
 	return nil
 }
 

@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -120,7 +120,7 @@ type sandboxManager struct {
 	viewsDir  string
 	hostMount string // the daemon's host view, to fix an existing session's owner
 	store     *fs.Store
-	log       *log.Logger
+	log       *slog.Logger
 	images    *imageService
 
 	driver    vmm.Driver
@@ -140,10 +140,23 @@ type sandboxManager struct {
 	closeOnce sync.Once
 }
 
-// newSandboxManager takes the daemon's machine driver, which agent
-// executions share (their machine ids start with "exec-", which sandbox
-// ids may not), or why there is none.
-func newSandboxManager(cfg Config, store *fs.Store, images *imageService, driver vmm.Driver, driverErr error, logger *log.Logger) (*sandboxManager, error) {
+// SandboxDeps is what a sandboxManager is made of.
+type SandboxDeps struct {
+	Config Config
+	Store  *fs.Store // the workspace, whose sessions sandboxes see
+	Images *imageService
+	// Driver makes the machines; agent executions share it (their machine
+	// ids start with "exec-", which sandbox ids may not). Nil when there
+	// can be none, and DriverErr says why.
+	Driver    vmm.Driver
+	DriverErr error
+	Log       *slog.Logger
+}
+
+// newSandboxManager re-attaches to the sandboxes a previous daemon left
+// and starts the idle loop.
+func newSandboxManager(deps SandboxDeps) (*sandboxManager, error) {
+	cfg, store, images, driver, driverErr, logger := deps.Config, deps.Store, deps.Images, deps.Driver, deps.DriverErr, deps.Log
 	m := &sandboxManager{
 		cfg: cfg.Sandbox.withDefaults(), wcfg: cfg.Workspace, dir: filepath.Join(cfg.StateDir, "sandboxes"),
 		viewsDir: filepath.Join(cfg.StateDir, "views"), hostMount: cfg.Workspace.Mount,
@@ -157,10 +170,10 @@ func newSandboxManager(cfg Config, store *fs.Store, images *imageService, driver
 		}
 	}
 	if m.driverErr != nil {
-		m.log.Printf("sandboxes are unavailable: %v", m.driverErr)
+		m.log.Warn("sandboxes are unavailable", "err", m.driverErr)
 	} else {
 		m.recoverAll()
-		m.log.Printf("sandboxes: %s driver, %d known", m.driver.Name(), len(m.boxes))
+		m.log.Info("sandboxes ready", "driver", m.driver.Name(), "known", len(m.boxes))
 	}
 	m.wg.Add(1)
 	go m.idleLoop()
@@ -187,7 +200,7 @@ func guestAgentPath(cfg Config) (string, error) {
 
 func (m *sandboxManager) available() error {
 	if m.driver == nil {
-		return errorf(codeUnavailable, "sandboxes are unavailable: %v", m.driverErr)
+		return unavailablef("sandboxes are unavailable: %v", m.driverErr)
 	}
 	return nil
 }
@@ -209,8 +222,8 @@ var (
 )
 
 func validSandboxID(id string) error {
-	if err := ids.Check("sandbox id", id); err != nil {
-		return &codedError{code: codeBadRequest, err: err}
+	if !ids.Valid(id) {
+		return invalidf("sandbox id %q: use %s", id, ids.Rule)
 	}
 	return nil
 }
@@ -219,7 +232,7 @@ func validSandboxID(id string) error {
 // free.
 func validNewSandboxID(id string) error {
 	if strings.HasPrefix(id, executionPrefix) {
-		return errorf(codeBadRequest, "sandbox id %q: ids starting with %q are the machines of agent executions: pick another", id, executionPrefix)
+		return invalidf("sandbox id %q: ids starting with %q are the machines of agent executions: pick another", id, executionPrefix)
 	}
 	return validSandboxID(id)
 }
@@ -247,11 +260,11 @@ func (m *sandboxManager) withDefaults(spec createSpec) (createSpec, error) {
 	}
 	if spec.Session != "" {
 		if err := fs.ValidateID("session", spec.Session); err != nil {
-			return spec, &codedError{code: codeBadRequest, err: err}
+			return spec, invalid(err)
 		}
 	}
 	if spec.CPUs < 0 || spec.Memory < 0 || spec.Pids < 0 || spec.Disk < 0 || spec.WorkspaceBytes < 0 || spec.WorkspaceFiles < 0 {
-		return spec, errorf(codeBadRequest, "sandbox %s: cpus, memory, pids, disk, workspace_bytes and workspace_files must not be negative", spec.ID)
+		return spec, invalidf("sandbox %s: cpus, memory, pids, disk, workspace_bytes and workspace_files must not be negative", spec.ID)
 	}
 	def := func(v *int64, d int64) {
 		if *v == 0 {
@@ -266,12 +279,12 @@ func (m *sandboxManager) withDefaults(spec createSpec) (createSpec, error) {
 	}
 	for k := range spec.Env {
 		if !envKeyRe.MatchString(k) {
-			return spec, errorf(codeBadRequest, "sandbox %s: environment variable name %q: use letters, digits and '_'", spec.ID, k)
+			return spec, invalidf("sandbox %s: environment variable name %q: use letters, digits and '_'", spec.ID, k)
 		}
 	}
 	for _, t := range []**time.Duration{&spec.IdleTimeout, &spec.ExecTimeout} {
 		if *t != nil && **t < 0 {
-			return spec, errorf(codeBadRequest, "sandbox %s: timeouts must not be negative", spec.ID)
+			return spec, invalidf("sandbox %s: timeouts must not be negative", spec.ID)
 		}
 	}
 	if spec.IdleTimeout == nil {
@@ -285,9 +298,9 @@ func (m *sandboxManager) withDefaults(spec createSpec) (createSpec, error) {
 	return spec, nil
 }
 
-// Create boots a sandbox and returns once its agent answers. The image
+// create boots a sandbox and returns once its agent answers. The image
 // must be built; the session is made if missing.
-func (m *sandboxManager) Create(ctx context.Context, spec createSpec) (*sandbox, error) {
+func (m *sandboxManager) create(ctx context.Context, spec createSpec) (*sandbox, error) {
 	if err := m.available(); err != nil {
 		return nil, err
 	}
@@ -317,8 +330,8 @@ func (m *sandboxManager) Create(ctx context.Context, spec createSpec) (*sandbox,
 	m.mu.Lock()
 	m.boxes[s.rec.ID] = s
 	m.mu.Unlock()
-	m.log.Printf("sandbox %s: created from image %s (%s) as %s, session %q, in %v", s.rec.ID, img.Name, shortHash(img.Hash),
-		acct.name, spec.Session, time.Since(start).Round(time.Millisecond))
+	m.log.Info("sandbox created", "id", s.rec.ID, "image", img.Name, "hash", shortHash(img.Hash),
+		"user", acct.name, "session", spec.Session, "took", time.Since(start).Round(time.Millisecond))
 	return s, nil
 }
 
@@ -326,7 +339,7 @@ func (m *sandboxManager) reserve(id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.boxes[id] != nil || m.reserved[id] {
-		return errorf(codeConflict, "sandbox %s already exists: pick another id or destroy it first", id)
+		return conflictf("sandbox %s already exists: pick another id or destroy it first", id)
 	}
 	m.reserved[id] = true
 	return nil
@@ -383,7 +396,7 @@ func (m *sandboxManager) boot(ctx context.Context, spec createSpec, img image.Im
 	}
 	if s.m, err = m.driver.Create(ctx, vspec); err != nil {
 		if errors.Is(err, vmm.ErrExists) {
-			return nil, errorf(codeConflict, "sandbox %s: a machine with this id is still running: destroy it or pick another id", spec.ID)
+			return nil, conflictf("sandbox %s: a machine with this id is still running: destroy it or pick another id", spec.ID)
 		}
 		return nil, err
 	}
@@ -435,7 +448,7 @@ func (m *sandboxManager) get(id string) (*sandbox, error) {
 	s := m.boxes[id]
 	m.mu.Unlock()
 	if s == nil {
-		return nil, errorf(codeNotFound, "no sandbox %s: list them with `hearth sandboxes ls`", id)
+		return nil, notFoundf("no sandbox %s: list them with `hearth sandboxes ls`", id)
 	}
 	return s, nil
 }
@@ -450,7 +463,7 @@ func (m *sandboxManager) lock(id string) (*sandbox, error) {
 	s.mu.Lock()
 	if s.destroyed {
 		s.mu.Unlock()
-		return nil, errorf(codeNotFound, "no sandbox %s: it was just destroyed", id)
+		return nil, notFoundf("no sandbox %s: it was just destroyed", id)
 	}
 	return s, nil
 }
@@ -474,8 +487,8 @@ func (m *sandboxManager) lockRunning(id string) (*sandbox, error) {
 	return s, nil
 }
 
-// List returns the sandboxes, oldest first.
-func (m *sandboxManager) List() []*sandbox {
+// list returns the sandboxes, oldest first.
+func (m *sandboxManager) list() []*sandbox {
 	m.mu.Lock()
 	out := make([]*sandbox, 0, len(m.boxes))
 	for _, s := range m.boxes {
@@ -511,7 +524,7 @@ func (m *sandboxManager) Destroy(ctx context.Context, id string) error {
 	// the view unmounts cleanly.
 	if s.view != nil {
 		if err := s.view.Unmount(); err != nil {
-			m.log.Printf("sandbox %s: unmount workspace view: %v", id, err)
+			m.log.Warn("sandbox: unmount workspace view", "id", id, "err", err)
 		}
 	} else {
 		fs.CleanStaleMount(m.viewDir(id)) // left by a daemon that crashed
@@ -524,12 +537,12 @@ func (m *sandboxManager) Destroy(ctx context.Context, id string) error {
 	m.mu.Lock()
 	delete(m.boxes, id)
 	m.mu.Unlock()
-	m.log.Printf("sandbox %s: destroyed", id)
+	m.log.Info("sandbox destroyed", "id", id)
 	return nil
 }
 
-// Pause freezes the sandbox on request; it stays paused until Resume.
-func (m *sandboxManager) Pause(ctx context.Context, id string) (*sandbox, error) {
+// pause freezes the sandbox on request; it stays paused until Resume.
+func (m *sandboxManager) pause(ctx context.Context, id string) (*sandbox, error) {
 	s, err := m.lockRunning(id)
 	if err != nil {
 		return nil, err
@@ -542,14 +555,14 @@ func (m *sandboxManager) Pause(ctx context.Context, id string) (*sandbox, error)
 	}
 	if s.rec.Paused != pausedByUser {
 		s.rec.Paused = pausedByUser
-		m.log.Printf("sandbox %s: paused", id)
+		m.log.Info("sandbox paused", "id", id, "by", pausedByUser)
 		return s, m.save(&s.rec)
 	}
 	return s, nil
 }
 
-// Resume thaws a paused sandbox. Idempotent.
-func (m *sandboxManager) Resume(ctx context.Context, id string) (*sandbox, error) {
+// resume thaws a paused sandbox. Idempotent.
+func (m *sandboxManager) resume(ctx context.Context, id string) (*sandbox, error) {
 	s, err := m.lockRunning(id)
 	if err != nil {
 		return nil, err
@@ -567,12 +580,12 @@ func (m *sandboxManager) resumeLocked(ctx context.Context, s *sandbox, what stri
 		return err
 	}
 	s.rec.Paused = ""
-	m.log.Printf("sandbox %s: %s", s.rec.ID, what)
+	m.log.Info("sandbox "+what, "id", s.rec.ID)
 	return m.save(&s.rec)
 }
 
 func errStopped(id string) error {
-	return errorf(codeConflict, "sandbox %s has stopped (its machine is gone): destroy it with `hearth sandboxes destroy %s` and create a new one", id, id)
+	return conflictf("sandbox %s has stopped (its machine is gone): destroy it with `hearth sandboxes destroy %s` and create a new one", id, id)
 }
 
 // use marks the sandbox busy for one exec, file or job call, resuming it
@@ -591,7 +604,7 @@ func (m *sandboxManager) use(ctx context.Context, id string) (s *sandbox, releas
 	case s.op == opRestore:
 		return nil, nil, s.busy()
 	case s.rec.Paused == pausedByUser:
-		return nil, nil, errorf(codeConflict, "sandbox %s is paused: run `hearth sandboxes resume %s` first", id, id)
+		return nil, nil, conflictf("sandbox %s is paused: run `hearth sandboxes resume %s` first", id, id)
 	case s.rec.Paused == pausedIdle && s.op != "":
 		return nil, nil, s.busy() // resuming would thaw it in the middle of a copy
 	case s.rec.Paused == pausedIdle:
@@ -620,7 +633,7 @@ func (m *sandboxManager) Close() error {
 	m.closeOnce.Do(func() {
 		close(m.stop)
 		m.wg.Wait()
-		for _, s := range m.List() {
+		for _, s := range m.list() {
 			m.release(s)
 		}
 	})
@@ -635,14 +648,14 @@ func (m *sandboxManager) release(s *sandbox) {
 	if s.m != nil && !s.stopped() {
 		if s.rec.Paused != "" {
 			if err := s.m.Resume(ctx); err != nil {
-				m.log.Printf("sandbox %s: thaw before the daemon stops: %v", s.rec.ID, err)
+				m.log.Warn("sandbox: thaw before the daemon stops", "id", s.rec.ID, "err", err)
 			}
 		}
 		s.m.Guest().Close()
 	}
 	if s.view != nil {
 		if err := abortFUSE(s.view.Dir()); err != nil {
-			m.log.Printf("sandbox %s: %v", s.rec.ID, err)
+			m.log.Warn("sandbox", "id", s.rec.ID, "err", err)
 		}
 		s.view.Unmount()
 	}
@@ -655,16 +668,16 @@ func (m *sandboxManager) driverName() string {
 	return m.driver.Name()
 }
 
-// removeImage deletes an image unless a sandbox boots from it: a jail's
+// RemoveImage deletes an image unless a sandbox boots from it: a jail's
 // root is an overlay over the image's directory.
-func (m *sandboxManager) removeImage(name string) error {
+func (m *sandboxManager) RemoveImage(name string) error {
 	if err := checkImageName(name); err != nil {
 		return err
 	}
 	m.imagesMu.Lock()
 	defer m.imagesMu.Unlock()
 	var users []string
-	for _, s := range m.List() {
+	for _, s := range m.list() {
 		if s.rec.Image == name {
 			users = append(users, s.rec.ID)
 		}
@@ -672,9 +685,86 @@ func (m *sandboxManager) removeImage(name string) error {
 	switch len(users) {
 	case 0:
 	case 1:
-		return errorf(codeConflict, "image %s is used by sandbox %s: destroy it first", name, users[0])
+		return conflictf("image %s is used by sandbox %s: destroy it first", name, users[0])
 	default:
-		return errorf(codeConflict, "image %s is used by sandboxes %s: destroy them first", name, strings.Join(users, ", "))
+		return conflictf("image %s is used by sandboxes %s: destroy them first", name, strings.Join(users, ", "))
 	}
 	return m.images.Remove(name)
+}
+
+// SandboxInfo is what the manager tells about a sandbox: a copy, taken
+// under its lock, that callers may keep.
+type SandboxInfo struct {
+	sandboxRecord
+	Status     string // statusRunning, statusPaused or statusStopped
+	AutoPaused bool   // paused by the idle timeout, not by a user
+	LastActive time.Time
+	Driver     string
+	// Usage is what its machine uses, nil when it is stopped or its tier
+	// cannot say; Workspace what its session holds, nil without one.
+	Usage     *vmm.Usage
+	Workspace *fs.SessionInfo
+}
+
+// info describes s; it takes s.mu.
+func (m *sandboxManager) info(s *sandbox) SandboxInfo {
+	s.mu.Lock()
+	out := SandboxInfo{sandboxRecord: s.rec, Status: s.status(), AutoPaused: s.rec.Paused == pausedIdle && !s.stopped(),
+		LastActive: s.last, Driver: m.driverName()}
+	u, ok := s.usage()
+	s.mu.Unlock()
+	if !ok {
+		return out
+	}
+	out.Usage = &u
+	for _, ws := range m.store.Sessions() {
+		if ws.ID == out.Session {
+			out.Workspace = &ws
+		}
+	}
+	return out
+}
+
+// infoOf describes the sandbox an operation returned, or passes its error.
+func (m *sandboxManager) infoOf(s *sandbox, err error) (SandboxInfo, error) {
+	if err != nil {
+		return SandboxInfo{}, err
+	}
+	return m.info(s), nil
+}
+
+// Create boots a sandbox and returns once its agent answers. The image
+// must be built; the session is made if missing.
+func (m *sandboxManager) Create(ctx context.Context, spec createSpec) (SandboxInfo, error) {
+	return m.infoOf(m.create(ctx, spec))
+}
+
+// Get describes sandbox id.
+func (m *sandboxManager) Get(id string) (SandboxInfo, error) {
+	return m.infoOf(m.get(id))
+}
+
+// List describes the sandboxes, oldest first.
+func (m *sandboxManager) List() []SandboxInfo {
+	boxes := m.list()
+	out := make([]SandboxInfo, len(boxes))
+	for i, s := range boxes {
+		out[i] = m.info(s)
+	}
+	return out
+}
+
+// Pause freezes the sandbox on request; it stays paused until Resume.
+func (m *sandboxManager) Pause(ctx context.Context, id string) (SandboxInfo, error) {
+	return m.infoOf(m.pause(ctx, id))
+}
+
+// Resume thaws a paused sandbox. Idempotent.
+func (m *sandboxManager) Resume(ctx context.Context, id string) (SandboxInfo, error) {
+	return m.infoOf(m.resume(ctx, id))
+}
+
+// Restore puts checkpoint name back (see restore).
+func (m *sandboxManager) Restore(ctx context.Context, id, name string) (SandboxInfo, error) {
+	return m.infoOf(m.restore(ctx, id, name))
 }

@@ -15,7 +15,7 @@ import (
 
 func checkJobID(job string) error {
 	if !ids.Valid(job) {
-		return errorf(codeBadRequest, "job id %q: a job id looks like job-1", job)
+		return invalidf("job id %q: a job id looks like job-1", job)
 	}
 	return nil
 }
@@ -27,7 +27,7 @@ func (m *sandboxManager) jobCall(ctx context.Context, id, job string, fn func(*g
 	}
 	err := m.withGuest(ctx, id, fn)
 	if errors.Is(err, guest.ErrNotFound) {
-		return errorf(codeNotFound, "sandbox %s has no job %s: list them with `hearth sandboxes job ls %s`", id, job, id)
+		return notFoundf("sandbox %s has no job %s: list them with `hearth sandboxes job ls %s`", id, job, id)
 	}
 	return err
 }
@@ -52,9 +52,9 @@ func (m *sandboxManager) StartJob(ctx context.Context, id string, spec execSpec)
 		return st, err
 	}
 	if st.State == guest.JobFailed && st.PID == 0 {
-		return st, errorf(codeBadRequest, "sandbox %s: job %s: %s", id, spec.Argv[0], st.Exit.Error)
+		return st, invalidf("sandbox %s: job %s: %s", id, spec.Argv[0], st.Exit.Error)
 	}
-	m.log.Printf("sandbox %s: job %s started: %s (pid %d)", id, st.ID, spec.Argv[0], st.PID)
+	m.log.Info("sandbox job started", "id", id, "job", st.ID, "command", spec.Argv[0], "pid", st.PID)
 	return st, nil
 }
 
@@ -81,7 +81,7 @@ func (m *sandboxManager) Job(ctx context.Context, id, job string) (guest.JobStat
 // JobOutput returns what the job kept of stream, "stdout" or "stderr".
 func (m *sandboxManager) JobOutput(ctx context.Context, id, job, stream string) ([]byte, error) {
 	if stream != "stdout" && stream != "stderr" {
-		return nil, errorf(codeBadRequest, "job output: stream %q: say stdout or stderr", stream)
+		return nil, invalidf("job output: stream %q: say stdout or stderr", stream)
 	}
 	var out []byte
 	return out, m.jobCall(ctx, id, job, func(gc *guest.Client) error {
@@ -95,7 +95,7 @@ func (m *sandboxManager) JobOutput(ctx context.Context, id, job, stream string) 
 // status once it ended. Stopping an ended job changes nothing.
 func (m *sandboxManager) StopJob(ctx context.Context, id, job string, grace time.Duration) (guest.JobStatus, error) {
 	if grace < 0 {
-		return guest.JobStatus{}, errorf(codeBadRequest, "job stop: grace must not be negative")
+		return guest.JobStatus{}, invalidf("job stop: grace must not be negative")
 	}
 	var st guest.JobStatus
 	err := m.jobCall(ctx, id, job, func(gc *guest.Client) error {
@@ -104,7 +104,7 @@ func (m *sandboxManager) StopJob(ctx context.Context, id, job string, grace time
 		return err
 	})
 	if err == nil && st.State == guest.JobCancelled {
-		m.log.Printf("sandbox %s: job %s stopped (%s)", id, job, st.Exit.Signal)
+		m.log.Info("sandbox job stopped", "id", id, "job", job, "signal", st.Exit.Signal)
 	}
 	return st, err
 }

@@ -24,7 +24,7 @@ import (
 func (m *sandboxManager) recoverAll() {
 	ents, err := os.ReadDir(m.dir)
 	if err != nil {
-		m.log.Printf("sandboxes: %v", err)
+		m.log.Warn("sandboxes: read records", "err", err)
 		return
 	}
 	for _, e := range ents {
@@ -34,7 +34,7 @@ func (m *sandboxManager) recoverAll() {
 		}
 		rec, err := m.load(id)
 		if err != nil {
-			m.log.Printf("sandbox %s: unreadable record, skipped: %v", id, err)
+			m.log.Warn("sandbox: unreadable record, skipped", "id", id, "err", err)
 			continue
 		}
 		s := m.recoverOne(rec)
@@ -61,9 +61,9 @@ func (m *sandboxManager) recoverOne(rec sandboxRecord) *sandbox {
 	mach, err := m.driver.Recover(ctx, rec.ID)
 	if err != nil {
 		if !errors.Is(err, vmm.ErrNotFound) {
-			m.log.Printf("sandbox %s: recover: %v", rec.ID, err)
+			m.log.Warn("sandbox: recover", "id", rec.ID, "err", err)
 		}
-		m.log.Printf("sandbox %s: its machine is gone after the restart; marked stopped (remove it with `hearth sandboxes destroy %s`)", rec.ID, rec.ID)
+		m.log.Warn("sandbox: its machine is gone after the restart; marked stopped (remove it with `hearth sandboxes destroy ID`)", "id", rec.ID)
 		s.exitSeen = true
 		return s
 	}
@@ -76,19 +76,19 @@ func (m *sandboxManager) recoverOne(rec sandboxRecord) *sandbox {
 			s.view, err = m.store.Mount(m.viewDir(rec.ID), fs.ViewOptions{Session: rec.Session, IDs: ids})
 		}
 		if err != nil {
-			m.log.Printf("sandbox %s: mount workspace view: %v", rec.ID, err)
+			m.log.Warn("sandbox: mount workspace view", "id", rec.ID, "err", err)
 		} else if wa, ok := mach.(vmm.WorkspaceAttacher); !ok {
-			m.log.Printf("sandbox %s: its %s machine cannot take a new workspace view; /workspace/agents in it is gone until it is recreated", rec.ID, m.driver.Name())
+			m.log.Warn("sandbox: its machine cannot take a new workspace view; /workspace/agents in it is gone until it is recreated", "id", rec.ID, "driver", m.driver.Name())
 		} else if err := wa.AttachWorkspace(ctx, s.view.Dir()); err != nil {
-			m.log.Printf("sandbox %s: %v", rec.ID, err)
+			m.log.Warn("sandbox", "id", rec.ID, "err", err)
 		}
 	}
 	if rec.Paused != "" {
 		if err := mach.Pause(ctx); err != nil {
-			m.log.Printf("sandbox %s: pause again after the restart: %v", rec.ID, err)
+			m.log.Warn("sandbox: pause again after the restart", "id", rec.ID, "err", err)
 		}
 	}
-	m.log.Printf("sandbox %s: recovered (image %s, session %q, %s)", rec.ID, rec.Image, rec.Session, s.status())
+	m.log.Info("sandbox recovered", "id", rec.ID, "image", rec.Image, "session", rec.Session, "status", s.status())
 	return s
 }
 
@@ -102,7 +102,7 @@ func (m *sandboxManager) idleLoop() {
 		case <-m.stop:
 			return
 		case <-t.C:
-			for _, s := range m.List() {
+			for _, s := range m.list() {
 				m.pauseIfIdle(s)
 			}
 		}
@@ -119,7 +119,7 @@ func (m *sandboxManager) pauseIfIdle(s *sandbox) {
 	}
 	if s.stopped() {
 		s.exitSeen = true
-		m.log.Printf("sandbox %s: its machine stopped by itself (see the driver's audit log); destroy the sandbox to clean up", s.rec.ID)
+		m.log.Warn("sandbox: its machine stopped by itself (see the driver's audit log); destroy the sandbox to clean up", "id", s.rec.ID)
 		return
 	}
 	idle := time.Duration(s.rec.IdleTimeout)
@@ -130,7 +130,7 @@ func (m *sandboxManager) pauseIfIdle(s *sandbox) {
 	defer cancel()
 	jobs, err := s.m.Guest().Jobs(ctx)
 	if err != nil {
-		m.log.Printf("sandbox %s: list jobs before an idle pause: %v", s.rec.ID, err)
+		m.log.Warn("sandbox: list jobs before an idle pause", "id", s.rec.ID, "err", err)
 		return
 	}
 	for _, j := range jobs {
@@ -140,14 +140,14 @@ func (m *sandboxManager) pauseIfIdle(s *sandbox) {
 		}
 	}
 	if err := s.m.Pause(ctx); err != nil {
-		m.log.Printf("sandbox %s: idle pause: %v", s.rec.ID, err)
+		m.log.Warn("sandbox: idle pause", "id", s.rec.ID, "err", err)
 		return
 	}
 	s.rec.Paused = pausedIdle
 	if err := m.save(&s.rec); err != nil {
-		m.log.Printf("sandbox %s: %v", s.rec.ID, err)
+		m.log.Warn("sandbox", "id", s.rec.ID, "err", err)
 	}
-	m.log.Printf("sandbox %s: paused after %v idle; the next exec or file call resumes it", s.rec.ID, idle)
+	m.log.Info("sandbox paused; the next exec or file call resumes it", "id", s.rec.ID, "by", pausedIdle, "idle", idle)
 }
 
 // abortFUSE ends the FUSE connection of the view mounted at dir, through

@@ -49,11 +49,11 @@ func (s *sandbox) busy() error {
 	if s.op == "" {
 		return nil
 	}
-	return errorf(codeConflict, "sandbox %s is busy with a %s: try again when it is done", s.rec.ID, s.op)
+	return conflictf("sandbox %s is busy with a %s: try again when it is done", s.rec.ID, s.op)
 }
 
 func (m *sandboxManager) unsupported(id, what string) error {
-	return errorf(codeUnsupported, "sandbox %s runs on the %s tier, whose machines cannot %s", id, m.driverName(), what)
+	return unsupportedf("sandbox %s runs on the %s tier, whose machines cannot %s", id, m.driverName(), what)
 }
 
 func (m *sandboxManager) checkpointer(s *sandbox) (vmm.Checkpointer, error) {
@@ -65,13 +65,13 @@ func (m *sandboxManager) checkpointer(s *sandbox) (vmm.Checkpointer, error) {
 
 func checkCheckpointName(name string) error {
 	if err := vmm.CheckName("checkpoint", name); err != nil {
-		return &codedError{code: codeBadRequest, err: err}
+		return invalid(err)
 	}
 	return nil
 }
 
 func errNoCheckpoint(id, name string) error {
-	return errorf(codeNotFound, "sandbox %s has no checkpoint %s: list them with `hearth sandboxes checkpoints %s`", id, name, id)
+	return notFoundf("sandbox %s has no checkpoint %s: list them with `hearth sandboxes checkpoints %s`", id, name, id)
 }
 
 // Checkpoint saves the sandbox's writable layer as name (generated when
@@ -94,7 +94,7 @@ func (m *sandboxManager) Checkpoint(ctx context.Context, id, name string) (vmm.C
 	}
 	start := time.Now()
 	if err := c.Checkpoint(ctx, name); errors.Is(err, vmm.ErrExists) {
-		return vmm.Checkpoint{}, errorf(codeConflict, "sandbox %s already has a checkpoint %s: pick another name, or delete it with `hearth sandboxes checkpoint-rm %s %s`",
+		return vmm.Checkpoint{}, conflictf("sandbox %s already has a checkpoint %s: pick another name, or delete it with `hearth sandboxes checkpoint-rm %s %s`",
 			id, name, id, name)
 	} else if err != nil {
 		return vmm.Checkpoint{}, err // it names the machine, which is the sandbox
@@ -106,7 +106,7 @@ func (m *sandboxManager) Checkpoint(ctx context.Context, id, name string) (vmm.C
 	}
 	for _, cp := range cps {
 		if cp.Name == name {
-			m.log.Printf("sandbox %s: checkpoint %s taken in %v (%d bytes)", id, name, took.Round(time.Microsecond), cp.Size)
+			m.log.Info("sandbox checkpoint taken", "id", id, "checkpoint", name, "took", took.Round(time.Microsecond), "bytes", cp.Size)
 			return cp, nil
 		}
 	}
@@ -140,7 +140,7 @@ func (m *sandboxManager) DeleteCheckpoint(ctx context.Context, id, name string) 
 	} else if err != nil {
 		return err
 	}
-	m.log.Printf("sandbox %s: checkpoint %s deleted", id, name)
+	m.log.Info("sandbox checkpoint deleted", "id", id, "checkpoint", name)
 	return nil
 }
 
@@ -157,10 +157,10 @@ func (m *sandboxManager) checkpointerOf(id string) (vmm.Checkpointer, error) {
 	return m.checkpointer(s)
 }
 
-// Restore puts checkpoint name back: every process in the sandbox ends
+// restore puts checkpoint name back: every process in the sandbox ends
 // and its agent starts again. The sandbox runs afterwards, even if it was
 // paused. If the agent cannot start again, the sandbox has stopped.
-func (m *sandboxManager) Restore(ctx context.Context, id, name string) (*sandbox, error) {
+func (m *sandboxManager) restore(ctx context.Context, id, name string) (*sandbox, error) {
 	if err := checkCheckpointName(name); err != nil {
 		return nil, err
 	}
@@ -179,12 +179,12 @@ func (m *sandboxManager) Restore(ctx context.Context, id, name string) (*sandbox
 	if err := c.Restore(context.WithoutCancel(ctx), name); errors.Is(err, vmm.ErrNotFound) {
 		return nil, errNoCheckpoint(id, name)
 	} else if err != nil {
-		m.log.Printf("sandbox %s: %v", id, err)
+		m.log.Warn("sandbox: restore", "id", id, "err", err)
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m.log.Printf("sandbox %s: restored to checkpoint %s in %v; every process in it was restarted", id, name, time.Since(start).Round(time.Millisecond))
+	m.log.Info("sandbox restored; every process in it was restarted", "id", id, "checkpoint", name, "took", time.Since(start).Round(time.Millisecond))
 	if s.rec.Paused != "" {
 		s.rec.Paused = "" // the restarted machine runs
 		return s, m.save(&s.rec)
@@ -221,7 +221,7 @@ func (m *sandboxManager) Save(ctx context.Context, id, name string, progress io.
 	if err != nil {
 		return image.Image{}, err
 	}
-	m.log.Printf("sandbox %s: saved as image %s (%s) in %v", id, name, shortHash(img.Hash), time.Since(start).Round(time.Millisecond))
+	m.log.Info("sandbox saved as an image", "id", id, "image", name, "hash", shortHash(img.Hash), "took", time.Since(start).Round(time.Millisecond))
 	return img, nil
 }
 

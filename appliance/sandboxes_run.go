@@ -80,7 +80,7 @@ func lookupUser(rootfs, spec string) (account, error) {
 		if hasGID {
 			gid, err := strconv.ParseUint(gidStr, 10, 32)
 			if err != nil {
-				return account{}, errorf(codeBadRequest, "user %q: write a name, UID or UID:GID", spec)
+				return account{}, invalidf("user %q: write a name, UID or UID:GID", spec)
 			}
 			a.gid = uint32(gid)
 		}
@@ -91,7 +91,7 @@ func lookupUser(rootfs, spec string) (account, error) {
 			return u, nil
 		}
 	}
-	return account{}, errorf(codeBadRequest, "user %q is not in the image's /etc/passwd: give a name from it, a UID or UID:GID", spec)
+	return account{}, invalidf("user %q is not in the image's /etc/passwd: give a name from it, a UID or UID:GID", spec)
 }
 
 // baseEnv is every exec's environment before the sandbox's and the
@@ -113,18 +113,18 @@ type execSpec struct {
 // validate checks the spec of an exec or a job (what).
 func (e execSpec) validate(what string) error {
 	if len(e.Argv) == 0 || e.Argv[0] == "" {
-		return errorf(codeBadRequest, "%s: argv is empty: name the command to run", what)
+		return invalidf("%s: argv is empty: name the command to run", what)
 	}
 	for k := range e.Env {
 		if !envKeyRe.MatchString(k) {
-			return errorf(codeBadRequest, "%s: environment variable name %q: use letters, digits and '_'", what, k)
+			return invalidf("%s: environment variable name %q: use letters, digits and '_'", what, k)
 		}
 	}
 	if e.Cwd != "" && !filepath.IsAbs(e.Cwd) {
-		return errorf(codeBadRequest, "%s: cwd %q: give an absolute directory", what, e.Cwd)
+		return invalidf("%s: cwd %q: give an absolute directory", what, e.Cwd)
 	}
 	if e.Timeout != nil && *e.Timeout < 0 {
-		return errorf(codeBadRequest, "%s: timeout must not be negative", what)
+		return invalidf("%s: timeout must not be negative", what)
 	}
 	return nil
 }
@@ -164,7 +164,7 @@ func (m *sandboxManager) Exec(ctx context.Context, id string, spec execSpec, std
 		if s.stopped() {
 			return nil, errStopped(id)
 		}
-		return nil, errorf(codeBadRequest, "sandbox %s: %v", id, err)
+		return nil, invalidf("sandbox %s: %v", id, err)
 	}
 	return &execution{Process: p, release: release}, nil
 }
@@ -229,7 +229,7 @@ func (m *sandboxManager) withSandbox(ctx context.Context, id string, fn func(*sa
 // leads is the guest's to confine: it resolves it inside the machine.
 func checkPath(p string) error {
 	if !filepath.IsAbs(p) || strings.ContainsRune(p, 0) || len(p) > 4096 {
-		return errorf(codeBadRequest, "path %q: give an absolute path inside the sandbox, like /home/agent/notes.txt", p)
+		return invalidf("path %q: give an absolute path inside the sandbox, like /home/agent/notes.txt", p)
 	}
 	return nil
 }

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"hearth/client"
 )
 
 // recorder keeps the order in which output chunks arrived and when.
@@ -56,7 +58,7 @@ func run(t *testing.T, c *Client, id, script string) (string, ExitStatus) {
 
 func wantCode(t *testing.T, err error, code string, status int) {
 	t.Helper()
-	var ae *APIError
+	var ae *client.APIError
 	if !errors.As(err, &ae) || ae.Code != code || ae.Status != status {
 		t.Fatalf("error = %v, want code %s and status %d", err, code, status)
 	}
@@ -300,7 +302,7 @@ func TestSandboxBadInput(t *testing.T) {
 		t.Errorf("download through a symlink to ../../../../etc/group = %q, %v; want the sandbox's own group file", b.String(), err)
 	}
 	// Bodies are size-limited and strict.
-	resp, err := c.hc.Post("http://hearth/v1/sandboxes", "application/json", strings.NewReader(`{"id":"x","cpu":1}`))
+	resp, err := c.HTTP().Post("http://hearth/v1/sandboxes", "application/json", strings.NewReader(`{"id":"x","cpu":1}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log"
 	"log/slog"
 	"path/filepath"
 	"time"
@@ -21,7 +20,7 @@ import (
 type scheduleService struct {
 	sch    *scheduler.Scheduler
 	agents *agentService
-	log    *log.Logger
+	log    *slog.Logger
 }
 
 // Where a schedule came from, kept in its payload: an agent definition's
@@ -47,15 +46,23 @@ const scheduledPrompt = "Scheduled run"
 // stops waiting for their executions (which the agents' Close then cancels).
 const scheduleCloseWait = 3 * time.Second
 
+// ScheduleDeps is what a scheduleService is made of.
+type ScheduleDeps struct {
+	Config Config
+	Agents *agentService // runs the schedules' tasks
+	Log    *slog.Logger
+}
+
 // newScheduleService opens the store and the scheduler and syncs the
 // agent definitions' schedules; nothing runs until start.
-func newScheduleService(cfg Config, a *agentService, logger *log.Logger) (*scheduleService, error) {
+func newScheduleService(deps ScheduleDeps) (*scheduleService, error) {
+	cfg, a, logger := deps.Config, deps.Agents, deps.Log
 	st, err := scheduler.OpenFileStore(filepath.Join(cfg.StateDir, "schedules"))
 	if err != nil {
 		return nil, fmt.Errorf("schedules: %w", err)
 	}
 	s := &scheduleService{agents: a, log: logger}
-	s.sch, err = scheduler.New(st, s.job, scheduler.Options{Logger: slog.New(slog.NewTextHandler(logger.Writer(), nil))})
+	s.sch, err = scheduler.New(st, s.job, scheduler.Options{Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("schedules: %w", err)
 	}
@@ -79,20 +86,20 @@ func (s *scheduleService) syncDefinitions() {
 		}
 		id := "agent-" + name
 		if p, ok := have[id]; ok && p.Source != sourceAgent {
-			s.log.Printf("schedules: %s was added through the API; agent %s's schedule is not synced over it", id, name)
+			s.log.Warn("schedules: added through the API; the agent's schedule is not synced over it", "schedule", id, "agent", name)
 			continue
 		}
 		want[id] = true
 		payload, _ := json.Marshal(schedulePayload{Agent: name, Prompt: scheduledPrompt, Source: sourceAgent})
 		sc := scheduler.Schedule{ID: id, Spec: def.Schedule, Overlap: scheduler.OverlapSkip, CatchUp: scheduler.CatchUpNone, Payload: payload}
 		if err := s.sch.Add(sc); err != nil {
-			s.log.Printf("schedules: agent %s: %v", name, err)
+			s.log.Warn("schedules: agent's schedule", "agent", name, "err", err)
 		}
 	}
 	for id, p := range have {
 		if p.Source == sourceAgent && !want[id] {
 			if err := s.sch.Remove(id); err != nil {
-				s.log.Printf("schedules: %v", err)
+				s.log.Warn("schedules: remove", "err", err)
 			}
 		}
 	}
@@ -105,12 +112,12 @@ func (s *scheduleService) job(ctx context.Context, r scheduler.Run) (string, err
 	if err := json.Unmarshal(r.Payload, &p); err != nil {
 		return "", fmt.Errorf("schedule %s: payload: %w", r.Schedule, err)
 	}
-	e, done, err := s.agents.start(ctx, task{TaskRequest: agents.TaskRequest{Agent: p.Agent, Prompt: p.Prompt, Limits: p.Limits}})
+	e, done, err := s.agents.Start(ctx, task{TaskRequest: agents.TaskRequest{Agent: p.Agent, Prompt: p.Prompt, Limits: p.Limits}})
 	if err != nil {
-		s.log.Printf("schedule %s: run %s: %v", r.Schedule, r.ID, err)
+		s.log.Warn("schedule run refused", "schedule", r.Schedule, "run", r.ID, "err", err)
 		return "", err
 	}
-	s.log.Printf("schedule %s: run %s started execution %s (agent %s)", r.Schedule, r.ID, e.ID, p.Agent)
+	s.log.Info("schedule run started", "schedule", r.Schedule, "run", r.ID, "execution", e.ID, "agent", p.Agent)
 	scheduler.ReportResult(ctx, e.ID) // a crash now leaves the run naming its execution
 	select {
 	case o := <-done:
@@ -130,7 +137,7 @@ func (s *scheduleService) start() error {
 	if err := s.sch.Start(); err != nil {
 		return fmt.Errorf("schedules: %w", err)
 	}
-	s.log.Printf("schedules: %d, kept in %s", len(s.sch.List()), filepath.Join(s.agents.cfg.StateDir, "schedules"))
+	s.log.Info("schedules started", "count", len(s.sch.List()), "dir", filepath.Join(s.agents.cfg.StateDir, "schedules"))
 	return nil
 }
 
@@ -140,6 +147,6 @@ func (s *scheduleService) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), scheduleCloseWait)
 	defer cancel()
 	if err := s.sch.Close(ctx); err != nil {
-		s.log.Printf("schedules: %v; their executions are cancelled", err)
+		s.log.Warn("schedules: runs still going; their executions are cancelled", "err", err)
 	}
 }

@@ -1,8 +1,10 @@
 package fs
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"slices"
@@ -45,8 +47,10 @@ type Quota struct {
 // Store is the durable workspace tree. All methods are safe for concurrent
 // use. Close it to flush and checkpoint.
 type Store struct {
-	dir  string
-	opts Options
+	dir string
+	// damage: journals found damaged in their middle at open (Damage).
+	damage []string
+	opts   Options
 
 	mu       sync.RWMutex
 	sessions map[string]*session
@@ -241,7 +245,70 @@ func (s *Store) replay(seq uint64) error {
 	if err != nil {
 		return fmt.Errorf("journal %d: %w", seq, err)
 	}
+	if err := s.keepDamage(f, seq, good); err != nil {
+		return fmt.Errorf("journal %d: %w", seq, err)
+	}
 	return f.Truncate(good) // drop a torn tail so new records follow intact ones
+}
+
+// keepDamage looks at what follows the last intact record of journal seq.
+// A crash mid-append leaves a torn tail, which is cut without a word. But
+// an intact record after the damage means the journal was damaged in its
+// middle (a bad sector, a stray write): those bytes are kept in
+// journal.<seq>.damaged before the cut, and Damage and hearth doctor say
+// so, so that no finished operation is lost silently.
+func (s *Store) keepDamage(f *os.File, seq uint64, good int64) error {
+	fi, err := f.Stat()
+	if err != nil || fi.Size() <= good {
+		return err
+	}
+	tail := make([]byte, fi.Size()-good)
+	if _, err := f.ReadAt(tail, good); err != nil {
+		return fmt.Errorf("read past offset %d: %w", good, err)
+	}
+	at := intactFrameAfter(tail)
+	if at < 0 {
+		return nil // a torn tail
+	}
+	keep := s.journalPath(seq) + ".damaged"
+	if err := os.WriteFile(keep, tail, 0o600); err != nil {
+		return fmt.Errorf("keep the %d bytes after the damage at offset %d: %w", len(tail), good, err)
+	}
+	s.damage = append(s.damage, fmt.Sprintf("journal %d is damaged at offset %d: the operations after it "+
+		"(an intact record %d bytes further) were not replayed; its last %d bytes are kept in %s",
+		seq, good, at, len(tail), keep))
+	return nil
+}
+
+// intactFrameAfter returns the offset of the first intact journal frame
+// in b after its first byte, or -1.
+func intactFrameAfter(b []byte) int {
+	for off := 1; off < len(b); off++ {
+		l, n := binary.Uvarint(b[off:])
+		if n <= 0 || l == 0 || l > 1<<20 || uint64(len(b)-off-n) < l+4 {
+			continue
+		}
+		payload := b[off+n : off+n+int(l)]
+		if crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(b[off+n+int(l):]) {
+			continue
+		}
+		if _, err := decodeRecord(payload); err == nil {
+			return off
+		}
+	}
+	return -1
+}
+
+// Damage says, for each journal found damaged in its middle when the
+// store was opened, what was not replayed and where its bytes are kept.
+// Empty when every journal was intact or only torn at its end.
+func (s *Store) Damage() []string { return slices.Clone(s.damage) }
+
+// DamagedJournals lists the damaged journal tails kept in a store's
+// state directory dir, for checks that run without opening it.
+func DamagedJournals(dir string) []string {
+	names, _ := filepath.Glob(filepath.Join(dir, "journal.*.damaged"))
+	return names
 }
 
 // reconcileBlobs deletes blob files nothing references and sets the next

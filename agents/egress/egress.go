@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"hearth/agents/channel"
 	"hearth/agents/stream"
 )
 
@@ -60,6 +61,10 @@ type Execution struct {
 	// Token, if set, is the token to admit (a re-attached execution keeps
 	// its agent's); empty: a new one.
 	Token string
+	// Channel, if set, is the only machine channel (package channel) the
+	// token is admitted on: a token leaked through the execution's
+	// outputs cannot be used from another machine.
+	Channel string
 }
 
 // Proxy is the egress proxy, an http.Handler. It is safe for concurrent
@@ -152,6 +157,9 @@ func (p *Proxy) Close() error {
 // token: 407 without one, 403 for what its allow-list does not admit.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ex := p.lookup(r.Header.Get("Proxy-Authorization"))
+	if ex != nil && ex.Channel != "" && channel.Of(r.Context()) != ex.Channel {
+		ex = nil // its token, through another machine's channel
+	}
 	if ex == nil {
 		w.Header().Set("Proxy-Authenticate", `Basic realm="hearth egress"`)
 		http.Error(w, "hearth egress: proxy authentication required: use the proxy URL from HTTPS_PROXY, with its token", http.StatusProxyAuthRequired)

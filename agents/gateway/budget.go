@@ -31,6 +31,10 @@ type LimitUse struct {
 	Used  float64 // in the limit's unit
 	Max   float64
 	Level Level
+	// Reason, when set, is why the call is refused instead of a limit's
+	// figures (a denial that is not about money or turns, e.g. a store
+	// that can no longer record calls).
+	Reason string
 }
 
 // Decision is a budget's answer before a model call: the overall level

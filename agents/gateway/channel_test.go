@@ -11,13 +11,14 @@ import (
 	"strings"
 	"testing"
 
+	"hearth/agents/channel"
 	"hearth/agents/modeltest"
 	"hearth/agents/stream"
 )
 
 // channelHarness serves a harness's gateway as the appliance does: on a
 // unix socket, through Listener, each machine's requests dialled with
-// DialChannel.
+// channel.Dial.
 func channelHarness(t *testing.T, turns []modeltest.Turn) (h *harness, sock string) {
 	h = newHarness(t, turns)
 	sock = filepath.Join(t.TempDir(), "gateway.sock")
@@ -25,17 +26,17 @@ func channelHarness(t *testing.T, turns []modeltest.Turn) (h *harness, sock stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: h.gw, ConnContext: ConnContext}
-	go srv.Serve(Listener(ln))
+	srv := &http.Server{Handler: h.gw, ConnContext: channel.ConnContext}
+	go srv.Serve(channel.Listener(ln))
 	t.Cleanup(func() { srv.Close() })
 	return h, sock
 }
 
 // machineClient is an HTTP client whose connections come through the
 // channel of one machine.
-func machineClient(sock, channel string) *http.Client {
+func machineClient(sock, name string) *http.Client {
 	dial := func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) }
-	d := DialChannel(dial, channel)
+	d := channel.Dial(dial, name)
 	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return d(ctx) }}}
 }
 
@@ -106,7 +107,7 @@ func TestChannelPreambleRequired(t *testing.T) {
 	}
 
 	// Machine B's guest sends a preamble of its own after the host's.
-	c, err := DialChannel(func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) }, "exec-b")(context.Background())
+	c, err := channel.Dial(func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) }, "exec-b")(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

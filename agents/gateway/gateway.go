@@ -5,7 +5,7 @@
 // bytes the provider returned, asks the execution's Budget before each
 // call (adding a wrap-up instruction at 90%, refusing at 100%) and reports
 // model_call and budget events. A token is admitted only through the
-// channel of the machine it was issued to (DialChannel, Listener); each
+// channel of the machine it was issued to (package channel); each
 // call's start and finish can be recorded durably (Config.Record) so that
 // calls a dead daemon left in flight are settled at the next start; and
 // Drain lets the calls in flight finish before a daemon stops. Importers:
@@ -29,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"hearth/agents/channel"
 	"hearth/agents/stream"
 )
 
@@ -80,7 +81,7 @@ type Execution struct {
 	// Token, if set, is the token to admit: an execution re-attached after
 	// a daemon restart keeps the one its agent holds. Empty: a new one.
 	Token string
-	// Channel, if set, is the only channel (see DialChannel) the token is
+	// Channel, if set, is the only channel (see package channel) the token is
 	// admitted on: that of the execution's machine.
 	Channel string
 }
@@ -180,7 +181,7 @@ func (g *Gateway) lookup(r *http.Request) *execution {
 	if ex == nil || ex.Channel == "" {
 		return ex
 	}
-	if ch := channelOf(r.Context()); ch != ex.Channel {
+	if ch := channel.Of(r.Context()); ch != ex.Channel {
 		g.emit(ex, stream.Error, errorPayload{Message: fmt.Sprintf(
 			"a model call with this execution's gateway token came through another channel (%q) and was refused: the token may have leaked", ch)})
 		return nil
@@ -331,16 +332,23 @@ func (ex *execution) allows(model string) bool {
 // credit balance is too low; 429 and 529 would be retried for minutes.
 // x-should-retry: false says the same to clients that read it.
 func (g *Gateway) refuse(w http.ResponseWriter, ex *execution, d Decision) {
-	var parts []string
+	var limits, reasons []string
 	for _, u := range d.Limits {
-		if u.Level == Deny {
+		switch {
+		case u.Level != Deny:
+		case u.Reason != "":
+			reasons = append(reasons, u.Reason)
+		default:
 			g.emit(ex, stream.Budget, budgetPayload(u))
-			parts = append(parts, fmt.Sprintf("%s limit reached (%s of %s used)", u.Limit, fmtAmount(u.Limit, u.Used), fmtAmount(u.Limit, u.Max)))
+			limits = append(limits, fmt.Sprintf("%s limit reached (%s of %s used)", u.Limit, fmtAmount(u.Limit, u.Used), fmtAmount(u.Limit, u.Max)))
 		}
 	}
+	msg := strings.Join(reasons, "; ")
+	if len(limits) > 0 {
+		msg = strings.Join(append([]string{"Budget exceeded: " + strings.Join(limits, "; ")}, reasons...), "; ")
+	}
 	w.Header().Set("x-should-retry", "false")
-	writeAPIError(w, http.StatusBadRequest, "invalid_request_error",
-		"Budget exceeded: "+strings.Join(parts, "; ")+". Model calls are refused for this execution.")
+	writeAPIError(w, http.StatusBadRequest, "invalid_request_error", msg+". Model calls are refused for this execution.")
 }
 
 // warn writes a warn event for each limit newly at 90%.

@@ -31,6 +31,8 @@ type writes struct {
 	mu       sync.Mutex
 	err      error     // the latest write failure; nil once a write succeeds
 	since    time.Time // of the first failure in a row
+	last     error     // the latest write failure, kept after a success (LastWriteFailure)
+	lastAt   time.Time
 	kept     []keptWrite
 	ended    map[string]Execution // by id: final records not written yet
 	watchers []func(err error, executions []string)
@@ -77,6 +79,20 @@ func (s *Store) WriteError() (since time.Time, err error) {
 	return s.wr.since, fmt.Errorf("%w: %w", ErrWriteFailed, s.wr.err)
 }
 
+// LastWriteFailure returns the latest write the database refused and
+// when, even once writes succeed again (WriteError is then nil): a disk
+// that filled, stopped executions and was freed, or that still fills up
+// with writes going through in between, stays visible. Nil if none has
+// failed since the store was opened.
+func (s *Store) LastWriteFailure() (error, time.Time) {
+	s.wr.mu.Lock()
+	defer s.wr.mu.Unlock()
+	if s.wr.last == nil {
+		return nil, time.Time{}
+	}
+	return fmt.Errorf("%w: %w", ErrWriteFailed, s.wr.last), s.wr.lastAt
+}
+
 // OnWriteFailure calls fn, in its own goroutine, each time the database
 // refuses a write, with the executions whose record or events it lost
 // (none for writes that concern no execution). The runner uses it to
@@ -104,6 +120,7 @@ func (s *Store) wrote(err error, executions ...string) error {
 		s.wr.since = time.Now()
 	}
 	s.wr.err = err
+	s.wr.last, s.wr.lastAt = err, time.Now()
 	watchers := slices.Clone(s.wr.watchers)
 	s.wr.mu.Unlock()
 	slices.Sort(executions)

@@ -28,6 +28,7 @@ import (
 	"hearth/agents/modeltest"
 	"hearth/appliance"
 	"hearth/appliance/appliancetest"
+	"hearth/client"
 )
 
 // browser starts a headless Chromium for the test with the flags the
@@ -193,7 +194,7 @@ wall_time = "10m"
 // startAgentDaemon starts a daemon on TCP whose analyst agent runs the
 // real claude CLI against script; it returns the daemon and a client on
 // its unix socket.
-func startAgentDaemon(t *testing.T, script modeltest.Config) (*appliance.Daemon, *appliance.Client) {
+func startAgentDaemon(t *testing.T, script modeltest.Config) (*appliance.Daemon, *client.Client) {
 	t.Helper()
 	cfg := daemonConfig(t)
 	cfg.Sandbox.Agent = appliancetest.Agent(t)
@@ -216,7 +217,7 @@ func startAgentDaemon(t *testing.T, script modeltest.Config) (*appliance.Daemon,
 		t.Fatal(err)
 	}
 	d := startDaemon(t, cfg)
-	return d, appliance.NewClient(cfg.SocketPath())
+	return d, client.New(cfg.SocketPath())
 }
 
 func bashTurn(command string, usage modeltest.Usage) modeltest.Turn {
@@ -279,7 +280,7 @@ func TestDashboardLive(t *testing.T) {
 	waitFor(t, l.list, 10*time.Second, "the empty executions list", `document.querySelector('.empty') && document.querySelectorAll('#executions tr').length === 0`)
 	eval[bool](t, l.list, `(window.__loaded = true)`) // gone if the page reloads
 
-	a, err := c.Delegate(context.Background(), appliance.DelegateRequest{Agent: "analyst", Prompt: "Write the Q2 report"})
+	a, err := c.Delegate(context.Background(), client.DelegateRequest{Agent: "analyst", Prompt: "Write the Q2 report"})
 	if err != nil {
 		t.Fatalf("Delegate = %v", err)
 	}
@@ -292,7 +293,7 @@ func TestDashboardLive(t *testing.T) {
 	l.executionPage(a.Id)
 	screenshot(t, l.page, "execution.png")
 
-	b, err := c.Delegate(context.Background(), appliance.DelegateRequest{Agent: "analyst", Prompt: "Sleep on it"})
+	b, err := c.Delegate(context.Background(), client.DelegateRequest{Agent: "analyst", Prompt: "Sleep on it"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +308,7 @@ func TestDashboardLive(t *testing.T) {
 // an execution's page in another.
 type live struct {
 	t          *testing.T
-	c          *appliance.Client
+	c          *client.Client
 	base       string
 	list, page context.Context
 }
@@ -333,7 +334,7 @@ func (l *live) toolCallDelay(id string, observing time.Time) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := slices.IndexFunc(page.Events, func(ev appliance.Event) bool { return ev.Type == "tool_call" })
+	i := slices.IndexFunc(page.Events, func(ev client.Event) bool { return ev.Type == "tool_call" })
 	if i < 0 {
 		t.Fatalf("the page shows a tool call but the API has none: %+v", page.Events)
 	}
@@ -452,7 +453,7 @@ func (l *live) cancelAndRetry(id string) string {
 // memory use).
 func (l *live) otherPages() {
 	t, bg := l.t, context.Background()
-	if _, err := l.c.AddSchedule(bg, appliance.ScheduleRequest{Id: "q2-weekly", Spec: "0 9 * * 1", Agent: "analyst", Prompt: "Update the Q2 report"}); err != nil {
+	if _, err := l.c.AddSchedule(bg, client.ScheduleRequest{Id: "q2-weekly", Spec: "0 9 * * 1", Agent: "analyst", Prompt: "Update the Q2 report"}); err != nil {
 		t.Fatal(err)
 	}
 	do(t, l.list, 10*time.Second, "open the schedules", chromedp.Navigate(l.base+"/ui/#/schedules/q2-weekly"))
@@ -460,7 +461,7 @@ func (l *live) otherPages() {
 		`document.getElementById('runs').innerText.includes('No runs yet')`)
 	screenshot(t, l.list, "schedules.png")
 
-	all, err := l.c.Executions(bg, appliance.ExecutionFilter{})
+	all, err := l.c.Executions(bg, client.ExecutionFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -476,7 +477,7 @@ func (l *live) otherPages() {
 			`Math.abs(parseFloat(document.querySelector('#spend-chart svg').getAttribute('aria-label').split('$')[1]) - %f) < 0.00006`, spent, total))
 	screenshot(t, l.list, "credits.png")
 
-	sbx, err := l.c.CreateSandbox(bg, appliance.CreateSandboxRequest{Image: "claude-code", Memory: 512 << 20})
+	sbx, err := l.c.CreateSandbox(bg, client.CreateSandboxRequest{Image: "claude-code", Memory: 512 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,8 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
-	"hearth/appliance"
 	"hearth/appliance/appliancetest"
+	"hearth/client"
 )
 
 // attacker is a web server on another port of 127.0.0.1, the hostile
@@ -126,9 +126,9 @@ func TestHostileCrossOriginBrowser(t *testing.T) {
 	cfg.Sandbox.DefaultImage = "tiny"
 	appliancetest.AddTinyImage(t, filepath.Join(cfg.StateDir, "images"))
 	d := startDaemon(t, cfg)
-	c := appliance.NewClient(cfg.SocketPath())
+	c := client.New(cfg.SocketPath())
 	bg := context.Background()
-	if _, err := c.CreateSandbox(bg, appliance.CreateSandboxRequest{Id: "victim", Session: "s1"}); err != nil {
+	if _, err := c.CreateSandbox(bg, client.CreateSandboxRequest{Id: "victim", Session: "s1"}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.DestroySandbox(context.Background(), "victim") })
@@ -174,7 +174,7 @@ func TestHostileCrossOriginBrowser(t *testing.T) {
 		t.Errorf("credits = %+v, %v; want none added", cr, err)
 	}
 	var out bytes.Buffer
-	if st, err := c.Exec(bg, "victim", appliance.ExecRequest{Argv: []string{"sh", "-c", "cat /tmp/pwned 2>&1"}}, &out, io.Discard); err != nil || st.Code == 0 {
+	if st, err := c.Exec(bg, "victim", client.ExecRequest{Argv: []string{"sh", "-c", "cat /tmp/pwned 2>&1"}}, &out, io.Discard); err != nil || st.Code == 0 {
 		t.Errorf("the attack's file in the sandbox: exit %+v, %v, %q; want none", st, err, out.String())
 	}
 

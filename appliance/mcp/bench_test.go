@@ -11,6 +11,7 @@ import (
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"hearth/appliance"
+	"hearth/client"
 )
 
 // BenchmarkToolCall calls list_sessions through the daemon's /mcp
@@ -30,7 +31,7 @@ func BenchmarkToolCall(b *testing.B) {
 	}
 	defer d.Close()
 	ctx := context.Background()
-	c := appliance.NewClient(d.Socket())
+	c := client.New(d.Socket())
 	mc := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "bench", Version: "1"}, nil)
 	cs, err := mc.Connect(ctx, &mcpsdk.StreamableClientTransport{Endpoint: "http://hearth/mcp", HTTPClient: unixHTTP(d.Socket())}, nil)
 	if err != nil {
@@ -43,7 +44,7 @@ func BenchmarkToolCall(b *testing.B) {
 		}
 	}
 	direct := func() {
-		if _, err := c.AgentSessions(ctx, appliance.AgentSessionFilter{}); err != nil {
+		if _, err := c.AgentSessions(ctx, client.AgentSessionFilter{}); err != nil {
 			b.Fatal(err)
 		}
 	}

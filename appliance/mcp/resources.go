@@ -14,7 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"hearth/appliance/api"
+	"hearth/client"
 )
 
 // maxRead bounds what one read_output call or resource read returns: a
@@ -60,7 +60,7 @@ func (h *handlers) addResources(s *mcpsdk.Server) {
 // listResources lists the outputs of the sessions after cursor (a
 // session id; "" for the newest).
 func (h *handlers) listResources(ctx context.Context, cursor string) (*mcpsdk.ListResourcesResult, error) {
-	sessions, err := h.d.AgentSessions(ctx, api.ListAgentSessionsParams{Before: cursor, Limit: sessionsPerPage})
+	sessions, err := h.d.AgentSessions(ctx, client.AgentSessionFilter{Before: cursor, Limit: sessionsPerPage})
 	if err != nil {
 		return nil, internal(err)
 	}
@@ -163,7 +163,7 @@ var errNoSession = errors.New("no such agent session")
 // sessionExecution returns the newest execution of an agent session:
 // outputs are reached through an execution of their session.
 func (h *handlers) sessionExecution(ctx context.Context, session string) (string, error) {
-	list, err := h.d.Executions(ctx, api.ListExecutionsParams{Session: session, Limit: 1})
+	list, err := h.d.Executions(ctx, client.ExecutionFilter{Session: session, Limit: 1})
 	if err != nil {
 		return "", err
 	}

@@ -9,7 +9,7 @@ import (
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"hearth/appliance/api"
+	"hearth/client"
 )
 
 // The tools. Their arguments and results are Go types: the SDK derives
@@ -131,9 +131,9 @@ func (h *handlers) delegate(ctx context.Context, _ *mcpsdk.CallToolRequest, in d
 	if strings.TrimSpace(in.Agent) == "" || strings.TrimSpace(in.Prompt) == "" {
 		return nil, execution{}, errors.New("delegate_task needs an agent (list_agents names them) and a prompt")
 	}
-	req := api.DelegateRequest{Agent: in.Agent, Prompt: in.Prompt, Outputs: in.Outputs, Session: in.Session, Wait: in.Wait}
+	req := client.DelegateRequest{Agent: in.Agent, Prompt: in.Prompt, Outputs: in.Outputs, Session: in.Session, Wait: in.Wait}
 	if in.Limits != nil {
-		req.Limits = api.Limits{Usd: in.Limits.USD, Turns: in.Limits.Turns, WallTime: in.Limits.WallTime}
+		req.Limits = client.Limits{Usd: in.Limits.USD, Turns: in.Limits.Turns, WallTime: in.Limits.WallTime}
 	}
 	if len(in.Inputs) > 0 {
 		req.Inputs = make(map[string][]byte, len(in.Inputs))
@@ -169,7 +169,7 @@ func (h *handlers) listSessions(ctx context.Context, _ *mcpsdk.CallToolRequest, 
 	if in.Limit < 0 {
 		return nil, out, fmt.Errorf("limit %d: give a positive number, or none for 100", in.Limit)
 	}
-	list, err := h.d.AgentSessions(ctx, api.ListAgentSessionsParams{Agent: in.Agent, Limit: in.Limit})
+	list, err := h.d.AgentSessions(ctx, client.AgentSessionFilter{Agent: in.Agent, Limit: in.Limit})
 	if err != nil {
 		return nil, out, err
 	}
@@ -202,7 +202,7 @@ func (h *handlers) readOutput(ctx context.Context, _ *mcpsdk.CallToolRequest, in
 	return nil, out, err
 }
 
-func fromExecution(e api.Execution) execution {
+func fromExecution(e client.Execution) execution {
 	out := execution{
 		ID: e.Id, Agent: e.Agent, Session: e.Session, Status: string(e.Status), Ended: e.Ended != nil,
 		Result: e.Result, Error: e.Error, Outputs: e.Outputs, Turns: e.Turns,
@@ -215,6 +215,8 @@ func fromExecution(e api.Execution) execution {
 	return out
 }
 
-func fromLimits(l api.Limits) limits { return limits{USD: l.Usd, Turns: l.Turns, WallTime: l.WallTime} }
+func fromLimits(l client.Limits) limits {
+	return limits{USD: l.Usd, Turns: l.Turns, WallTime: l.WallTime}
+}
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

@@ -139,6 +139,9 @@ func run(args []string) error {
 		if err := syscall.Sethostname([]byte(*hostname)); err != nil {
 			return fmt.Errorf("set hostname: %w", err)
 		}
+		if err := writeHosts(*hostname); err != nil {
+			return err
+		}
 	}
 	// Processes the agent starts may never gain privileges (setuid
 	// binaries, file capabilities).
@@ -268,4 +271,23 @@ func openChannel(spec string) (io.ReadWriteCloser, error) {
 		return os.OpenFile(arg, os.O_RDWR, 0)
 	}
 	return nil, fmt.Errorf("channel %q: unknown kind %q", spec, kind)
+}
+
+// writeHosts gives a machine whose image has no /etc/hosts (debootstrap
+// leaves none) one that names localhost and the machine itself, so that
+// "localhost" resolves for the servers and tools an agent runs. An
+// image's own file is left alone.
+func writeHosts(hostname string) error {
+	const path = "/etc/hosts"
+	if _, err := os.Lstat(path); err == nil || !errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if _, err := os.Stat("/etc"); err != nil {
+		return nil // a root with no /etc at all (a bare test root)
+	}
+	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname + "\n"
+	if err := os.WriteFile(path, []byte(hosts), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -15,57 +14,27 @@ import (
 
 	"github.com/dustin/go-humanize"
 
-	"hearth/appliance"
+	"hearth/client"
 )
 
-// agentVerbs are the agents subcommands, for usage errors.
-const agentVerbs = "run, list, show, execution (logs), outputs, retry, resume, cancel, definitions, reload or sessions"
-
-func cmdAgents(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usageError{"agents: say what to do: " + agentVerbs}
-	}
-	verb, args := args[0], args[1:]
-	switch verb {
-	case "run":
-		return agentRun(args, stdout, stderr)
-	case "retry":
-		return agentRetry(args, stdout, stderr)
-	case "resume":
-		return agentResume(args, stdout, stderr)
-	case "list", "ls":
-		return agentList(args, stdout)
-	case "show":
-		return agentShow(args, stdout)
-	case "execution", "logs":
-		return agentExecution(args, stdout, stderr)
-	case "outputs":
-		return agentOutputs(args, stdout, stderr)
-	case "cancel":
-		return agentCancel(args, stdout)
-	case "definitions", "defs":
-		return agentDefinitions(args, stdout)
-	case "reload":
-		return agentReload(args, stdout)
-	case "sessions":
-		return agentSessions(args, stdout)
-	}
-	return usageError{fmt.Sprintf("agents: unknown command %q: use %s", verb, agentVerbs)}
-}
-
-// agentArgs parses the flags of an agents command, --config and what fl
-// has, and wants lo to hi positional arguments; form is its usage.
-func agentArgs(fl *flag.FlagSet, args []string, lo, hi int, form string) (*appliance.Client, []string, error) {
-	config := fl.String("config", "", "config file")
-	pos, err := parseFlags(fl, args)
-	if err != nil {
-		return nil, nil, err
-	}
-	if len(pos) < lo || len(pos) > hi {
-		return nil, nil, usageError{"usage: hearth agents " + form}
-	}
-	c, err := client(*config)
-	return c, pos, err
+func agentsCmd() *command {
+	return &command{name: "agents", aliases: []string{"agent"}, subs: []*command{
+		{name: "run", args: `AGENT "PROMPT"`, min: 2, max: 2, names: agentNames, setup: agentRun,
+			summary: "delegate a task; streams it, ends with the result,\noutputs, turns, tokens and cost"},
+		{name: "list", aliases: []string{"ls"}, summary: "one line per execution, newest first", setup: agentList},
+		{name: "show", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentShow, summary: "an execution's details"},
+		{name: "execution", aliases: []string{"logs"}, args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentExecution,
+			summary: "its event log with timestamps (logs is the same)"},
+		{name: "outputs", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentOutputs,
+			summary: "the session's outputs/, or a copy of them"},
+		{name: "retry", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentRetry, summary: "run an ended execution's task again"},
+		{name: "resume", args: `SESSION "PROMPT"`, min: 2, max: 2, names: agentSessionIDs, setup: agentResume,
+			summary: "continue a session; the agent keeps its conversation"},
+		{name: "cancel", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentCancel, summary: "stop it (partial outputs are kept)"},
+		{name: "definitions", aliases: []string{"defs"}, setup: agentDefinitions, summary: "the agents the daemon knows"},
+		{name: "reload", setup: agentReload, summary: "read the agent definitions again (or SIGHUP the daemon)"},
+		{name: "sessions", setup: agentSessions, summary: "agent sessions, newest first"},
+	}}
 }
 
 // printList prints list as JSON, or says empty when it has nothing, or
@@ -89,40 +58,35 @@ func printList[T any](w io.Writer, asJSON bool, list []T, empty string, row func
 	return tw.Flush()
 }
 
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-func agentList(args []string, stdout io.Writer) error {
-	fl := flag.NewFlagSet("agents list", flag.ContinueOnError)
+func agentList(fl *flag.FlagSet) action {
 	asJSON := fl.Bool("json", false, "print JSON")
-	var f appliance.ExecutionFilter
+	var f client.ExecutionFilter
 	var status string
 	fl.StringVar(&f.Agent, "agent", "", "only this agent's executions")
 	fl.StringVar(&f.Session, "session", "", "only this session's executions")
 	fl.StringVar(&status, "status", "", "only these statuses (comma-separated: running,pending)")
 	fl.IntVar(&f.Limit, "limit", 50, "at most this many, newest first")
-	c, _, err := agentArgs(fl, args, 0, 0, "list [--agent A] [--session S] [--status S,...] [--limit N] [--json]")
-	if err != nil {
-		return err
+	return func(inv *env) error {
+		c, err := inv.client()
+		if err != nil {
+			return err
+		}
+		if status != "" {
+			f.Status = strings.Split(status, ",")
+		}
+		list, err := c.Executions(context.Background(), f)
+		if err != nil {
+			return err
+		}
+		return printList(inv.stdout, *asJSON, list, "no executions: start one with 'hearth agents run AGENT \"PROMPT\"'",
+			func(e client.Execution) []string {
+				return []string{e.Id, e.Agent, e.Session, string(e.Status), turnsOf(e), spendOf(e), ranFor(e, time.Now())}
+			})
 	}
-	if status != "" {
-		f.Status = strings.Split(status, ",")
-	}
-	list, err := c.Executions(context.Background(), f)
-	if err != nil {
-		return err
-	}
-	return printList(stdout, *asJSON, list, "no executions: start one with 'hearth agents run AGENT \"PROMPT\"'",
-		func(e appliance.Execution) []string {
-			return []string{e.Id, e.Agent, e.Session, string(e.Status), turnsOf(e), spendOf(e), ranFor(e, time.Now())}
-		})
 }
 
 // turnsOf is "turn 12/50", or "turn 12" without a turn limit.
-func turnsOf(e appliance.Execution) string {
+func turnsOf(e client.Execution) string {
 	if e.Limits.Turns > 0 {
 		return fmt.Sprintf("turn %d/%d", e.Turns, e.Limits.Turns)
 	}
@@ -130,7 +94,7 @@ func turnsOf(e appliance.Execution) string {
 }
 
 // spendOf is "$1.24 of $10.00", or "$1.24" without a budget.
-func spendOf(e appliance.Execution) string {
+func spendOf(e client.Execution) string {
 	if e.Limits.Usd > 0 {
 		return usd(e.Usd) + " of " + usd(e.Limits.Usd)
 	}
@@ -138,7 +102,7 @@ func spendOf(e appliance.Execution) string {
 }
 
 // ranFor is how long the execution has run (so far), or "pending".
-func ranFor(e appliance.Execution, now time.Time) string {
+func ranFor(e client.Execution, now time.Time) string {
 	if e.Started == nil {
 		return "not started"
 	}
@@ -176,25 +140,26 @@ func duration(d time.Duration) string {
 	return fmt.Sprintf("%dh %02dm", int(d.Hours()), int(d.Minutes())%60)
 }
 
-func agentShow(args []string, stdout io.Writer) error {
-	fl := flag.NewFlagSet("agents show", flag.ContinueOnError)
+func agentShow(fl *flag.FlagSet) action {
 	asJSON := fl.Bool("json", false, "print JSON")
-	c, pos, err := agentArgs(fl, args, 1, 1, "show EXECUTION [--json]")
-	if err != nil {
-		return err
+	return func(inv *env) error {
+		c, err := inv.client()
+		if err != nil {
+			return err
+		}
+		e, err := c.Execution(context.Background(), inv.args[0])
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(inv.stdout, e)
+		}
+		printExecution(inv.stdout, e)
+		return nil
 	}
-	e, err := c.Execution(context.Background(), pos[0])
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		return printJSON(stdout, e)
-	}
-	printExecution(stdout, e)
-	return nil
 }
 
-func printExecution(w io.Writer, e appliance.Execution) {
+func printExecution(w io.Writer, e client.Execution) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, v string) {
 		if v != "" {
@@ -220,7 +185,7 @@ func printExecution(w io.Writer, e appliance.Execution) {
 	tw.Flush()
 }
 
-func limitsOf(l appliance.Limits) string {
+func limitsOf(l client.Limits) string {
 	var parts []string
 	if l.Usd > 0 {
 		parts = append(parts, usd(l.Usd))
@@ -252,7 +217,7 @@ func shortDuration(s string) string {
 	return d.String()
 }
 
-func spentOf(e appliance.Execution) string {
+func spentOf(e client.Execution) string {
 	s := fmt.Sprintf("%s, %s in / %s out tokens", plural(e.Turns, "turn"), humanize.Comma(e.Tokens.Input), humanize.Comma(e.Tokens.Output))
 	if e.Tokens.CacheRead > 0 || e.Tokens.CacheCreation > 0 {
 		s += fmt.Sprintf(" (cache: %s read, %s written)", humanize.Comma(e.Tokens.CacheRead), humanize.Comma(e.Tokens.CacheCreation))
@@ -278,56 +243,58 @@ func oneLine(s string, max int) string {
 	return s
 }
 
-func agentCancel(args []string, stdout io.Writer) error {
-	fl := flag.NewFlagSet("agents cancel", flag.ContinueOnError)
-	c, pos, err := agentArgs(fl, args, 1, 1, "cancel EXECUTION")
-	if err != nil {
-		return err
-	}
-	e, err := c.Cancel(context.Background(), pos[0])
-	if err != nil {
-		return err
-	}
-	if !appliance.Ended(e) {
-		fmt.Fprintf(stdout, "%s is still stopping (its agent gets KILL after the grace period); check with 'hearth agents show %s'\n", e.Id, e.Id)
+func agentCancel(*flag.FlagSet) action {
+	return func(inv *env) error {
+		c, err := inv.client()
+		if err != nil {
+			return err
+		}
+		e, err := c.Cancel(context.Background(), inv.args[0])
+		if err != nil {
+			return err
+		}
+		if !client.Ended(e) {
+			fmt.Fprintf(inv.stdout, "%s is still stopping (its agent gets KILL after the grace period); check with 'hearth agents show %s'\n", e.Id, e.Id)
+			return nil
+		}
+		fmt.Fprintf(inv.stdout, "%s %s", e.Id, e.Status)
+		if len(e.Outputs) > 0 {
+			fmt.Fprintf(inv.stdout, "; partial outputs kept: %s", safe(strings.Join(e.Outputs, ", ")))
+		}
+		fmt.Fprintln(inv.stdout)
 		return nil
 	}
-	fmt.Fprintf(stdout, "%s %s", e.Id, e.Status)
-	if len(e.Outputs) > 0 {
-		fmt.Fprintf(stdout, "; partial outputs kept: %s", safe(strings.Join(e.Outputs, ", ")))
-	}
-	fmt.Fprintln(stdout)
-	return nil
 }
 
-func agentOutputs(args []string, stdout, stderr io.Writer) error {
-	fl := flag.NewFlagSet("agents outputs", flag.ContinueOnError)
+func agentOutputs(fl *flag.FlagSet) action {
 	asJSON := fl.Bool("json", false, "print JSON")
 	dir := fl.String("download", "", "copy every output into this directory")
-	c, pos, err := agentArgs(fl, args, 1, 1, "outputs EXECUTION [--download DIR] [--json]")
-	if err != nil {
-		return err
-	}
-	ctx := context.Background()
-	files, err := c.Outputs(ctx, pos[0])
-	if err != nil {
-		return err
-	}
-	if *dir != "" {
-		return downloadOutputs(ctx, c, pos[0], files, *dir, stderr)
-	}
-	return printList(stdout, *asJSON, files, "no files in the session's outputs/ yet", func(f appliance.OutputFile) []string {
-		mark := ""
-		if f.Matched {
-			mark = "matched"
+	return func(inv *env) error {
+		c, err := inv.client()
+		if err != nil {
+			return err
 		}
-		return []string{f.Path, humanize.IBytes(uint64(f.Size)), humanize.Time(f.Modified), mark}
-	})
+		ctx := context.Background()
+		files, err := c.Outputs(ctx, inv.args[0])
+		if err != nil {
+			return err
+		}
+		if *dir != "" {
+			return downloadOutputs(ctx, c, inv.args[0], files, *dir, inv.stderr)
+		}
+		return printList(inv.stdout, *asJSON, files, "no files in the session's outputs/ yet", func(f client.OutputFile) []string {
+			mark := ""
+			if f.Matched {
+				mark = "matched"
+			}
+			return []string{f.Path, humanize.IBytes(uint64(f.Size)), humanize.Time(f.Modified), mark}
+		})
+	}
 }
 
 // downloadOutputs copies each file to dir, under its path below
 // outputs/; each file appears whole or not at all.
-func downloadOutputs(ctx context.Context, c *appliance.Client, id string, files []appliance.OutputFile, dir string, stderr io.Writer) error {
+func downloadOutputs(ctx context.Context, c *client.Client, id string, files []client.OutputFile, dir string, stderr io.Writer) error {
 	var total int64
 	for _, f := range files {
 		rel := strings.TrimPrefix(f.Path, "outputs/")
@@ -345,7 +312,7 @@ func downloadOutputs(ctx context.Context, c *appliance.Client, id string, files 
 	return nil
 }
 
-func downloadTo(ctx context.Context, c *appliance.Client, id, p, dst string) (int64, error) {
+func downloadTo(ctx context.Context, c *client.Client, id, p, dst string) (int64, error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return 0, err
 	}
@@ -367,64 +334,67 @@ func downloadTo(ctx context.Context, c *appliance.Client, id, p, dst string) (in
 	return n, err
 }
 
-func agentDefinitions(args []string, stdout io.Writer) error {
-	fl := flag.NewFlagSet("agents definitions", flag.ContinueOnError)
+func agentDefinitions(fl *flag.FlagSet) action {
 	asJSON := fl.Bool("json", false, "print JSON")
-	c, _, err := agentArgs(fl, args, 0, 0, "definitions [--json]")
-	if err != nil {
-		return err
+	return func(inv *env) error {
+		c, err := inv.client()
+		if err != nil {
+			return err
+		}
+		defs, err := c.Agents(context.Background())
+		if err != nil {
+			return err
+		}
+		return printList(inv.stdout, *asJSON, defs, "no agents: put one TOML file per agent in the daemon's agents.dir, then hearth agents reload",
+			func(d client.AgentDefinition) []string {
+				return []string{d.Name, d.Model, d.Image, limitsOf(d.Limits), oneLine(d.Description, 60)}
+			})
 	}
-	defs, err := c.Agents(context.Background())
-	if err != nil {
-		return err
-	}
-	return printList(stdout, *asJSON, defs, "no agents: put one TOML file per agent in the daemon's agents.dir, then hearth agents reload",
-		func(d appliance.AgentDefinition) []string {
-			return []string{d.Name, d.Model, d.Image, limitsOf(d.Limits), oneLine(d.Description, 60)}
-		})
 }
 
 // agentReload has the daemon read its agent definitions again. It fails
 // (exit 1) when a file did not load, after saying which and why.
-func agentReload(args []string, stdout io.Writer) error {
-	fl := flag.NewFlagSet("agents reload", flag.ContinueOnError)
+func agentReload(fl *flag.FlagSet) action {
 	asJSON := fl.Bool("json", false, "print JSON")
-	c, _, err := agentArgs(fl, args, 0, 0, "reload [--json]")
-	if err != nil {
-		return err
-	}
-	r, err := c.ReloadAgents(context.Background())
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		if err := printJSON(stdout, r); err != nil {
+	return func(inv *env) error {
+		c, err := inv.client()
+		if err != nil {
 			return err
 		}
-	} else {
-		fmt.Fprintf(stdout, "%d agents: %s\n", len(r.Agents), strings.Join(r.Agents, ", "))
+		r, err := c.ReloadAgents(context.Background())
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			if err := printJSON(inv.stdout, r); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintf(inv.stdout, "%d agents: %s\n", len(r.Agents), strings.Join(r.Agents, ", "))
+		}
+		if len(r.Problems) > 0 {
+			return fmt.Errorf("some definitions did not load:\n  %s", strings.Join(r.Problems, "\n  "))
+		}
+		return nil
 	}
-	if len(r.Problems) > 0 {
-		return fmt.Errorf("some definitions did not load:\n  %s", strings.Join(r.Problems, "\n  "))
-	}
-	return nil
 }
 
-func agentSessions(args []string, stdout io.Writer) error {
-	fl := flag.NewFlagSet("agents sessions", flag.ContinueOnError)
+func agentSessions(fl *flag.FlagSet) action {
 	asJSON := fl.Bool("json", false, "print JSON")
-	var f appliance.AgentSessionFilter
+	var f client.AgentSessionFilter
 	fl.StringVar(&f.Agent, "agent", "", "only this agent's sessions")
 	fl.IntVar(&f.Limit, "limit", 50, "at most this many, newest first")
-	c, _, err := agentArgs(fl, args, 0, 0, "sessions [--agent A] [--limit N] [--json]")
-	if err != nil {
-		return err
+	return func(inv *env) error {
+		c, err := inv.client()
+		if err != nil {
+			return err
+		}
+		list, err := c.AgentSessions(context.Background(), f)
+		if err != nil {
+			return err
+		}
+		return printList(inv.stdout, *asJSON, list, "no sessions yet", func(s client.AgentSession) []string {
+			return []string{s.Id, s.Agent, humanize.Time(s.Created), s.LastExecution}
+		})
 	}
-	list, err := c.AgentSessions(context.Background(), f)
-	if err != nil {
-		return err
-	}
-	return printList(stdout, *asJSON, list, "no sessions yet", func(s appliance.AgentSession) []string {
-		return []string{s.Id, s.Agent, humanize.Time(s.Created), s.LastExecution}
-	})
 }

@@ -14,52 +14,53 @@ import (
 
 	"github.com/dustin/go-humanize"
 
-	"hearth/appliance"
+	"hearth/client"
 )
 
 // agentExecution prints an execution's whole event log with timestamps;
 // --follow goes on with new events until it ends.
-func agentExecution(args []string, stdout, stderr io.Writer) error {
-	fl := flag.NewFlagSet("agents execution", flag.ContinueOnError)
+func agentExecution(fl *flag.FlagSet) action {
 	asJSON := fl.Bool("json", false, "print each event as a line of JSON")
 	follow := fl.Bool("follow", false, "go on with new events until the execution ends")
 	fl.BoolVar(follow, "f", false, "go on with new events until the execution ends")
-	c, pos, err := agentArgs(fl, args, 1, 1, "execution EXECUTION [--follow] [--json]")
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	p := eventPrinter{w: stdout, absolute: true}
-	show := func(ev appliance.Event) error {
-		if *asJSON {
-			b, _ := json.Marshal(ev)
-			_, err := fmt.Fprintf(stdout, "%s\n", b)
-			return err
-		}
-		p.print(ev)
-		return nil
-	}
-	if *follow {
-		err := c.FollowEvents(ctx, pos[0], 0, show)
-		if errors.Is(err, context.Canceled) {
-			return nil
-		}
-		return err
-	}
-	var after int64
-	for {
-		page, err := c.Events(ctx, pos[0], after, 1000)
+	return func(inv *env) error {
+		c, err := inv.client()
 		if err != nil {
 			return err
 		}
-		for _, ev := range page.Events {
-			show(ev)
-		}
-		if len(page.Events) == 0 {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		p := eventPrinter{w: inv.stdout, absolute: true}
+		show := func(ev client.Event) error {
+			if *asJSON {
+				b, _ := json.Marshal(ev)
+				_, err := fmt.Fprintf(inv.stdout, "%s\n", b)
+				return err
+			}
+			p.print(ev)
 			return nil
 		}
-		after = page.NextAfter
+		if *follow {
+			err := c.FollowEvents(ctx, inv.args[0], 0, show)
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		}
+		var after int64
+		for {
+			page, err := c.Events(ctx, inv.args[0], after, 1000)
+			if err != nil {
+				return err
+			}
+			for _, ev := range page.Events {
+				show(ev)
+			}
+			if len(page.Events) == 0 {
+				return nil
+			}
+			after = page.NextAfter
+		}
 	}
 }
 
@@ -72,7 +73,7 @@ type eventPrinter struct {
 	start    time.Time
 }
 
-func (p eventPrinter) print(ev appliance.Event) {
+func (p eventPrinter) print(ev client.Event) {
 	what, text := describe(ev)
 	if what == "" {
 		return
@@ -89,7 +90,7 @@ func (p eventPrinter) print(ev appliance.Event) {
 
 // describe is an event's kind and one line about it; "" for an event not
 // worth a line.
-func describe(ev appliance.Event) (string, string) {
+func describe(ev client.Event) (string, string) {
 	var p map[string]any
 	json.Unmarshal(ev.Payload, &p)
 	str := func(k string) string { s, _ := p[k].(string); return s }

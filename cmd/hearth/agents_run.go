@@ -14,7 +14,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 
-	"hearth/appliance"
+	"hearth/client"
 )
 
 // agents run, retry and resume start an execution and, unless
@@ -43,7 +43,7 @@ type runFlags struct {
 }
 
 func (rf *runFlags) add(fl *flag.FlagSet, session bool) {
-	fl.Var(&rf.inputs, "input", fmt.Sprintf("a file for the agent's inputs/ (repeatable; at most %s in all, streamed)", humanize.IBytes(appliance.MaxInputFiles)))
+	fl.Var(&rf.inputs, "input", fmt.Sprintf("a file for the agent's inputs/ (repeatable; at most %s in all, streamed)", humanize.IBytes(client.MaxInputFiles)))
 	fl.Var(&rf.budget, "budget", "most dollars of model spend (only lower than the agent's; at least 0.000001)")
 	fl.Var(&rf.turns, "max-turns", "most model answers (only lower than the agent's)")
 	fl.Var(&rf.timeout, "timeout", "most wall time, like 10m (only shorter than the agent's)")
@@ -55,8 +55,8 @@ func (rf *runFlags) add(fl *flag.FlagSet, session bool) {
 	}
 }
 
-func (rf *runFlags) limits() appliance.Limits {
-	l := appliance.Limits{Usd: float64(rf.budget), Turns: int(rf.turns)}
+func (rf *runFlags) limits() client.Limits {
+	l := client.Limits{Usd: float64(rf.budget), Turns: int(rf.turns)}
 	if rf.timeout > 0 {
 		l.WallTime = time.Duration(rf.timeout).String()
 	}
@@ -85,71 +85,74 @@ func (rf *runFlags) inputFiles() (map[string]string, error) {
 		if !fi.Mode().IsRegular() {
 			return nil, usageError{fmt.Sprintf("--input %s: not a regular file", p)}
 		}
-		if total += fi.Size(); total > appliance.MaxInputFiles {
+		if total += fi.Size(); total > client.MaxInputFiles {
 			return nil, usageError{fmt.Sprintf("--input %s: the input files come to %s or more, over the %s a task may have",
-				p, humanize.IBytes(uint64(total)), humanize.IBytes(appliance.MaxInputFiles))}
+				p, humanize.IBytes(uint64(total)), humanize.IBytes(client.MaxInputFiles))}
 		}
 	}
 	return out, nil
 }
 
-func agentRun(args []string, stdout, stderr io.Writer) error {
-	fl := flag.NewFlagSet("agents run", flag.ContinueOnError)
+func agentRun(fl *flag.FlagSet) action {
 	var rf runFlags
 	rf.add(fl, true)
-	c, pos, err := agentArgs(fl, args, 2, 2, `run AGENT "PROMPT" [--input FILE]... [--budget USD] [--max-turns N] [--timeout D] [--session ID] [--detach]`)
-	if err != nil {
-		return err
-	}
-	files, err := rf.inputFiles()
-	if err != nil {
-		return err
-	}
-	req := appliance.DelegateRequest{Agent: pos[0], Prompt: pos[1], Limits: rf.limits(), Outputs: rf.outputs, Session: rf.session}
-	return startAndFollow(c, rf, stdout, stderr, func(ctx context.Context) (appliance.Execution, error) {
-		if len(files) > 0 {
-			return c.DelegateFiles(ctx, req, files)
+	return func(inv *env) error {
+		c, err := inv.client()
+		if err != nil {
+			return err
 		}
-		return c.Delegate(ctx, req)
-	})
+		files, err := rf.inputFiles()
+		if err != nil {
+			return err
+		}
+		req := client.DelegateRequest{Agent: inv.args[0], Prompt: inv.args[1], Limits: rf.limits(), Outputs: rf.outputs, Session: rf.session}
+		return startAndFollow(c, rf, inv.stdout, inv.stderr, func(ctx context.Context) (client.Execution, error) {
+			if len(files) > 0 {
+				return c.DelegateFiles(ctx, req, files)
+			}
+			return c.Delegate(ctx, req)
+		})
+	}
 }
 
-func agentResume(args []string, stdout, stderr io.Writer) error {
-	fl := flag.NewFlagSet("agents resume", flag.ContinueOnError)
+func agentResume(fl *flag.FlagSet) action {
 	var rf runFlags
 	rf.add(fl, false)
-	c, pos, err := agentArgs(fl, args, 2, 2, `resume SESSION "PROMPT" [--input FILE]... [--budget USD] [--max-turns N] [--timeout D] [--detach]`)
-	if err != nil {
-		return err
-	}
-	files, err := rf.inputFiles()
-	if err != nil {
-		return err
-	}
-	req := appliance.ResumeRequest{Prompt: pos[1], Limits: rf.limits()}
-	return startAndFollow(c, rf, stdout, stderr, func(ctx context.Context) (appliance.Execution, error) {
-		if len(files) > 0 {
-			return c.ResumeFiles(ctx, pos[0], req, files)
+	return func(inv *env) error {
+		c, err := inv.client()
+		if err != nil {
+			return err
 		}
-		return c.Resume(ctx, pos[0], req)
-	})
+		files, err := rf.inputFiles()
+		if err != nil {
+			return err
+		}
+		req := client.ResumeRequest{Prompt: inv.args[1], Limits: rf.limits()}
+		return startAndFollow(c, rf, inv.stdout, inv.stderr, func(ctx context.Context) (client.Execution, error) {
+			if len(files) > 0 {
+				return c.ResumeFiles(ctx, inv.args[0], req, files)
+			}
+			return c.Resume(ctx, inv.args[0], req)
+		})
+	}
 }
 
-func agentRetry(args []string, stdout, stderr io.Writer) error {
-	fl := flag.NewFlagSet("agents retry", flag.ContinueOnError)
+func agentRetry(fl *flag.FlagSet) action {
 	var rf runFlags
 	fl.BoolVar(&rf.detach, "detach", false, "print the execution id and leave it running")
 	fl.BoolVar(&rf.asJSON, "json", false, "print the execution as JSON instead of the stream")
-	c, pos, err := agentArgs(fl, args, 1, 1, "retry EXECUTION [--detach] [--json]")
-	if err != nil {
-		return err
+	return func(inv *env) error {
+		c, err := inv.client()
+		if err != nil {
+			return err
+		}
+		return startAndFollow(c, rf, inv.stdout, inv.stderr, func(ctx context.Context) (client.Execution, error) { return c.Retry(ctx, inv.args[0], false) })
 	}
-	return startAndFollow(c, rf, stdout, stderr, func(ctx context.Context) (appliance.Execution, error) { return c.Retry(ctx, pos[0], false) })
 }
 
 // startAndFollow starts the execution and, unless detached, streams its
 // events to stdout until it ends, then prints its summary.
-func startAndFollow(c *appliance.Client, rf runFlags, stdout, stderr io.Writer, start func(context.Context) (appliance.Execution, error)) error {
+func startAndFollow(c *client.Client, rf runFlags, stdout, stderr io.Writer, start func(context.Context) (client.Execution, error)) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	e, err := start(ctx)
@@ -168,7 +171,7 @@ func startAndFollow(c *appliance.Client, rf runFlags, stdout, stderr io.Writer, 
 		fmt.Fprintf(stdout, "%s: agent %s in session %s\n", e.Id, e.Agent, e.Session)
 	}
 	p := eventPrinter{w: stdout, start: time.Now()}
-	err = c.FollowEvents(ctx, e.Id, 0, func(ev appliance.Event) error {
+	err = c.FollowEvents(ctx, e.Id, 0, func(ev client.Event) error {
 		if !rf.asJSON {
 			p.print(ev)
 		}
@@ -198,7 +201,7 @@ func startAndFollow(c *appliance.Client, rf runFlags, stdout, stderr io.Writer, 
 
 // printSummary ends a followed execution: how it ended, what it used,
 // its answer and its outputs.
-func printSummary(ctx context.Context, c *appliance.Client, w io.Writer, e appliance.Execution) {
+func printSummary(ctx context.Context, c *client.Client, w io.Writer, e client.Execution) {
 	fmt.Fprintf(w, "\n%s after %s: %s\n", e.Status, ranFor(e, time.Now()), spentOf(e)+budgetNote(e))
 	if e.Error != "" {
 		fmt.Fprintf(w, "error: %s\n", safeLines(e.Error))
@@ -222,7 +225,7 @@ func printSummary(ctx context.Context, c *appliance.Client, w io.Writer, e appli
 	fmt.Fprintf(w, "continue with 'hearth agents resume %s \"...\"'\n", e.Session)
 }
 
-func budgetNote(e appliance.Execution) string {
+func budgetNote(e client.Execution) string {
 	if e.Limits.Usd > 0 {
 		return " of " + usd(e.Limits.Usd)
 	}

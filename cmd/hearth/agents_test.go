@@ -13,6 +13,7 @@ import (
 	"hearth/agents/modeltest"
 	"hearth/appliance"
 	"hearth/appliance/appliancetest"
+	"hearth/client"
 )
 
 // agentDaemon starts a real daemon whose agents run the real claude CLI
@@ -152,7 +153,7 @@ func TestAgentsRunCommand(t *testing.T) {
 		t.Errorf("report in the workspace = %q, %v", b, err)
 	}
 	out, _, code = hearthIn(t, "", "agents", "show", first, "--json", c)
-	var e appliance.Execution
+	var e client.Execution
 	if code != 0 || json.Unmarshal([]byte(out), &e) != nil || e.Id != first || e.Status != "completed" || e.Turns != 2 {
 		t.Errorf("agents show --json = %d %q", code, out)
 	}

@@ -39,18 +39,13 @@ func TestCompletion(t *testing.T) {
 			t.Errorf("complete %q = %q, want %q", tc.words, got, tc.want)
 		}
 	}
-	// Every command of the usage text has its words completed.
-	for _, c := range commands() {
-		for i := range c.words {
-			prefix := strings.Split(strings.Join(c.words[:i], " "), " ")
-			if i == 0 {
-				prefix = nil
-			}
+	// Every command of the tree has its words completed.
+	for _, words := range tree().leaves(nil) {
+		for i, w := range words {
+			prefix := words[:i:i]
 			got := completions(t, append(prefix, "")...)
-			for _, w := range strings.Split(c.words[i], "|") {
-				if !strings.Contains(" "+strings.Join(got, " ")+" ", " "+w+" ") {
-					t.Errorf("complete %q lacks %q (got %q)", prefix, w, got)
-				}
+			if !strings.Contains(" "+strings.Join(got, " ")+" ", " "+w+" ") {
+				t.Errorf("complete %q lacks %q (got %q)", prefix, w, got)
 			}
 		}
 	}

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"hearth/agents/modeltest"
-	"hearth/appliance"
 	"hearth/appliance/appliancetest"
+	"hearth/client"
 )
 
 // TestCrashDaemonKilledMidAgent kills the daemon with SIGKILL while an
@@ -45,11 +45,11 @@ func TestCrashDaemonKilledMidAgent(t *testing.T) {
 	}
 	e.up()
 	id := strings.TrimSpace(e.mustCLI("agents", "run", "analyst", "a long task", "--detach"))
-	c := appliance.NewClient(e.cfg.SocketPath())
+	c := client.New(e.cfg.SocketPath())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	written := errors.New("written")
-	err := c.FollowEvents(ctx, id, 0, func(ev appliance.Event) error {
+	err := c.FollowEvents(ctx, id, 0, func(ev client.Event) error {
 		if ev.Type == "file" && strings.Contains(string(ev.Payload), "outputs/draft.md") {
 			return written
 		}
@@ -87,7 +87,7 @@ func TestCrashDaemonKilledMidAgent(t *testing.T) {
 	after := allEventsOf(t, c, id)
 	// The agent may add events between the snapshot and the kill; what
 	// was stored stays as it was, and the interrupted status comes last.
-	if len(after) < len(before.Events)+1 || !appliance.FinalEvent(after[len(after)-1]) {
+	if len(after) < len(before.Events)+1 || !client.FinalEvent(after[len(after)-1]) {
 		t.Fatalf("%d events before the crash, %d after the restart (want them all, then the interrupted status)", len(before.Events), len(after))
 	}
 	for i, ev := range before.Events {
@@ -107,7 +107,7 @@ func TestCrashDaemonKilledMidAgent(t *testing.T) {
 	e.stop()
 }
 
-func allEventsOf(t *testing.T, c *appliance.Client, id string) []appliance.Event {
+func allEventsOf(t *testing.T, c *client.Client, id string) []client.Event {
 	t.Helper()
 	page, err := c.Events(context.Background(), id, 0, 0)
 	if err != nil {
@@ -155,7 +155,7 @@ func TestCrashDaemonKilledMidCall(t *testing.T) {
 	e.up()
 	defer e.stop()
 
-	c := appliance.NewClient(e.cfg.SocketPath())
+	c := client.New(e.cfg.SocketPath())
 	got, err := c.Execution(context.Background(), id)
 	if err != nil || got.Status != "interrupted" {
 		t.Fatalf("after the restart: %+v, %v; want interrupted", got, err)

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"hearth/agents/modeltest"
-	"hearth/appliance"
 	"hearth/appliance/appliancetest"
+	"hearth/client"
 )
 
 // TestCrashDaemonKilledMidScheduledRun kills the daemon with SIGKILL while
@@ -38,7 +38,7 @@ func TestCrashDaemonKilledMidScheduledRun(t *testing.T) {
 	e.up()
 	e.mustCLI("schedules", "add", "nightly", "@daily", "analyst", "a long task")
 	run := strings.Fields(e.mustCLI("schedules", "run", "nightly"))[2]
-	c := appliance.NewClient(e.cfg.SocketPath())
+	c := client.New(e.cfg.SocketPath())
 	ctx := context.Background()
 	var exec string
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {

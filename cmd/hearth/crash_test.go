@@ -17,6 +17,7 @@ import (
 
 	"hearth/appliance"
 	"hearth/appliance/appliancetest"
+	"hearth/client"
 )
 
 // These tests run the real hearth binary as a daemon, kill it with
@@ -210,10 +211,10 @@ func (e *crashEnv) mustCLI(args ...string) string {
 }
 
 // sandbox returns the sandbox id as `sandboxes ls --json` shows it.
-func (e *crashEnv) sandbox(id string) (appliance.Sandbox, bool) {
+func (e *crashEnv) sandbox(id string) (client.Sandbox, bool) {
 	e.t.Helper()
 	out := e.mustCLI("sandboxes", "ls", "--json")
-	var list []appliance.Sandbox
+	var list []client.Sandbox
 	if err := json.Unmarshal([]byte(out), &list); err != nil {
 		e.t.Fatalf("sandboxes ls --json = %q: %v", out, err)
 	}
@@ -222,7 +223,7 @@ func (e *crashEnv) sandbox(id string) (appliance.Sandbox, bool) {
 			return s, true
 		}
 	}
-	return appliance.Sandbox{}, false
+	return client.Sandbox{}, false
 }
 
 // agentPid is the pid of a machine's agent, as the jail driver records it.

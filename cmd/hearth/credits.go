@@ -8,70 +8,55 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"hearth/appliance"
+	"hearth/client"
 )
 
-func cmdCredits(args []string, stdout io.Writer) error {
-	if len(args) == 0 {
-		return usageError{"credits: say what to do: add or show"}
-	}
-	verb, args := args[0], args[1:]
-	fl := flag.NewFlagSet("credits "+verb, flag.ContinueOnError)
-	config := fl.String("config", "", "config file")
-	switch verb {
-	case "add":
-		note := fl.String("note", "", "who added them and why")
-		pos, err := parseFlags(fl, args)
-		if err != nil {
-			return err
-		}
-		if len(pos) != 1 {
-			return usageError{"usage: hearth credits add USD [--note TEXT]"}
-		}
-		amount, err := parseUSD(pos[0])
-		if err != nil {
-			return usageError{fmt.Sprintf("credits add: %v", err)}
-		}
-		c, err := client(*config)
-		if err != nil {
-			return err
-		}
-		cr, err := c.AddCredits(context.Background(), amount, *note)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "added %s; %s available\n", usd(amount), usd(cr.Available))
-		if !cr.Enabled {
-			fmt.Fprintln(stdout, "note: credits are off, so executions do not draw on them: set enabled = true under [credits] in the config")
-		}
-		return nil
-	case "show":
-		asJSON := fl.Bool("json", false, "print JSON")
-		pos, err := parseFlags(fl, args)
-		if err != nil {
-			return err
-		}
-		if len(pos) != 0 {
-			return usageError{"usage: hearth credits show [--json]"}
-		}
-		c, err := client(*config)
-		if err != nil {
-			return err
-		}
-		cr, err := c.Credits(context.Background())
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return printJSON(stdout, cr)
-		}
-		printCredits(stdout, cr)
-		return nil
-	}
-	return usageError{fmt.Sprintf("credits: unknown command %q: use add or show", verb)}
+func creditsCmd() *command {
+	return &command{name: "credits", subs: []*command{
+		{name: "add", args: "USD", min: 1, max: 1, summary: "add to the credit balance", setup: func(fl *flag.FlagSet) action {
+			note := fl.String("note", "", "who added them and why")
+			return func(inv *env) error {
+				amount, err := parseUSD(inv.args[0])
+				if err != nil {
+					return usageError{fmt.Sprintf("credits add: %v", err)}
+				}
+				c, err := inv.client()
+				if err != nil {
+					return err
+				}
+				cr, err := c.AddCredits(context.Background(), amount, *note)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(inv.stdout, "added %s; %s available\n", usd(amount), usd(cr.Available))
+				if !cr.Enabled {
+					fmt.Fprintln(inv.stdout, "note: credits are off, so executions do not draw on them: set enabled = true under [credits] in the config")
+				}
+				return nil
+			}
+		}},
+		{name: "show", summary: "the balance and the newest ledger entries", setup: func(fl *flag.FlagSet) action {
+			asJSON := fl.Bool("json", false, "print JSON")
+			return func(inv *env) error {
+				c, err := inv.client()
+				if err != nil {
+					return err
+				}
+				cr, err := c.Credits(context.Background())
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					return printJSON(inv.stdout, cr)
+				}
+				printCredits(inv.stdout, cr)
+				return nil
+			}
+		}},
+	}}
 }
 
-func printCredits(w io.Writer, cr appliance.Credits) {
+func printCredits(w io.Writer, cr client.Credits) {
 	if cr.Enabled {
 		fmt.Fprintln(w, "credits are on: each execution reserves its budget from the balance")
 	} else {

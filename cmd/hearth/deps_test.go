@@ -11,9 +11,12 @@ import (
 // never import appliance, cmd or each other, except agents using vmm's
 // interfaces (never a driver). The API code generated from the OpenAPI
 // document (appliance/api) imports nothing of Hearth and only the
-// appliance imports it: cmd reaches the daemon through the hand-written
-// client; the MCP server (appliance/mcp) is the one other package that
-// names its types, and it imports nothing else of Hearth. Test helpers
+// appliance (its server) and the client (hearth/client) import it: cmd
+// and the MCP server (appliance/mcp) reach the daemon through the client.
+// The client sees only the API: nothing it links is of the daemon (not
+// the workspace fs, the agent store or the machines of vmm), so what it
+// decodes is what openapi.yaml says, never a daemon type's JSON tags; as
+// tailscale's client/local never links ipnlocal. Test helpers
 // (appliance/appliancetest, vmm/vmmtest, agents/modeltest) are for tests
 // only: no other package imports them.
 // The scripted stand-in for the model provider (agents/scriptedmodel) is
@@ -33,13 +36,13 @@ func TestImportRules(t *testing.T) {
 	helpers := map[string]bool{"hearth/appliance/appliancetest": true, "hearth/vmm/vmmtest": true, "hearth/agents/modeltest": true, "hearth/scheduler/storetest": true}
 	scripted := "hearth/agents/scriptedmodel"
 	scriptedUsers := map[string]bool{"hearth/cmd/hearth-scripted-model": true, "hearth/agents/modeltest": true}
-	// The MCP server (appliance/mcp) names the API's types in the Daemon
-	// interface the appliance's Client implements; it cannot import the
-	// appliance, which mounts it at /mcp, and imports nothing else of
-	// Hearth.
+	// The client (hearth/client) links the generated API and nothing else
+	// of Hearth. The MCP server (appliance/mcp) drives the daemon through
+	// it; it cannot import the appliance, which mounts it at /mcp.
+	apiClient := "hearth/client"
 	mcpServer := "hearth/appliance/mcp"
-	apiTypeUsers := map[string]bool{"hearth/appliance": true, mcpServer: true}
-	mcpImports := map[string]bool{generated: true}
+	apiTypeUsers := map[string]bool{"hearth/appliance": true, apiClient: true}
+	mcpImports := map[string]bool{apiClient: true}
 	// The dashboard (appliance/dashboard) is static files and their
 	// handler: the page reaches Hearth only through the API over HTTP, so
 	// the package imports nothing of Hearth, and only the appliance, which
@@ -72,10 +75,10 @@ func TestImportRules(t *testing.T) {
 				t.Errorf("%s imports %s: the Cloud Hypervisor double is for its command and tests only", pkg, imp)
 			}
 			if imp == generated && !apiTypeUsers[pkg] {
-				t.Errorf("%s imports %s: only the appliance uses the generated API code; use its Client", pkg, imp)
+				t.Errorf("%s imports %s: only the appliance and hearth/client use the generated API code; use the client", pkg, imp)
 			}
 			if pkg == mcpServer && strings.HasPrefix(imp, "hearth/") && !mcpImports[imp] {
-				t.Errorf("%s imports %s: the MCP server reaches Hearth only through the API, as its Daemon interface", pkg, imp)
+				t.Errorf("%s imports %s: the MCP server reaches Hearth only through the API, with hearth/client", pkg, imp)
 			}
 			if pkg == dashboard && strings.HasPrefix(imp, "hearth/") {
 				t.Errorf("%s imports %s: the dashboard reaches Hearth only through the API, from the browser", pkg, imp)
@@ -98,11 +101,14 @@ func TestImportRules(t *testing.T) {
 			if !strings.HasPrefix(dep, "hearth/") {
 				continue
 			}
-			if under(dep, "hearth/appliance") && !under(pkg, "hearth/cmd") && !under(pkg, "hearth/appliance") {
+			if under(dep, "hearth/appliance") && !under(pkg, "hearth/cmd") && !under(pkg, "hearth/appliance") && !(pkg == apiClient && dep == generated) {
 				t.Errorf("%s imports %s: only cmd/ may import the appliance", pkg, dep)
 			}
 			if under(dep, "hearth/cmd") {
 				t.Errorf("%s imports %s: nothing imports a command", pkg, dep)
+			}
+			if pkg == apiClient && dep != generated {
+				t.Errorf("%s depends on %s: the client sees only the API (appliance/api), never the daemon's packages such as fs, agents/store or vmm", pkg, dep)
 			}
 			if pkg == generated || pkg == chvAPI {
 				t.Errorf("%s imports %s: generated code knows nothing of Hearth", pkg, dep)

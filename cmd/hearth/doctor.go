@@ -14,27 +14,26 @@ import (
 
 // cmdDoctor says what the host offers Hearth and which tier it will use.
 // It needs no daemon.
-func cmdDoctor(args []string, stdout io.Writer) error {
-	fl := flag.NewFlagSet("doctor", flag.ContinueOnError)
-	config := fl.String("config", "", "config file")
+func cmdDoctor(fl *flag.FlagSet) action {
 	asJSON := fl.Bool("json", false, "print JSON")
 	isolation := fl.Bool("isolation", false, "also boot a machine of every tier this host can run and check its isolation from inside (needs root; QEMU under software emulation takes a while)")
-	if _, err := parseFlags(fl, args); err != nil {
-		return err
-	}
-	cfg, err := loadConfig(*config)
+	return func(inv *env) error { return doctor(inv.configFile(), inv.stdout, *asJSON, *isolation) }
+}
+
+func doctor(config string, stdout io.Writer, asJSON, isolation bool) error {
+	cfg, err := loadConfig(config)
 	if err != nil {
 		return err
 	}
 	d := appliance.Doctor(cfg)
 	var atts []appliance.Attestation
-	if *isolation {
+	if isolation {
 		if atts, err = appliance.DoctorIsolation(context.Background(), cfg); err != nil {
 			return err
 		}
 	}
-	if *asJSON {
-		if *isolation {
+	if asJSON {
+		if isolation {
 			return printJSON(stdout, struct {
 				appliance.Diagnosis
 				Isolation []appliance.Attestation `json:"isolation"`
@@ -52,7 +51,7 @@ func cmdDoctor(args []string, stdout io.Writer) error {
 	}
 	tw.Flush()
 	fmt.Fprintf(stdout, "\ntier: %s (%s)\n", d.Tier, d.Why)
-	if *isolation {
+	if isolation {
 		return printIsolation(stdout, atts)
 	}
 	return nil

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"hearth/appliance"
+	"hearth/client"
 )
 
 // Flags that refuse at the door what the daemon would take wrongly: a
@@ -35,7 +35,7 @@ func parseUSD(v string) (float64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%q is not a number of dollars (like 5 or 0.25)", v)
 	}
-	if err := appliance.CheckUSD(usd); err != nil {
+	if err := client.CheckUSD(usd); err != nil {
 		return 0, err
 	}
 	if usd == 0 {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,66 +13,59 @@ import (
 
 	"github.com/dustin/go-humanize"
 
-	"hearth/appliance"
+	"hearth/client"
 )
 
-func cmdImages(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usageError{"images: say what to do: build, ls, inspect or rm"}
-	}
-	verb, args := args[0], args[1:]
-	fl := flag.NewFlagSet("images "+verb, flag.ContinueOnError)
-	config := fl.String("config", "", "config file")
-	asJSON := fl.Bool("json", false, "print JSON")
-	pos, err := parseFlags(fl, args)
-	if err != nil {
-		return err
-	}
-	need := func(form string) error {
-		if len(pos) != 1 {
-			return usageError{"usage: hearth images " + form}
-		}
-		return nil
-	}
-	var run func(context.Context, *appliance.Client) error
-	switch verb {
-	case "build":
-		err = need("build NAME")
-		run = func(ctx context.Context, c *appliance.Client) error { return imgBuild(ctx, c, pos[0], stdout, stderr) }
-	case "ls", "list":
-		run = func(ctx context.Context, c *appliance.Client) error { return imgList(ctx, c, stdout, *asJSON) }
-	case "inspect":
-		err = need("inspect NAME [--json]")
-		run = func(ctx context.Context, c *appliance.Client) error {
-			return imgInspect(ctx, c, pos[0], stdout, *asJSON)
-		}
-	case "rm":
-		err = need("rm NAME")
-		run = func(ctx context.Context, c *appliance.Client) error {
-			if err := c.RemoveImage(ctx, pos[0]); err != nil {
+func imagesCmd() *command {
+	// imageDo is the action of a command on the one image it names.
+	imageDo := func(do func(ctx context.Context, c *client.Client, name string, inv *env) error) action {
+		return func(inv *env) error {
+			c, err := inv.client()
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(stdout, "removed image %s\n", pos[0])
-			return nil
+			return do(context.Background(), c, inv.args[0], inv)
 		}
-	default:
-		return usageError{fmt.Sprintf("images: unknown command %q: use build, ls, inspect or rm", verb)}
 	}
-	if err != nil {
-		return err
-	}
-	c, err := client(*config)
-	if err != nil {
-		return err
-	}
-	return run(context.Background(), c)
+	return &command{name: "images", aliases: []string{"image"}, subs: []*command{
+		{name: "build", args: "NAME", min: 1, max: 1, names: recipeNames, summary: "build an image from its recipe, showing progress",
+			setup: func(*flag.FlagSet) action {
+				return imageDo(func(ctx context.Context, c *client.Client, name string, inv *env) error {
+					return imgBuild(ctx, c, name, inv.stdout, inv.stderr)
+				})
+			}},
+		{name: "ls", aliases: []string{"list"}, summary: "list built images and recipes", setup: func(fl *flag.FlagSet) action {
+			asJSON := fl.Bool("json", false, "print JSON")
+			return func(inv *env) error {
+				c, err := inv.client()
+				if err != nil {
+					return err
+				}
+				return imgList(context.Background(), c, inv.stdout, *asJSON)
+			}
+		}},
+		{name: "inspect", args: "NAME", min: 1, max: 1, names: imageNames, summary: "show an image's manifest", setup: func(fl *flag.FlagSet) action {
+			asJSON := fl.Bool("json", false, "print JSON")
+			return imageDo(func(ctx context.Context, c *client.Client, name string, inv *env) error {
+				return imgInspect(ctx, c, name, inv.stdout, *asJSON)
+			})
+		}},
+		{name: "rm", args: "NAME", min: 1, max: 1, names: imageNames, summary: "delete a built image", setup: func(*flag.FlagSet) action {
+			return imageDo(func(ctx context.Context, c *client.Client, name string, inv *env) error {
+				if err := c.RemoveImage(ctx, name); err != nil {
+					return err
+				}
+				fmt.Fprintf(inv.stdout, "removed image %s\n", name)
+				return nil
+			})
+		}},
+	}}
 }
 
-// imgBuild shows the build's progress on stderr and the result on stdout.
-func imgBuild(ctx context.Context, c *appliance.Client, name string, stdout, stderr io.Writer) error {
+func imgBuild(ctx context.Context, c *client.Client, name string, stdout, stderr io.Writer) error {
 	start := time.Now()
 	img, err := c.BuildImage(ctx, name, stderr)
-	var ae *appliance.APIError
+	var ae *client.APIError
 	if errors.As(err, &ae) && ae.Step != "" {
 		return fmt.Errorf("%w\n(nothing was kept: fix the cause and run 'hearth images build %s' again)", err, name)
 	}
@@ -87,13 +79,13 @@ func imgBuild(ctx context.Context, c *appliance.Client, name string, stdout, std
 
 func shortHash(h string) string { return h[:min(len(h), 12)] }
 
-func imgList(ctx context.Context, c *appliance.Client, out io.Writer, asJSON bool) error {
+func imgList(ctx context.Context, c *client.Client, out io.Writer, asJSON bool) error {
 	list, err := c.Images(ctx)
 	if err != nil {
 		return err
 	}
 	if asJSON {
-		return json.NewEncoder(out).Encode(list)
+		return printJSON(out, list)
 	}
 	if len(list.Images) == 0 {
 		fmt.Fprintf(out, "no images built yet: build one with 'hearth images build base' (recipes: %s)\n", strings.Join(list.Recipes, ", "))
@@ -113,15 +105,13 @@ func imgList(ctx context.Context, c *appliance.Client, out io.Writer, asJSON boo
 	return tw.Flush()
 }
 
-func imgInspect(ctx context.Context, c *appliance.Client, name string, out io.Writer, asJSON bool) error {
+func imgInspect(ctx context.Context, c *client.Client, name string, out io.Writer, asJSON bool) error {
 	m, err := c.InspectImage(ctx, name)
 	if err != nil {
 		return err
 	}
 	if asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(m)
+		return printJSON(out, m)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	row := func(k, v string) {

@@ -12,31 +12,25 @@ import (
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"hearth/appliance"
 	"hearth/appliance/mcp"
+	"hearth/client"
 )
 
 // cmdMCP serves Hearth's MCP server over stdin and stdout until the
 // client closes stdin or a signal stops it. It reaches the daemon through
 // the API like every other command; a daemon that is not running is said
 // on stderr, and each tool call fails until it answers.
-func cmdMCP(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fl := flag.NewFlagSet("mcp", flag.ContinueOnError)
-	config := fl.String("config", "", "config file")
-	pos, err := parseFlags(fl, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 0 {
-		return usageError{"usage: hearth mcp [--config FILE]"}
-	}
-	c, err := client(*config)
+func cmdMCP(*flag.FlagSet) action { return serveMCP }
+
+func serveMCP(inv *env) error {
+	stdin, stdout, stderr := inv.stdin, inv.stdout, inv.stderr
+	c, err := inv.client()
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if _, err := c.Agents(ctx); errors.Is(err, appliance.ErrDaemonDown) {
+	if _, err := c.Agents(ctx); errors.Is(err, client.ErrDaemonDown) {
 		fmt.Fprintf(stderr, "hearth mcp: %v; serving anyway, tools fail until it answers\n", err)
 	}
 	t := &mcpsdk.IOTransport{Reader: io.NopCloser(stdin), Writer: nopWriteCloser{stdout}}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,78 +20,48 @@ import (
 	"golang.org/x/sys/unix"
 
 	"hearth/appliance"
+	"hearth/client"
 )
 
 // maxStdin bounds what exec forwards from the CLI's standard input: the
 // API carries it in the request body (16 MiB, base64).
 const maxStdin = 12 << 20
 
-// sandboxVerbs are the sandboxes subcommands, for usage errors.
-const sandboxVerbs = "create, exec, cp, pause, resume, destroy, ls, checkpoint, checkpoints, restore, checkpoint-rm, save or job"
-
-func cmdSandboxes(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usageError{"sandboxes: say what to do: " + sandboxVerbs}
-	}
-	verb, args := args[0], args[1:]
-	switch verb {
-	case "create":
-		return sbxCreate(args, stdout)
-	case "exec":
-		return sbxExec(args, stdin, stdout, stderr)
-	case "cp":
-		return sbxCopy(args, stdin, stdout, stderr)
-	case "pause", "resume", "destroy", "rm":
-		return sbxLifecycle(verb, args, stdout)
-	case "ls", "list":
-		return sbxList(args, stdout)
-	case "checkpoint":
-		return sbxCheckpoint(args, stdout)
-	case "checkpoints":
-		return sbxListCheckpoints(args, stdout)
-	case "restore":
-		return sbxRestore(args, stdout)
-	case "checkpoint-rm":
-		return sbxDeleteCheckpoint(args, stdout)
-	case "save":
-		return sbxSave(args, stdout, stderr)
-	case "job", "jobs":
-		return sbxJob(args, stdout, stderr)
-	}
-	return usageError{fmt.Sprintf("sandboxes: unknown command %q: use %s", verb, sandboxVerbs)}
+func sandboxesCmd() *command {
+	return &command{name: "sandboxes", aliases: []string{"sandbox", "sbx"}, subs: []*command{
+		{name: "create", args: "[ID]", max: 1, setup: sbxCreate, summary: "boot a sandbox, print its id"},
+		{name: "exec", args: "ID [flags] -- CMD ARGS...", raw: true, names: sandboxIDs, setup: sbxExec, summary: "run a command; exits with its status"},
+		{name: "cp", args: "SRC DST", min: 2, max: 2, setup: sbxCopy, summary: "copy a file in or out (ID:/path, - for stdin/stdout)"},
+		{name: "pause", args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxPause, summary: "freeze a sandbox"},
+		{name: "resume", args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxResume, summary: "thaw a sandbox"},
+		{name: "destroy", aliases: []string{"rm"}, args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxDestroy, summary: "remove a sandbox"},
+		{name: "ls", aliases: []string{"list"}, setup: sbxList, summary: "list sandboxes with what they use"},
+		{name: "checkpoint", args: "ID [NAME]", min: 1, max: 2, names: sandboxIDs, setup: sbxCheckpoint, summary: "save the writable layer"},
+		{name: "checkpoints", args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxListCheckpoints, summary: "a sandbox's checkpoints"},
+		{name: "restore", args: "ID NAME", min: 2, max: 2, names: sandboxIDs, setup: sbxRestore,
+			summary: "put a checkpoint back (every process ends, the agent restarts)"},
+		{name: "checkpoint-rm", args: "ID NAME", min: 2, max: 2, names: sandboxIDs, setup: sbxDeleteCheckpoint, summary: "delete a checkpoint"},
+		{name: "save", args: "ID IMAGE", min: 2, max: 2, names: sandboxIDs, setup: sbxSave, summary: "save a sandbox's root as a new image"},
+		jobCmd(),
+	}}
 }
 
 // client returns a client for the daemon: the one at $HEARTH_ADDR
 // (host:port, with the token in $HEARTH_TOKEN) when that is set, else the
 // unix socket of the config named by --config.
-func client(config string) (*appliance.Client, error) {
+func connect(config string) (*client.Client, error) {
 	if addr := os.Getenv("HEARTH_ADDR"); addr != "" {
 		token := os.Getenv("HEARTH_TOKEN")
 		if token == "" {
 			return nil, usageError{"HEARTH_ADDR is set but HEARTH_TOKEN is not: set it to the daemon's token (its api.token_file, by default <state_dir>/api.token)"}
 		}
-		return appliance.NewTCPClient(addr, token), nil
+		return client.NewTCP(addr, token), nil
 	}
 	cfg, err := loadConfig(config)
 	if err != nil {
 		return nil, err
 	}
-	return appliance.NewClient(cfg.SocketPath()), nil
-}
-
-// sbxArgs parses the flags of a sandboxes command, --config and what fl
-// has, and wants lo to hi positional arguments; form is its usage.
-func sbxArgs(fl *flag.FlagSet, args []string, lo, hi int, form string) (*appliance.Client, []string, error) {
-	config := fl.String("config", "", "config file")
-	pos, err := parseFlags(fl, args)
-	if err != nil {
-		return nil, nil, err
-	}
-	if len(pos) < lo || len(pos) > hi {
-		return nil, nil, usageError{"usage: hearth sandboxes " + form}
-	}
-	c, err := client(*config)
-	return c, pos, err
+	return client.New(cfg.SocketPath()), nil
 }
 
 // envFlag collects repeated --env K=V.
@@ -120,12 +89,10 @@ func (s *sizeFlag) Set(v string) error {
 	return err
 }
 
-func sbxCreate(args []string, stdout io.Writer) error {
-	fl := flag.NewFlagSet("sandboxes create", flag.ContinueOnError)
-	config := fl.String("config", "", "config file")
-	var req appliance.CreateSandboxRequest
+func sbxCreate(fl *flag.FlagSet) action {
+	var req client.CreateSandboxRequest
 	var memory, disk, wsBytes sizeFlag
-	env := envFlag{}
+	envs := envFlag{}
 	fl.StringVar(&req.Image, "image", "", "image to boot (default: the config's sandbox.default_image)")
 	fl.StringVar(&req.Session, "session", "", "workspace session the sandbox writes")
 	fl.Float64Var(&req.Cpus, "cpus", 0, "cores")
@@ -134,48 +101,46 @@ func sbxCreate(args []string, stdout io.Writer) error {
 	fl.Var(&disk, "disk", "limit of what the sandbox writes")
 	fl.Var(&wsBytes, "workspace-bytes", "byte quota of the session (default: the config's workspace.session_bytes)")
 	fl.Int64Var(&req.WorkspaceFiles, "workspace-files", 0, "file-count quota of the session (default: the config's workspace.session_files)")
-	fl.Var(env, "env", "NAME=VALUE for every command (repeatable)")
+	fl.Var(envs, "env", "NAME=VALUE for every command (repeatable)")
 	fl.StringVar(&req.IdleTimeout, "idle-timeout", "", "pause after this long idle (0: never)")
 	fl.StringVar(&req.ExecTimeout, "exec-timeout", "", "default timeout of a command (0: none)")
-	pos, err := parseFlags(fl, args)
-	if err != nil {
-		return err
+	return func(inv *env) error {
+		if len(inv.args) == 1 {
+			req.Id = inv.args[0]
+		}
+		req.Memory, req.Disk, req.Env, req.WorkspaceBytes = int64(memory), int64(disk), envs, int64(wsBytes)
+		c, err := inv.client()
+		if err != nil {
+			return err
+		}
+		sb, err := c.CreateSandbox(context.Background(), req)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(inv.stdout, sb.Id)
+		return nil
 	}
-	if len(pos) > 1 {
-		return usageError{"usage: hearth sandboxes create [flags] [ID]"}
-	}
-	if len(pos) == 1 {
-		req.Id = pos[0]
-	}
-	req.Memory, req.Disk, req.Env, req.WorkspaceBytes = int64(memory), int64(disk), env, int64(wsBytes)
-	c, err := client(*config)
-	if err != nil {
-		return err
-	}
-	sb, err := c.CreateSandbox(context.Background(), req)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(stdout, sb.Id)
-	return nil
 }
 
-func sbxExec(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fl := flag.NewFlagSet("sandboxes exec", flag.ContinueOnError)
-	fl.SetOutput(io.Discard)
-	config := fl.String("config", "", "config file")
-	var req appliance.ExecRequest
-	env := envFlag{}
+func sbxExec(fl *flag.FlagSet) action {
+	var req client.ExecRequest
+	envs := envFlag{}
 	fl.StringVar(&req.User, "user", "", "user to run as: a name, UID or UID:GID")
 	fl.StringVar(&req.Cwd, "cwd", "", "directory to run in")
 	fl.StringVar(&req.Timeout, "timeout", "", "kill the command after this long (0: never)")
-	fl.Var(env, "env", "NAME=VALUE (repeatable)")
+	fl.Var(envs, "env", "NAME=VALUE (repeatable)")
 	noStdin := fl.Bool("n", false, "do not forward standard input")
 	fl.BoolVar(noStdin, "no-stdin", false, "do not forward standard input")
 	// Flags go before or right after the id; the command starts at the
 	// first argument that is not one, or after --.
-	if err := fl.Parse(args); err != nil {
-		return usageError{err.Error()}
+	// The flags are parsed in execIn, so it reads them through pointers.
+	return func(inv *env) error { return execIn(fl, inv, &req, envs, noStdin) }
+}
+
+func execIn(fl *flag.FlagSet, inv *env, req *client.ExecRequest, envs envFlag, noStdin *bool) error {
+	stdin, stdout, stderr := inv.stdin, inv.stdout, inv.stderr
+	if err := fl.Parse(inv.args); err != nil {
+		return flagError(err)
 	}
 	rest := fl.Args()
 	if len(rest) == 0 {
@@ -183,9 +148,9 @@ func sbxExec(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	id := rest[0]
 	if err := fl.Parse(rest[1:]); err != nil {
-		return usageError{err.Error()}
+		return flagError(err)
 	}
-	req.Argv, req.Env = fl.Args(), env
+	req.Argv, req.Env = fl.Args(), envs
 	if len(req.Argv) == 0 {
 		return usageError{"usage: hearth sandboxes exec ID [flags] -- CMD ARGS...: name the command to run"}
 	}
@@ -200,19 +165,19 @@ func sbxExec(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		}
 		req.Stdin = data
 	}
-	c, err := client(*config)
+	c, err := inv.client()
 	if err != nil {
 		return err
 	}
-	st, err := c.Exec(context.Background(), id, req, stdout, stderr)
+	st, err := c.Exec(context.Background(), id, *req, stdout, stderr)
 	if err != nil {
 		return err
 	}
-	return execStatus(st, req, stderr)
+	return execStatus(st, *req, stderr)
 }
 
 // execStatus turns how the command ended into the CLI's exit status.
-func execStatus(st appliance.ExitStatus, req appliance.ExecRequest, stderr io.Writer) error {
+func execStatus(st client.ExitStatus, req client.ExecRequest, stderr io.Writer) error {
 	code := st.Code
 	if st.Signal != "" {
 		code = 128 + signalNumber(st.Signal)
@@ -248,21 +213,15 @@ func isTerminal(r io.Reader) bool {
 // remoteRe matches the sandbox side of cp: ID:/path.
 var remoteRe = regexp.MustCompile(`^([a-z0-9][a-z0-9-]{0,62}):(/.*)$`)
 
-func sbxCopy(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fl := flag.NewFlagSet("sandboxes cp", flag.ContinueOnError)
-	config := fl.String("config", "", "config file")
-	pos, err := parseFlags(fl, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 2 {
-		return usageError{"usage: hearth sandboxes cp SRC DST, one of them ID:/path (- is stdin or stdout)"}
-	}
+func sbxCopy(*flag.FlagSet) action { return copyFile }
+
+func copyFile(inv *env) error {
+	pos, stdin, stdout, stderr := inv.args, inv.stdin, inv.stdout, inv.stderr
 	src, dst := remoteRe.FindStringSubmatch(pos[0]), remoteRe.FindStringSubmatch(pos[1])
 	if (src == nil) == (dst == nil) {
 		return usageError{"sandboxes cp: exactly one of SRC and DST must be ID:/path; copy between sandboxes through the host"}
 	}
-	c, err := client(*config)
+	c, err := inv.client()
 	if err != nil {
 		return err
 	}
@@ -273,7 +232,7 @@ func sbxCopy(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	return download(ctx, c, src[1], src[2], pos[1], stdout, stderr)
 }
 
-func upload(ctx context.Context, c *appliance.Client, local, id, remote string, stdin io.Reader, stderr io.Writer) error {
+func upload(ctx context.Context, c *client.Client, local, id, remote string, stdin io.Reader, stderr io.Writer) error {
 	r, mode := stdin, uint32(0o644)
 	if local != "-" {
 		f, err := os.Open(local)
@@ -301,7 +260,7 @@ func upload(ctx context.Context, c *appliance.Client, local, id, remote string, 
 	return nil
 }
 
-func download(ctx context.Context, c *appliance.Client, id, remote, local string, stdout, stderr io.Writer) error {
+func download(ctx context.Context, c *client.Client, id, remote, local string, stdout, stderr io.Writer) error {
 	if local == "-" {
 		_, _, err := c.Download(ctx, id, remote, stdout)
 		return err
@@ -333,49 +292,55 @@ func download(ctx context.Context, c *appliance.Client, id, remote, local string
 	return nil
 }
 
-func sbxLifecycle(verb string, args []string, stdout io.Writer) error {
-	fl := flag.NewFlagSet("sandboxes "+verb, flag.ContinueOnError)
-	config := fl.String("config", "", "config file")
-	pos, err := parseFlags(fl, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usageError{"usage: hearth sandboxes " + verb + " ID"}
-	}
-	c, err := client(*config)
-	if err != nil {
-		return err
-	}
-	ctx, id := context.Background(), pos[0]
-	switch verb {
-	case "pause":
-		_, err = c.PauseSandbox(ctx, id)
+func sbxPause(*flag.FlagSet) action {
+	return sandboxDo(func(ctx context.Context, c *client.Client, id string, stdout io.Writer) error {
+		_, err := c.PauseSandbox(ctx, id)
 		if err == nil {
 			fmt.Fprintf(stdout, "paused sandbox %s: commands are refused until 'hearth sandboxes resume %s'\n", id, id)
 		}
-	case "resume":
-		_, err = c.ResumeSandbox(ctx, id)
+		return err
+	})
+}
+
+func sbxResume(*flag.FlagSet) action {
+	return sandboxDo(func(ctx context.Context, c *client.Client, id string, stdout io.Writer) error {
+		_, err := c.ResumeSandbox(ctx, id)
 		if err == nil {
 			fmt.Fprintf(stdout, "resumed sandbox %s\n", id)
 		}
-	default:
-		err = c.DestroySandbox(ctx, id)
+		return err
+	})
+}
+
+func sbxDestroy(*flag.FlagSet) action {
+	return sandboxDo(func(ctx context.Context, c *client.Client, id string, stdout io.Writer) error {
+		err := c.DestroySandbox(ctx, id)
 		if err == nil {
 			fmt.Fprintf(stdout, "destroyed sandbox %s\n", id)
 		}
-	}
-	return err
+		return err
+	})
 }
 
-func sbxList(args []string, stdout io.Writer) error {
-	fl := flag.NewFlagSet("sandboxes ls", flag.ContinueOnError)
-	config := fl.String("config", "", "config file")
-	asJSON := fl.Bool("json", false, "print JSON")
-	if pos, err := parseFlags(fl, args); err != nil || len(pos) > 0 {
-		return usageError{"usage: hearth sandboxes ls [--json]"}
+// sandboxDo is the action of a command on the one sandbox it names.
+func sandboxDo(do func(ctx context.Context, c *client.Client, id string, stdout io.Writer) error) action {
+	return func(inv *env) error {
+		c, err := inv.client()
+		if err != nil {
+			return err
+		}
+		return do(context.Background(), c, inv.args[0], inv.stdout)
 	}
-	c, err := client(*config)
+}
+
+func sbxList(fl *flag.FlagSet) action {
+	asJSON := fl.Bool("json", false, "print JSON")
+	return func(inv *env) error { return listSandboxes(inv, *asJSON) }
+}
+
+func listSandboxes(inv *env, asJSON bool) error {
+	stdout := inv.stdout
+	c, err := inv.client()
 	if err != nil {
 		return err
 	}
@@ -383,8 +348,8 @@ func sbxList(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return json.NewEncoder(stdout).Encode(list)
+	if asJSON {
+		return printJSON(stdout, list)
 	}
 	if len(list) == 0 {
 		fmt.Fprintln(stdout, "no sandboxes: make one with 'hearth sandboxes create'")
@@ -401,7 +366,7 @@ func sbxList(args []string, stdout io.Writer) error {
 }
 
 // cpuTime is the CPU time a sandbox used, "-" when unknown.
-func cpuTime(u *appliance.Usage) string {
+func cpuTime(u *client.Usage) string {
 	if u == nil {
 		return "-"
 	}
@@ -413,7 +378,7 @@ func cpuTime(u *appliance.Usage) string {
 }
 
 // memory is a sandbox's memory in use of its limit: 42 MiB/512 MiB.
-func memory(s appliance.Sandbox) string {
+func memory(s client.Sandbox) string {
 	if s.Usage == nil {
 		return usedOf(-1, s.Memory)
 	}
@@ -426,7 +391,7 @@ func memory(s appliance.Sandbox) string {
 
 // disk is what a sandbox wrote of its disk limit; the jail counts it only
 // when there is a limit.
-func disk(s appliance.Sandbox) string {
+func disk(s client.Sandbox) string {
 	if s.Usage == nil {
 		return usedOf(-1, s.Disk)
 	}
@@ -445,7 +410,7 @@ func usedOf(used, limit int64) string {
 	return u
 }
 
-func status(s appliance.Sandbox) string {
+func status(s client.Sandbox) string {
 	if s.AutoPaused {
 		return string(s.Status) + " (auto)"
 	}

@@ -14,6 +14,7 @@ import (
 
 	"hearth/appliance"
 	"hearth/appliance/appliancetest"
+	"hearth/client"
 )
 
 // sandboxDaemon starts a real daemon that runs sandboxes of the tiny test
@@ -44,7 +45,7 @@ func sandboxDaemon(t *testing.T) (configFlag string, cfg appliance.Config) {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() {
-		c := appliance.NewClient(cfg.SocketPath())
+		c := client.New(cfg.SocketPath())
 		list, _ := c.Sandboxes(context.Background())
 		for _, s := range list {
 			c.DestroySandbox(context.Background(), s.Id)
@@ -137,7 +138,7 @@ func TestSandboxCommands(t *testing.T) {
 		t.Errorf("host view of the session = %q", got)
 	}
 	out, _, code := hearthIn(t, "", "sandboxes", "ls", "--json", c)
-	var list []appliance.Sandbox
+	var list []client.Sandbox
 	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || !strings.HasPrefix(list[0].Id, "sbx-") || list[0].Memory != 512<<20 {
 		t.Fatalf("sandboxes ls --json = %d %q, want the one sandbox left, with the config's memory", code, out)
 	}
@@ -188,7 +189,7 @@ func TestSandboxMachineCommands(t *testing.T) {
 		t.Errorf("sandboxes ls = %q, want box's memory and disk as used/limit", out)
 	}
 	out, _, code := hearthIn(t, "", "sandboxes", "checkpoints", "box", "--json", c)
-	var cps []appliance.Checkpoint
+	var cps []client.Checkpoint
 	if code != 0 || json.Unmarshal([]byte(out), &cps) != nil || len(cps) != 1 || !strings.HasPrefix(cps[0].Name, "cp-") {
 		t.Errorf("sandboxes checkpoints --json = %d %q, want the one generated checkpoint", code, out)
 	}
@@ -228,7 +229,7 @@ func TestSandboxJobCommands(t *testing.T) {
 		{args: []string{"sandboxes", "job", "frobnicate", c}, wantCode: exitUsage},
 	})
 	out, _, code := hearthIn(t, "", "sandboxes", "job", "ls", "jobs", "--json", c)
-	var jobs []appliance.Job
+	var jobs []client.Job
 	if code != 0 || json.Unmarshal([]byte(out), &jobs) != nil || len(jobs) != 3 || jobs[1].State != "cancelled" {
 		t.Errorf("job ls --json = %d %q, want 3 jobs, job-2 cancelled", code, out)
 	}
@@ -249,7 +250,7 @@ func TestImageCommands(t *testing.T) {
 		{args: []string{"images", c}, wantCode: exitUsage},
 	})
 	out, _, code := hearthIn(t, "", "images", "ls", "--json", c)
-	var list appliance.ImageList
+	var list client.ImageList
 	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list.Recipes) == 0 {
 		t.Fatalf("images ls --json = %d %q", code, out)
 	}

@@ -4,97 +4,72 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"text/tabwriter"
 	"time"
 
 	"github.com/dustin/go-humanize"
 
-	"hearth/appliance"
+	"hearth/client"
 )
 
-const scheduleVerbs = "add, ls, rm, run or runs"
-
-func cmdSchedules(args []string, stdout io.Writer) error {
-	if len(args) == 0 {
-		return usageError{"schedules: say what to do: " + scheduleVerbs}
-	}
-	verb, args := args[0], args[1:]
-	switch verb {
-	case "add":
-		return scheduleAdd(args, stdout)
-	case "ls", "list":
-		return scheduleList(args, stdout)
-	case "rm":
-		return scheduleRemove(args, stdout)
-	case "run":
-		return scheduleRun(args, stdout)
-	case "runs":
-		return scheduleRuns(args, stdout)
-	}
-	return usageError{fmt.Sprintf("schedules: unknown command %q: use %s", verb, scheduleVerbs)}
+func schedulesCmd() *command {
+	return &command{name: "schedules", aliases: []string{"schedule"}, subs: []*command{
+		{name: "add", args: `ID "SPEC" AGENT "PROMPT"`, min: 4, max: 4, setup: scheduleAdd,
+			summary: "run a task on a cron schedule (\"0 9 * * 1-5\",\n\"@daily\", \"@every 1h\", \"CRON_TZ=Europe/Paris ...\")"},
+		{name: "ls", aliases: []string{"list"}, setup: scheduleList, summary: "schedules with their next and last runs"},
+		{name: "rm", args: "ID", min: 1, max: 1, names: scheduleIDs, setup: scheduleRemove, summary: "delete a schedule (its history stays)"},
+		{name: "run", args: "ID", min: 1, max: 1, names: scheduleIDs, setup: scheduleRun, summary: "start a run now"},
+		{name: "runs", args: "ID", min: 1, max: 1, names: scheduleIDs, setup: scheduleRuns, summary: "a schedule's runs and their executions"},
+	}}
 }
 
-// scheduleArgs parses the flags of a schedules command, --config and what
-// fl has, and wants n positional arguments; form is its usage.
-func scheduleArgs(fl *flag.FlagSet, args []string, n int, form string) (*appliance.Client, []string, error) {
-	config := fl.String("config", "", "config file")
-	pos, err := parseFlags(fl, args)
-	if err != nil {
-		return nil, nil, err
-	}
-	if len(pos) != n {
-		return nil, nil, usageError{"usage: hearth schedules " + form}
-	}
-	c, err := client(*config)
-	return c, pos, err
-}
-
-func scheduleAdd(args []string, stdout io.Writer) error {
-	fl := flag.NewFlagSet("schedules add", flag.ContinueOnError)
+func scheduleAdd(fl *flag.FlagSet) action {
 	var rf runFlags
 	fl.Var(&rf.budget, "budget", "most dollars of model spend per run (only lower than the agent's; at least 0.000001)")
 	fl.Var(&rf.turns, "max-turns", "most model answers per run (only lower than the agent's)")
 	fl.Var(&rf.timeout, "timeout", "most wall time per run, like 10m (only shorter than the agent's)")
 	overlap := fl.String("overlap", "skip", "when a run is due while one is going: skip, queue or allow")
 	catchUp := fl.String("catch-up", "none", "runs missed while the daemon was down: none or once")
-	c, pos, err := scheduleArgs(fl, args, 4, `add ID "SPEC" AGENT "PROMPT" [--budget USD] [--max-turns N] [--timeout D] [--overlap skip|queue|allow] [--catch-up none|once]`)
-	if err != nil {
-		return err
-	}
-	s, err := c.AddSchedule(context.Background(), appliance.ScheduleRequest{Id: pos[0], Spec: pos[1], Agent: pos[2], Prompt: pos[3],
-		Limits: rf.limits(), Overlap: *overlap, CatchUp: *catchUp})
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "added schedule %s: agent %s, %s; next run %s\n", s.Id, s.Agent, s.Spec, when(s.Next))
-	return nil
-}
-
-func scheduleList(args []string, stdout io.Writer) error {
-	fl := flag.NewFlagSet("schedules ls", flag.ContinueOnError)
-	asJSON := fl.Bool("json", false, "print JSON")
-	c, _, err := scheduleArgs(fl, args, 0, "ls [--json]")
-	if err != nil {
-		return err
-	}
-	list, err := c.Schedules(context.Background())
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		return printJSON(stdout, list)
-	}
-	if len(list) == 0 {
-		fmt.Fprintln(stdout, `no schedules: add one with 'hearth schedules add ID "SPEC" AGENT "PROMPT"' or a schedule in an agent's definition`)
+	return func(inv *env) error {
+		c, err := inv.client()
+		if err != nil {
+			return err
+		}
+		s, err := c.AddSchedule(context.Background(), client.ScheduleRequest{Id: inv.args[0], Spec: inv.args[1], Agent: inv.args[2], Prompt: inv.args[3],
+			Limits: rf.limits(), Overlap: *overlap, CatchUp: *catchUp})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(inv.stdout, "added schedule %s: agent %s, %s; next run %s\n", s.Id, s.Agent, s.Spec, when(s.Next))
 		return nil
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSPEC\tAGENT\tNEXT\tLAST")
-	for _, s := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Id, s.Spec, s.Agent, when(s.Next), lastRun(s))
+}
+
+func scheduleList(fl *flag.FlagSet) action {
+	asJSON := fl.Bool("json", false, "print JSON")
+	return func(inv *env) error {
+		c, err := inv.client()
+		if err != nil {
+			return err
+		}
+		list, err := c.Schedules(context.Background())
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(inv.stdout, list)
+		}
+		if len(list) == 0 {
+			fmt.Fprintln(inv.stdout, `no schedules: add one with 'hearth schedules add ID "SPEC" AGENT "PROMPT"' or a schedule in an agent's definition`)
+			return nil
+		}
+		tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tSPEC\tAGENT\tNEXT\tLAST")
+		for _, s := range list {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Id, s.Spec, s.Agent, when(s.Next), lastRun(s))
+		}
+		return tw.Flush()
 	}
-	return tw.Flush()
 }
 
 // when says when t is for people: "in 59 minutes", "-" for none.
@@ -106,7 +81,7 @@ func when(t time.Time) string {
 }
 
 // lastRun sums up a schedule's latest run: running, when and how it went.
-func lastRun(s appliance.Schedule) string {
+func lastRun(s client.Schedule) string {
 	r := s.Last
 	switch {
 	case s.Running > 0:
@@ -128,58 +103,63 @@ func orDash(s string) string {
 	return s
 }
 
-func scheduleRemove(args []string, stdout io.Writer) error {
-	c, pos, err := scheduleArgs(flag.NewFlagSet("schedules rm", flag.ContinueOnError), args, 1, "rm ID")
-	if err != nil {
-		return err
-	}
-	if err := c.RemoveSchedule(context.Background(), pos[0]); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "removed schedule %s (its history stays)\n", pos[0])
-	return nil
-}
-
-func scheduleRun(args []string, stdout io.Writer) error {
-	c, pos, err := scheduleArgs(flag.NewFlagSet("schedules run", flag.ContinueOnError), args, 1, "run ID")
-	if err != nil {
-		return err
-	}
-	run, err := c.RunSchedule(context.Background(), pos[0])
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "started run %s of schedule %s: see it with 'hearth schedules runs %s'\n", run, pos[0], pos[0])
-	return nil
-}
-
-func scheduleRuns(args []string, stdout io.Writer) error {
-	fl := flag.NewFlagSet("schedules runs", flag.ContinueOnError)
-	asJSON := fl.Bool("json", false, "print JSON")
-	c, pos, err := scheduleArgs(fl, args, 1, "runs ID [--json]")
-	if err != nil {
-		return err
-	}
-	runs, err := c.ScheduleRuns(context.Background(), pos[0], 0)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		return printJSON(stdout, runs)
-	}
-	if len(runs) == 0 {
-		fmt.Fprintf(stdout, "schedule %s has not run yet: start a run with 'hearth schedules run %s'\n", pos[0], pos[0])
+func scheduleRemove(*flag.FlagSet) action {
+	return func(inv *env) error {
+		c, err := inv.client()
+		if err != nil {
+			return err
+		}
+		if err := c.RemoveSchedule(context.Background(), inv.args[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(inv.stdout, "removed schedule %s (its history stays)\n", inv.args[0])
 		return nil
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tSCHEDULED\tEXECUTION\tOUTCOME")
-	for _, r := range runs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Id, when(r.Scheduled), orDash(r.Execution), runOutcome(r))
-	}
-	return tw.Flush()
 }
 
-func runOutcome(r appliance.ScheduleRun) string {
+func scheduleRun(*flag.FlagSet) action {
+	return func(inv *env) error {
+		c, err := inv.client()
+		if err != nil {
+			return err
+		}
+		run, err := c.RunSchedule(context.Background(), inv.args[0])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(inv.stdout, "started run %s of schedule %s: see it with 'hearth schedules runs %s'\n", run, inv.args[0], inv.args[0])
+		return nil
+	}
+}
+
+func scheduleRuns(fl *flag.FlagSet) action {
+	asJSON := fl.Bool("json", false, "print JSON")
+	return func(inv *env) error {
+		c, err := inv.client()
+		if err != nil {
+			return err
+		}
+		runs, err := c.ScheduleRuns(context.Background(), inv.args[0], 0)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(inv.stdout, runs)
+		}
+		if len(runs) == 0 {
+			fmt.Fprintf(inv.stdout, "schedule %s has not run yet: start a run with 'hearth schedules run %s'\n", inv.args[0], inv.args[0])
+			return nil
+		}
+		tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "RUN\tSCHEDULED\tEXECUTION\tOUTCOME")
+		for _, r := range runs {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Id, when(r.Scheduled), orDash(r.Execution), runOutcome(r))
+		}
+		return tw.Flush()
+	}
+}
+
+func runOutcome(r client.ScheduleRun) string {
 	kind := ""
 	if r.Manual {
 		kind = " (manual)"

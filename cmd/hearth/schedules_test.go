@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"hearth/agents/modeltest"
-	"hearth/appliance"
+	"hearth/client"
 )
 
 // TestScheduleCommands adds, lists, runs and removes a schedule with the
@@ -33,7 +33,7 @@ func TestScheduleCommands(t *testing.T) {
 		t.Fatalf("schedules ls = %d, %q, %q", code, out, errOut)
 	}
 	out, _, code = hearth(t, "schedules", "ls", "--json", c)
-	var list []appliance.Schedule
+	var list []client.Schedule
 	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || list[0].Overlap != "queue" || list[0].Limits.Usd != 1 {
 		t.Fatalf("schedules ls --json = %d, %q", code, out)
 	}

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"hearth/agents/modeltest"
-	"hearth/appliance"
+	"hearth/client"
 )
 
 // TestAgentStoreFull fills the file system under the daemon's store while
@@ -34,18 +34,18 @@ func TestAgentStoreFull(t *testing.T) {
 		}
 		t.Cleanup(func() { syscall.Unmount(stateDir, syscall.MNT_DETACH) })
 	})
-	c := appliance.NewClient(cfg.SocketPath())
+	c := client.New(cfg.SocketPath())
 	ctx := context.Background()
 	if _, err := c.AddCredits(ctx, 10, "test"); err != nil {
 		t.Fatal(err)
 	}
-	x, err := c.Delegate(ctx, appliance.DelegateRequest{Agent: "analyst", Prompt: "count"})
+	x, err := c.Delegate(ctx, client.DelegateRequest{Agent: "analyst", Prompt: "count"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
 		page, err := c.Events(ctx, x.Id, 0, 0)
-		if err == nil && slices.ContainsFunc(page.Events, func(ev appliance.Event) bool { return ev.Type == "model_call" }) {
+		if err == nil && slices.ContainsFunc(page.Events, func(ev client.Event) bool { return ev.Type == "model_call" }) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -84,8 +84,11 @@ func TestAgentStoreFull(t *testing.T) {
 	if x.Turns >= 7 {
 		t.Errorf("%d turns: the calls after the store failed were not refused", x.Turns)
 	}
-	if h, err := c.Health(ctx); err != nil || h.StoreOk || !strings.Contains(h.Store, "full") {
-		t.Errorf("health with the disk full = %+v, %v; want the store's write failing", h, err)
+	// Writes that fit in pages SQLite already holds may go through again
+	// on the full disk, so the health says either that writes fail or
+	// that the last one refused was for a full disk.
+	if h, err := c.Health(ctx); err != nil || !strings.Contains(h.Store, "full") {
+		t.Errorf("health with the disk full = %+v, %v; want the store's write failing, or its last refusal, for a full disk", h, err)
 	}
 
 	os.Remove(filler)

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"hearth/agents/modeltest"
-	"hearth/appliance"
+	"hearth/client"
 )
 
 func TestSafe(t *testing.T) {
@@ -59,7 +59,7 @@ func TestHostileTerminalEscapes(t *testing.T) {
 		noControls(t, "agents "+strings.Join(args, " "), out)
 	}
 	out, _, code = hearth(t, "agents", "show", id, "--json", c)
-	var e appliance.Execution
+	var e client.Execution
 	if code != 0 || json.Unmarshal([]byte(out), &e) != nil || e.Result != answer || len(e.Outputs) != 1 || e.Outputs[0] != "outputs/evil\x1b[2J\nfake.md" {
 		t.Errorf("agents show --json = %d, %q; want the exact bytes", code, out)
 	}

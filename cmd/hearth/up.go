@@ -12,13 +12,13 @@ import (
 	"hearth/appliance"
 )
 
-func cmdUp(args []string, stderr io.Writer) error {
-	fl := flag.NewFlagSet("up", flag.ContinueOnError)
-	config := fl.String("config", "", "config file")
-	if _, err := parseFlags(fl, args); err != nil {
-		return err
-	}
-	cfg, err := loadConfig(*config)
+func cmdUp(*flag.FlagSet) action {
+	return func(inv *env) error { return up(inv.configFile(), inv.stderr) }
+}
+
+// up runs the daemon until a signal stops it.
+func up(config string, stderr io.Writer) error {
+	cfg, err := loadConfig(config)
 	if err != nil {
 		return err
 	}

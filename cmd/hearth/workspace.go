@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,125 +13,161 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"hearth/appliance"
+	"hearth/client"
 )
 
-func cmdWorkspace(args []string, stdout io.Writer) error {
-	err := workspaceCmd(args, stdout)
-	var ae *appliance.APIError
+func workspaceCmd() *command {
+	// With --all the session argument is left out: scoped puts "" (the
+	// whole tree) in its place.
+	scoped := func(all bool, args []string) []string {
+		if all {
+			return append([]string{""}, args...)
+		}
+		return args
+	}
+	return &command{name: "workspace", aliases: []string{"ws"}, wrap: notFoundHint, subs: []*command{
+		{name: "ls", summary: "list sessions", setup: func(fl *flag.FlagSet) action {
+			asJSON := fl.Bool("json", false, "print JSON")
+			return func(inv *env) error {
+				c, err := inv.client()
+				if err != nil {
+					return err
+				}
+				return wsList(context.Background(), c, inv.stdout, *asJSON)
+			}
+		}},
+		{name: "create", args: "SESSION", summary: "make a session (inputs/, outputs/, .home/)", min: 1, max: 1, setup: func(*flag.FlagSet) action {
+			return func(inv *env) error {
+				cfg, c, err := configAndClient(inv)
+				if err != nil {
+					return err
+				}
+				if err := c.CreateSession(context.Background(), inv.args[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(inv.stdout, "created session %s: %s/%s/{inputs,outputs,.home}\n", inv.args[0], cfg.Workspace.Mount, inv.args[0])
+				return nil
+			}
+		}},
+		{name: "rm", args: "SESSION", summary: "delete a session and its snapshots", min: 1, max: 1, setup: func(*flag.FlagSet) action {
+			return func(inv *env) error {
+				c, err := inv.client()
+				if err != nil {
+					return err
+				}
+				if err := c.DeleteSession(context.Background(), inv.args[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(inv.stdout, "deleted session %s\n", inv.args[0])
+				return nil
+			}
+		}},
+		{name: "snapshot", args: "SESSION|--all [NAME]", summary: "take a copy-on-write snapshot", max: 2, setup: func(fl *flag.FlagSet) action {
+			all := fl.Bool("all", false, "the whole tree instead of one session")
+			return func(inv *env) error {
+				pos := scoped(*all, inv.args)
+				if len(pos) == 0 || len(pos) > 2 {
+					return usageError{"usage: hearth workspace snapshot SESSION|--all [NAME]"}
+				}
+				name := ""
+				if len(pos) > 1 {
+					name = pos[1]
+				}
+				c, err := inv.client()
+				if err != nil {
+					return err
+				}
+				start := time.Now()
+				got, err := c.Snapshot(context.Background(), pos[0], name)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(inv.stdout, "snapshot %s of %s taken in %s\n", got, scopeName(pos[0]), time.Since(start).Round(time.Microsecond))
+				return nil
+			}
+		}},
+		{name: "snapshots", args: "[SESSION]", summary: "list snapshots (no SESSION: whole-tree ones)", max: 1, setup: func(fl *flag.FlagSet) action {
+			asJSON := fl.Bool("json", false, "print JSON")
+			return func(inv *env) error {
+				c, err := inv.client()
+				if err != nil {
+					return err
+				}
+				return wsSnapshots(context.Background(), c, inv.stdout, strings.Join(inv.args, ""), *asJSON)
+			}
+		}},
+		{name: "snapshot-rm", args: "SESSION|--all NAME", summary: "delete a snapshot (frees its space)", max: 2, setup: func(fl *flag.FlagSet) action {
+			all := fl.Bool("all", false, "the whole tree instead of one session")
+			return func(inv *env) error {
+				pos := scoped(*all, inv.args)
+				if len(pos) != 2 {
+					return usageError{"usage: hearth workspace snapshot-rm SESSION|--all NAME"}
+				}
+				c, err := inv.client()
+				if err != nil {
+					return err
+				}
+				if err := c.DeleteSnapshot(context.Background(), pos[0], pos[1]); err != nil {
+					return err
+				}
+				fmt.Fprintf(inv.stdout, "deleted snapshot %s of %s\n", pos[1], scopeName(pos[0]))
+				return nil
+			}
+		}},
+		{name: "restore", args: "SESSION|--all NAME", summary: "roll back to a snapshot", max: 2, setup: func(fl *flag.FlagSet) action {
+			all := fl.Bool("all", false, "the whole tree instead of one session")
+			return func(inv *env) error {
+				pos := scoped(*all, inv.args)
+				if len(pos) != 2 {
+					return usageError{"usage: hearth workspace restore SESSION|--all NAME"}
+				}
+				c, err := inv.client()
+				if err != nil {
+					return err
+				}
+				if err := c.Restore(context.Background(), pos[0], pos[1]); err != nil {
+					return err
+				}
+				fmt.Fprintf(inv.stdout, "restored %s to snapshot %s\n", scopeName(pos[0]), pos[1])
+				return nil
+			}
+		}},
+		{name: "branch", args: "SESSION NAME NEW", summary: "start session NEW from a snapshot", min: 3, max: 3, setup: func(*flag.FlagSet) action {
+			return func(inv *env) error {
+				c, err := inv.client()
+				if err != nil {
+					return err
+				}
+				pos := inv.args
+				if err := c.Branch(context.Background(), client.BranchRequest{Session: pos[0], Snapshot: pos[1], NewSession: pos[2]}); err != nil {
+					return err
+				}
+				fmt.Fprintf(inv.stdout, "session %s starts from snapshot %s of %s\n", pos[2], pos[1], pos[0])
+				return nil
+			}
+		}},
+	}}
+}
+
+// notFoundHint says how to list what exists when a workspace command
+// names what does not.
+func notFoundHint(err error) error {
+	var ae *client.APIError
 	if errors.As(err, &ae) && ae.Code == "not_found" {
 		return fmt.Errorf("%w (list what exists with 'hearth workspace ls' or 'hearth workspace snapshots SESSION')", err)
 	}
 	return err
 }
 
-func workspaceCmd(args []string, stdout io.Writer) error {
-	fl := flag.NewFlagSet("workspace", flag.ContinueOnError)
-	config := fl.String("config", "", "config file")
-	asJSON := fl.Bool("json", false, "print JSON")
-	all := fl.Bool("all", false, "the whole tree instead of one session")
-	pos, err := parseFlags(fl, args)
+// configAndClient reads the config (for what it says, like the mount)
+// and connects to the daemon.
+func configAndClient(inv *env) (appliance.Config, *client.Client, error) {
+	cfg, err := loadConfig(inv.configFile())
 	if err != nil {
-		return err
+		return cfg, nil, err
 	}
-	if len(pos) == 0 {
-		return usageError{"workspace: say what to do: ls, create, rm, snapshot, snapshots, snapshot-rm, restore or branch"}
-	}
-	cfg, err := loadConfig(*config)
-	if err != nil {
-		return err
-	}
-	c, err := client(*config)
-	if err != nil {
-		return err
-	}
-	ctx := context.Background()
-	verb, pos := pos[0], pos[1:]
-	need := func(n int, form string) error {
-		if len(pos) < n || len(pos) > n+1 {
-			return usageError{"usage: hearth workspace " + form}
-		}
-		return nil
-	}
-	// With --all the session argument is left out.
-	session := func() string {
-		if *all {
-			pos = append([]string{""}, pos...)
-		}
-		return pos[0]
-	}
-	switch verb {
-	case "ls":
-		return wsList(ctx, c, stdout, *asJSON)
-	case "create":
-		if err := need(1, "create SESSION"); err != nil {
-			return err
-		}
-		if err := c.CreateSession(ctx, pos[0]); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "created session %s: %s/%s/{inputs,outputs,.home}\n", pos[0], cfg.Workspace.Mount, pos[0])
-	case "rm":
-		if err := need(1, "rm SESSION"); err != nil {
-			return err
-		}
-		if err := c.DeleteSession(ctx, pos[0]); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "deleted session %s\n", pos[0])
-	case "snapshot":
-		if !*all && len(pos) == 0 {
-			return usageError{"usage: hearth workspace snapshot SESSION|--all [NAME]"}
-		}
-		sess := session()
-		name := ""
-		if len(pos) > 1 {
-			name = pos[1]
-		}
-		start := time.Now()
-		got, err := c.Snapshot(ctx, sess, name)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "snapshot %s of %s taken in %s\n", got, scopeName(sess), time.Since(start).Round(time.Microsecond))
-	case "snapshots":
-		sess := ""
-		if len(pos) > 0 {
-			sess = pos[0]
-		}
-		return wsSnapshots(ctx, c, stdout, sess, *asJSON)
-	case "snapshot-rm":
-		sess := session()
-		if len(pos) != 2 {
-			return usageError{"usage: hearth workspace snapshot-rm SESSION|--all NAME"}
-		}
-		if err := c.DeleteSnapshot(ctx, sess, pos[1]); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "deleted snapshot %s of %s\n", pos[1], scopeName(sess))
-	case "restore":
-		if err := need(1, "restore SESSION|--all NAME"); err != nil && !*all {
-			return err
-		}
-		sess := session()
-		if len(pos) != 2 {
-			return usageError{"usage: hearth workspace restore SESSION|--all NAME"}
-		}
-		if err := c.Restore(ctx, sess, pos[1]); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "restored %s to snapshot %s\n", scopeName(sess), pos[1])
-	case "branch":
-		if len(pos) != 3 {
-			return usageError{"usage: hearth workspace branch SESSION SNAPSHOT NEW_SESSION"}
-		}
-		if err := c.Branch(ctx, appliance.BranchRequest{Session: pos[0], Snapshot: pos[1], NewSession: pos[2]}); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "session %s starts from snapshot %s of %s\n", pos[2], pos[1], pos[0])
-	default:
-		return usageError{fmt.Sprintf("workspace: unknown command %q", verb)}
-	}
-	return nil
+	c, err := inv.client()
+	return cfg, c, err
 }
 
 func scopeName(session string) string {
@@ -142,13 +177,13 @@ func scopeName(session string) string {
 	return "session " + session
 }
 
-func wsList(ctx context.Context, c *appliance.Client, out io.Writer, asJSON bool) error {
+func wsList(ctx context.Context, c *client.Client, out io.Writer, asJSON bool) error {
 	list, err := c.Sessions(ctx)
 	if err != nil {
 		return err
 	}
 	if asJSON {
-		return json.NewEncoder(out).Encode(list)
+		return printJSON(out, list)
 	}
 	if len(list) == 0 {
 		fmt.Fprintln(out, "no sessions yet: make one with 'hearth workspace create NAME'")
@@ -169,13 +204,13 @@ func wsList(ctx context.Context, c *appliance.Client, out io.Writer, asJSON bool
 	return tw.Flush()
 }
 
-func wsSnapshots(ctx context.Context, c *appliance.Client, out io.Writer, session string, asJSON bool) error {
+func wsSnapshots(ctx context.Context, c *client.Client, out io.Writer, session string, asJSON bool) error {
 	list, err := c.Snapshots(ctx, session)
 	if err != nil {
 		return err
 	}
 	if asJSON {
-		return json.NewEncoder(out).Encode(list)
+		return printJSON(out, list)
 	}
 	if len(list) == 0 {
 		fmt.Fprintf(out, "no snapshots of %s\n", scopeName(session))

@@ -65,6 +65,7 @@ func TestContainment(t *testing.T) {
 		{"own PID namespace", "ps -o pid= | wc -l | tr -d ' '", ""}, // checked below: a handful
 		{"no network but loopback", "ls /sys/class/net", "lo\n"},
 		{"hostname", "hostname", "contain\n"},
+		{"localhost and itself in /etc/hosts", "grep -E 'localhost|contain' /etc/hosts | tr '\\t' ' '", "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n127.0.1.1 contain\n"},
 		{"cannot write the image's /bin", "touch /bin/x 2>/dev/null && echo wrote || echo refused", "refused\n"},
 		{"writable layer", "echo data > /tmp/f && cat /tmp/f", "data\n"},
 		{"no privileges to gain", "grep NoNewPrivs /proc/self/status | tr -d '\\t '", "NoNewPrivs:1\n"},

@@ -17,7 +17,7 @@ import (
 func newWarmDriver(t testing.TB, dir string) *Driver {
 	t.Helper()
 	bt := boot(t)
-	d, err := New(Config{Dir: dir, Kernel: bt.Kernel, Initramfs: bt.Initramfs, AllowTCG: true, Warm: 1})
+	d, err := New(Config{Dir: dir, Kernel: bt.Kernel, Initramfs: bt.Initramfs, AllowTCG: true, NoKVM: testNoKVM, Warm: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

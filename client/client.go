@@ -1,4 +1,4 @@
-package appliance
+package client
 
 import (
 	"context"
@@ -12,11 +12,10 @@ import (
 	"time"
 
 	"hearth/appliance/api"
-	"hearth/fs"
 )
 
-// Client talks to a daemon's API over its unix socket. It is what the CLI
-// uses; it never touches the daemon's state directly. It wraps the client
+// Client talks to a daemon's API over its unix socket or TCP. It never
+// touches the daemon's state directly. It wraps the client
 // generated from api/openapi.yaml: every call gets a timeout (streams are
 // bounded by their context instead), and error responses become
 // *APIError, a daemon that does not answer ErrDaemonDown.
@@ -44,19 +43,33 @@ type (
 	Checkpoint           = api.Checkpoint
 	JobRequest           = api.JobRequest
 	Job                  = api.Job
+	SessionInfo          = api.SessionInfo
+	SnapshotInfo         = api.SnapshotInfo
+	Health               = api.Health
 )
 
-// NewClient returns a client for the daemon serving socket.
-func NewClient(socket string) *Client {
+// APIError is the body of an error response, with its HTTP status.
+type APIError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Step is the build step that failed, for build_failed.
+	Step   string `json:"step,omitempty"`
+	Status int    `json:"-"`
+}
+
+func (e *APIError) Error() string { return e.Message }
+
+// New returns a client for the daemon serving socket.
+func New(socket string) *Client {
 	return newClient(socket, "", func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", socket)
 	})
 }
 
-// NewTCPClient returns a client for a daemon serving its API on addr
+// NewTCP returns a client for a daemon serving its API on addr
 // (host:port, the config's api.tcp), sending token with every request.
-func NewTCPClient(addr, token string) *Client {
+func NewTCP(addr, token string) *Client {
 	return newClient(addr, token, func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", addr)
@@ -133,8 +146,8 @@ func (c *Client) call(ctx context.Context, out any, call func(context.Context) (
 }
 
 // Sessions lists the workspace sessions.
-func (c *Client) Sessions(ctx context.Context) ([]fs.SessionInfo, error) {
-	var out []fs.SessionInfo
+func (c *Client) Sessions(ctx context.Context) ([]SessionInfo, error) {
+	var out []SessionInfo
 	return out, c.call(ctx, &out, func(ctx context.Context) (*http.Response, error) { return c.api.ListSessions(ctx) })
 }
 
@@ -160,8 +173,8 @@ func (c *Client) Snapshot(ctx context.Context, session, name string) (string, er
 }
 
 // Snapshots lists a session's snapshots ("" for whole-tree ones).
-func (c *Client) Snapshots(ctx context.Context, session string) ([]fs.SnapshotInfo, error) {
-	var out []fs.SnapshotInfo
+func (c *Client) Snapshots(ctx context.Context, session string) ([]SnapshotInfo, error) {
+	var out []SnapshotInfo
 	return out, c.call(ctx, &out, func(ctx context.Context) (*http.Response, error) {
 		return c.api.ListSnapshots(ctx, &api.ListSnapshotsParams{Session: session})
 	})
@@ -185,3 +198,14 @@ func (c *Client) Restore(ctx context.Context, session, snapshot string) error {
 func (c *Client) Branch(ctx context.Context, req BranchRequest) error {
 	return c.call(ctx, nil, func(ctx context.Context) (*http.Response, error) { return c.api.BranchSession(ctx, req) })
 }
+
+// Health asks the daemon what it knows is wrong with its own state.
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	var out Health
+	return out, c.call(ctx, &out, func(ctx context.Context) (*http.Response, error) { return c.api.GetHealth(ctx) })
+}
+
+// HTTP returns the HTTP client c sends with, connected to the daemon (any
+// host name reaches it): for requests the API's operations do not make,
+// such as a test's malformed body, and to close idle connections.
+func (c *Client) HTTP() *http.Client { return c.hc }

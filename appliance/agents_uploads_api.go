@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"mime"
 	"net/http"
 	"os"
@@ -26,14 +25,6 @@ const MaxInputFiles = 1 << 30
 // maxRequestPart bounds the JSON part of a multipart request: the
 // request without inputs, a prompt of up to maxPrompt JSON-escaped.
 const maxRequestPart = 8 * maxPrompt
-
-// clearUploads removes what a daemon that died left staged: every run
-// copies its inputs before its agent starts, so none is still needed.
-func clearUploads(stateDir string, logger *log.Logger) {
-	if err := os.RemoveAll(filepath.Join(stateDir, "uploads")); err != nil {
-		logger.Printf("agents: clear staged uploads: %v", err)
-	}
-}
 
 // isMultipart says the request is multipart/form-data.
 func isMultipart(r *http.Request) bool {
@@ -63,18 +54,18 @@ func (s *server) decodeTask(w http.ResponseWriter, r *http.Request, v any) (file
 func (s *server) stageTask(r *http.Request, v any) (map[string]string, string, error) {
 	mr, err := r.MultipartReader()
 	if err != nil {
-		return nil, "", errorf(codeBadRequest, "request body: %v", err)
+		return nil, "", invalidf("request body: %v", err)
 	}
 	part, err := mr.NextPart()
 	if err != nil || part.FormName() != "request" {
-		return nil, "", errorf(codeBadRequest, "request body: the first part must be \"request\", the JSON request")
+		return nil, "", invalidf("request body: the first part must be \"request\", the JSON request")
 	}
 	dec := json.NewDecoder(io.LimitReader(part, maxRequestPart))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return nil, "", errorf(codeBadRequest, "request body: request: %v", err)
+		return nil, "", invalidf("request body: request: %v", err)
 	}
-	uploads := filepath.Join(s.d.agents.cfg.StateDir, "uploads")
+	uploads := s.d.agents.UploadsDir()
 	if err := os.MkdirAll(uploads, 0o700); err != nil {
 		return nil, "", err
 	}
@@ -90,11 +81,11 @@ func (s *server) stageTask(r *http.Request, v any) (map[string]string, string, e
 			return files, staging, nil
 		}
 		if err != nil {
-			return nil, staging, errorf(codeBadRequest, "request body: %v", err)
+			return nil, staging, invalidf("request body: %v", err)
 		}
 		name := part.FileName()
 		if part.FormName() != "input" || checkInputs(map[string][]byte{name: nil}) != nil || files[name] != "" {
-			return nil, staging, errorf(codeBadRequest, "request body: part %q (%q): want parts named input, each a file with a plain file name, once", part.FormName(), name)
+			return nil, staging, invalidf("request body: part %q (%q): want parts named input, each a file with a plain file name, once", part.FormName(), name)
 		}
 		n, err := stageFile(filepath.Join(staging, name), part, MaxInputFiles-total)
 		if err != nil {
@@ -116,9 +107,9 @@ func stageFile(file string, r io.Reader, max int64) (int64, error) {
 		err = cerr
 	}
 	if err == nil && n > max {
-		err = errorf(codeTooLarge, "the input files are more than the %d bytes (1 GiB) a task may have", int64(MaxInputFiles))
+		err = tooLargef("the input files are more than the %d bytes (1 GiB) a task may have", int64(MaxInputFiles))
 	}
-	if err != nil && !errors.As(err, new(*codedError)) {
+	if err != nil && !isDomain(err) {
 		err = fmt.Errorf("stage input %s: %w", filepath.Base(file), err)
 	}
 	return n, err

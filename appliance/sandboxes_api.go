@@ -15,33 +15,29 @@ import (
 
 // The sandbox routes.
 
-// sandboxView describes s for the API; the caller holds s.mu.
-func (d *Daemon) sandboxView(s *sandbox) api.Sandbox {
-	rec := &s.rec
+// sandboxView describes a sandbox for the API.
+func sandboxView(sb SandboxInfo) api.Sandbox {
 	out := api.Sandbox{
-		Id: rec.ID, Image: rec.Image, ImageHash: rec.ImageHash, Session: rec.Session,
-		Status: api.SandboxStatus(s.status()), AutoPaused: rec.Paused == pausedIdle && !s.stopped(),
-		Cpus: rec.CPUs, Memory: rec.Memory, Pids: rec.Pids, Disk: rec.Disk, Env: rec.Env,
-		IdleTimeout: time.Duration(rec.IdleTimeout).String(), ExecTimeout: time.Duration(rec.ExecTimeout).String(),
-		User: rec.User, Network: rec.Network, Created: rec.Created, LastActive: s.last.UTC(), Driver: d.sbx.driverName(),
+		Id: sb.ID, Image: sb.Image, ImageHash: sb.ImageHash, Session: sb.Session,
+		Status: api.SandboxStatus(sb.Status), AutoPaused: sb.AutoPaused,
+		Cpus: sb.CPUs, Memory: sb.Memory, Pids: sb.Pids, Disk: sb.Disk, Env: sb.Env,
+		IdleTimeout: time.Duration(sb.IdleTimeout).String(), ExecTimeout: time.Duration(sb.ExecTimeout).String(),
+		User: sb.User, Network: sb.Network, Created: sb.Created, LastActive: sb.LastActive.UTC(), Driver: sb.Driver,
 	}
-	if u, ok := s.usage(); ok {
-		out.Usage = usageView(u)
-		d.workspaceUsage(out.Usage, rec.Session)
+	if sb.Usage != nil {
+		out.Usage = usageView(*sb.Usage)
+		if ws := sb.Workspace; ws != nil {
+			out.Usage.WorkspaceBytes, out.Usage.WorkspaceBytesLimit = ws.Bytes, ws.Quota.Bytes
+			out.Usage.WorkspaceFiles, out.Usage.WorkspaceFilesLimit = ws.Files, ws.Quota.Inodes
+		}
 	}
 	return out
-}
-
-func (d *Daemon) describe(s *sandbox) api.Sandbox {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return d.sandboxView(s)
 }
 
 func (s *server) ListSandboxes(w http.ResponseWriter, r *http.Request) {
 	out := []api.Sandbox{}
 	for _, sb := range s.d.sbx.List() {
-		out = append(out, s.d.describe(sb))
+		out = append(out, sandboxView(sb))
 	}
 	reply(w, http.StatusOK, out)
 }
@@ -67,7 +63,7 @@ func (s *server) CreateSandbox(w http.ResponseWriter, r *http.Request) {
 		fail(w, apiError(err))
 		return
 	}
-	reply(w, http.StatusCreated, s.d.describe(sb))
+	reply(w, http.StatusCreated, sandboxView(sb))
 }
 
 // optDuration parses an optional duration; "" means the default (nil).
@@ -77,18 +73,14 @@ func optDuration(key, v string) (*time.Duration, error) {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
-		return nil, errorf(codeBadRequest, "%s %q: write a duration like 90s, 10m or 1h", key, v)
+		return nil, invalidf("%s %q: write a duration like 90s, 10m or 1h", key, v)
 	}
 	return &d, nil
 }
 
 func (s *server) GetSandbox(w http.ResponseWriter, r *http.Request, id api.SandboxID) {
-	sb, err := s.d.sbx.get(id)
-	if err != nil {
-		fail(w, apiError(err))
-		return
-	}
-	reply(w, http.StatusOK, s.d.describe(sb))
+	sb, err := s.d.sbx.Get(id)
+	result(w, http.StatusOK, sandboxView(sb), err)
 }
 
 func (s *server) DestroySandbox(w http.ResponseWriter, r *http.Request, id api.SandboxID) {
@@ -106,12 +98,8 @@ func (s *server) ResumeSandbox(w http.ResponseWriter, r *http.Request, id api.Sa
 	s.lifecycleReply(w, sb, err)
 }
 
-func (s *server) lifecycleReply(w http.ResponseWriter, sb *sandbox, err error) {
-	if err != nil {
-		fail(w, apiError(err))
-		return
-	}
-	reply(w, http.StatusOK, s.d.describe(sb))
+func (s *server) lifecycleReply(w http.ResponseWriter, sb SandboxInfo, err error) {
+	result(w, http.StatusOK, sandboxView(sb), err)
 }
 
 // ExecSandbox streams a command's output as ndjson frames: started, then
@@ -159,22 +147,10 @@ func (f frameWriter) Write(p []byte) (int, error) {
 }
 
 func (s *server) DownloadSandboxFile(w http.ResponseWriter, r *http.Request, id api.SandboxID, params api.DownloadSandboxFileParams) {
-	if err := checkPath(params.Path); err != nil {
-		fail(w, apiError(err))
-		return
-	}
 	lw := &lazyWriter{w: w}
-	err := s.d.sbx.withGuest(r.Context(), id, func(gc *guest.Client) error {
-		fi, err := gc.Stat(r.Context(), params.Path)
-		if err != nil {
-			return err
-		}
-		if fi.IsDir {
-			return errorf(codeBadRequest, "%s is a directory: download one file at a time", params.Path)
-		}
+	err := s.d.sbx.Download(r.Context(), id, params.Path, func(fi guest.FileInfo) io.Writer {
 		lw.size, lw.mode = fi.Size, fi.Mode
-		_, err = gc.Download(r.Context(), params.Path, lw)
-		return err
+		return lw
 	})
 	if err != nil && !lw.started {
 		fail(w, apiError(err))
@@ -209,7 +185,7 @@ func (l *lazyWriter) start() {
 }
 
 func (s *server) UploadSandboxFile(w http.ResponseWriter, r *http.Request, id api.SandboxID, params api.UploadSandboxFileParams) {
-	limit := int64(s.d.sbx.cfg.MaxUpload)
+	limit := s.d.sbx.MaxUpload()
 	if err := checkPath(params.Path); err != nil {
 		fail(w, apiError(err))
 		return
@@ -218,7 +194,7 @@ func (s *server) UploadSandboxFile(w http.ResponseWriter, r *http.Request, id ap
 	if params.Mode != "" {
 		var err error
 		if mode, err = strconv.ParseUint(params.Mode, 8, 32); err != nil || mode > 0o7777 {
-			fail(w, apiError(errorf(codeBadRequest, "mode %q: give permission bits in octal, like 0644", params.Mode)))
+			fail(w, apiError(invalidf("mode %q: give permission bits in octal, like 0644", params.Mode)))
 			return
 		}
 	}
@@ -227,12 +203,7 @@ func (s *server) UploadSandboxFile(w http.ResponseWriter, r *http.Request, id ap
 		return
 	}
 	body := &limitedReader{r: r.Body, left: limit}
-	var n int64
-	err := s.d.sbx.withGuest(r.Context(), id, func(gc *guest.Client) error {
-		var err error
-		n, err = gc.Upload(r.Context(), params.Path, body, uint32(mode))
-		return err
-	})
+	n, err := s.d.sbx.Upload(r.Context(), id, params.Path, body, uint32(mode))
 	if body.over {
 		err = tooLarge(-1, limit)
 	}
@@ -244,7 +215,7 @@ func tooLarge(size, limit int64) error {
 	if size >= 0 {
 		what = fmt.Sprintf("the upload of %d bytes", size)
 	}
-	return errorf(codeTooLarge, "%s is over the daemon's limit of %d bytes: raise max_upload under [sandbox] in the config, or split the file", what, limit)
+	return tooLargef("%s is over the daemon's limit of %d bytes: raise max_upload under [sandbox] in the config, or split the file", what, limit)
 }
 
 // limitedReader fails a read past the limit and remembers that it did.
@@ -275,30 +246,12 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 }
 
 func (s *server) StatSandboxFile(w http.ResponseWriter, r *http.Request, id api.SandboxID, params api.StatSandboxFileParams) {
-	if err := checkPath(params.Path); err != nil {
-		fail(w, apiError(err))
-		return
-	}
-	var fi guest.FileInfo
-	err := s.d.sbx.withGuest(r.Context(), id, func(gc *guest.Client) error {
-		var err error
-		fi, err = gc.Stat(r.Context(), params.Path)
-		return err
-	})
+	fi, err := s.d.sbx.Stat(r.Context(), id, params.Path)
 	result(w, http.StatusOK, fileInfo(fi), err)
 }
 
 func (s *server) ListSandboxDir(w http.ResponseWriter, r *http.Request, id api.SandboxID, params api.ListSandboxDirParams) {
-	if err := checkPath(params.Path); err != nil {
-		fail(w, apiError(err))
-		return
-	}
-	var list []guest.FileInfo
-	err := s.d.sbx.withGuest(r.Context(), id, func(gc *guest.Client) error {
-		var err error
-		list, err = gc.List(r.Context(), params.Path)
-		return err
-	})
+	list, err := s.d.sbx.ListDir(r.Context(), id, params.Path)
 	out := make([]api.FileInfo, len(list))
 	for i, fi := range list {
 		out[i] = fileInfo(fi)
@@ -308,14 +261,4 @@ func (s *server) ListSandboxDir(w http.ResponseWriter, r *http.Request, id api.S
 
 func fileInfo(fi guest.FileInfo) api.FileInfo {
 	return api.FileInfo{Name: fi.Name, Size: fi.Size, Mode: fi.Mode, ModTime: fi.ModTime, IsDir: fi.IsDir}
-}
-
-// workspaceUsage adds what the sandbox's session holds, and its quota.
-func (d *Daemon) workspaceUsage(u *api.Usage, session string) {
-	for _, info := range d.store.Sessions() {
-		if info.ID == session {
-			u.WorkspaceBytes, u.WorkspaceBytesLimit = info.Bytes, info.Quota.Bytes
-			u.WorkspaceFiles, u.WorkspaceFilesLimit = info.Files, info.Quota.Inodes
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package appliance
+package client
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime/multipart"
 	"net/http"
 	"os"
@@ -16,7 +17,6 @@ import (
 
 	sse "github.com/tmaxmax/go-sse"
 
-	"hearth/agents/store"
 	"hearth/appliance/api"
 )
 
@@ -38,10 +38,30 @@ type (
 	AgentReload        = api.AgentReload
 )
 
-// CheckUSD refuses an amount of dollars the appliance's ledger cannot
-// hold (NaN, infinite, negative, too large, or under its unit of one
-// micro-dollar), for clients to check flags before sending them.
-func CheckUSD(usd float64) error { return store.CheckUSD(usd) }
+// MaxInputFiles bounds the input files of one task, in all: the daemon
+// refuses more (413 too_large).
+const MaxInputFiles = 1 << 30
+
+// MaxUSD is the most dollars the daemon's ledger takes in one amount.
+const MaxUSD = 1e9
+
+// CheckUSD refuses an amount of dollars the daemon's ledger cannot hold
+// (NaN, infinite, negative, more than MaxUSD, or under its unit of one
+// micro-dollar), for clients to check flags before sending them. It says
+// what the daemon would (a test holds it to the ledger's own check).
+func CheckUSD(usd float64) error {
+	switch {
+	case math.IsNaN(usd) || math.IsInf(usd, 0):
+		return fmt.Errorf("%v is not a number of dollars: give one like 5 or 0.25", usd)
+	case usd < 0:
+		return fmt.Errorf("%v is negative: give a positive number of dollars", usd)
+	case usd > MaxUSD:
+		return fmt.Errorf("%v is more than the most the ledger takes ($%.0f)", usd, float64(MaxUSD))
+	case usd > 0 && int64(usd*1e6+0.5) == 0:
+		return fmt.Errorf("%v is less than the ledger's unit, $0.000001: give at least that", usd)
+	}
+	return nil
+}
 
 // Agents lists the agent definitions.
 func (c *Client) Agents(ctx context.Context) ([]AgentDefinition, error) {
@@ -314,10 +334,17 @@ func FinalEvent(ev Event) bool {
 		return false
 	}
 	var p struct {
-		Status store.Status `json:"status"`
+		Status api.ExecutionStatus `json:"status"`
 	}
-	return json.Unmarshal(ev.Payload, &p) == nil && p.Status.Terminal()
+	return json.Unmarshal(ev.Payload, &p) == nil && Terminal(p.Status)
 }
 
 // Ended reports whether an execution has ended.
-func Ended(e Execution) bool { return store.Status(e.Status).Terminal() }
+func Ended(e Execution) bool { return Terminal(e.Status) }
+
+// Terminal reports whether an execution in status s has ended: s is one
+// the API names and neither pending nor running, the only statuses an
+// execution leaves (a test holds this to the store's state machine).
+func Terminal(s api.ExecutionStatus) bool {
+	return s.Valid() && s != api.ExecutionStatusPending && s != api.ExecutionStatusRunning
+}

@@ -12,7 +12,7 @@ import (
 // The image routes.
 
 func (d *Daemon) imageView(img image.Image) api.Image {
-	out := api.Image{Name: img.Name, Hash: img.Hash, Parent: img.Parent, Current: d.images.current(img),
+	out := api.Image{Name: img.Name, Hash: img.Hash, Parent: img.Parent, Current: d.images.Current(img),
 		Built: img.Built, BuildSeconds: img.BuildSeconds, Size: img.Size, Ext4Size: img.Ext4Size, SavedFrom: img.SavedFrom}
 	if img.User != nil {
 		out.User = img.User.Name
@@ -22,7 +22,7 @@ func (d *Daemon) imageView(img image.Image) api.Image {
 
 func (s *server) ListImages(w http.ResponseWriter, r *http.Request) {
 	imgs, err := s.d.images.List()
-	out := api.ImageList{Images: []api.Image{}, Recipes: s.d.images.catalog.Names()}
+	out := api.ImageList{Images: []api.Image{}, Recipes: s.d.images.Recipes()}
 	for _, img := range imgs {
 		out.Images = append(out.Images, s.d.imageView(img))
 	}
@@ -53,9 +53,9 @@ func packages(ps []image.Package) []api.Package {
 }
 
 func (s *server) RemoveImage(w http.ResponseWriter, r *http.Request, name api.ImageName) {
-	err := s.d.agents.imageInUse(r.Context(), name)
+	err := s.d.agents.ImageInUse(r.Context(), name)
 	if err == nil {
-		err = s.d.sbx.removeImage(name)
+		err = s.d.sbx.RemoveImage(name)
 	}
 	result(w, http.StatusOK, api.Deleted{Deleted: name}, err)
 }
@@ -63,7 +63,7 @@ func (s *server) RemoveImage(w http.ResponseWriter, r *http.Request, name api.Im
 // BuildImage streams the build's progress lines, then the image or an
 // error naming the step that failed.
 func (s *server) BuildImage(w http.ResponseWriter, r *http.Request, name api.ImageName) {
-	if err := s.d.images.checkRecipe(name); err != nil {
+	if err := s.d.images.CheckRecipe(name); err != nil {
 		fail(w, apiError(err))
 		return
 	}

@@ -1,4 +1,16 @@
-package gateway
+// Package channel names the machine channel a connection to a host
+// service comes through. A token alone does not say who sends it: an
+// agent's outputs are read by others, and a token that leaks through them
+// could be spent from another machine and charged to the execution it was
+// issued to. So the host side of each machine's channel writes the
+// channel's name on every connection it makes to a host service (Dial),
+// before any byte of the machine's, and the service's listener (Listener,
+// ConnContext) reads it back, so a request can be checked against the
+// channel its token was issued to (Of). The model gateway and the egress
+// proxy (packages agents/gateway and agents/egress) admit a token only
+// on its own channel; the agents runner dials, and the appliance serves,
+// through this package.
+package channel
 
 import (
 	"bufio"
@@ -11,29 +23,20 @@ import (
 	"sync"
 )
 
-// A token alone does not say who sends it: an agent's outputs are read by
-// others, and a token that leaks through them could be spent from another
-// machine and charged to the execution it was issued to. So each
-// connection to the gateway carries the identity of the machine channel
-// it came through, written by the host side of that channel (DialChannel)
-// before any byte of the machine's, and read back by the gateway's
-// listener (Listener); an Execution registered with a Channel is admitted
-// only on its own.
-
 // channelPreamble starts every connection DialChannel makes.
 const channelPreamble = "hearth-channel "
 
 // maxPreamble bounds the preamble line.
 const maxPreamble = 256
 
-// DialChannel returns a dialer that connects with dial and first names
-// channel on the connection, for the gateway's Listener to read. The
+// Dial returns a dialer that connects with dial and first names
+// channel on the connection, for the service's Listener to read. The
 // host side of a machine's channel dials with it, so whatever the machine
 // sends comes after, and cannot change, the name.
-func DialChannel(dial func(ctx context.Context) (net.Conn, error), channel string) func(ctx context.Context) (net.Conn, error) {
+func Dial(dial func(ctx context.Context) (net.Conn, error), channel string) func(ctx context.Context) (net.Conn, error) {
 	return func(ctx context.Context) (net.Conn, error) {
 		if channel == "" || strings.ContainsAny(channel, "\r\n") || len(channel) > maxPreamble-len(channelPreamble)-1 {
-			return nil, fmt.Errorf("gateway: channel name %q: give a short name on one line", channel)
+			return nil, fmt.Errorf("channel: name %q: give a short name on one line", channel)
 		}
 		c, err := dial(ctx)
 		if err != nil {
@@ -41,15 +44,15 @@ func DialChannel(dial func(ctx context.Context) (net.Conn, error), channel strin
 		}
 		if _, err := io.WriteString(c, channelPreamble+channel+"\n"); err != nil {
 			c.Close()
-			return nil, fmt.Errorf("gateway: name the channel %s: %w", channel, err)
+			return nil, fmt.Errorf("channel: name the channel %s: %w", channel, err)
 		}
 		return c, nil
 	}
 }
 
-// Listener wraps ln, on which the gateway is served to DialChannel's
+// Listener wraps ln, on which a service is served to Dial's
 // connections: each must start with the preamble, or its first read
-// fails and the server drops it. Serve the gateway with ConnContext too.
+// fails and the server drops it. Serve with ConnContext too.
 func Listener(ln net.Listener) net.Listener { return channelListener{ln} }
 
 type channelListener struct{ net.Listener }
@@ -75,7 +78,7 @@ type channelConn struct {
 	err     error
 }
 
-var errNoPreamble = errors.New("gateway: connection without a channel preamble")
+var errNoPreamble = errors.New("channel: connection without a channel preamble")
 
 func (c *channelConn) Read(p []byte) (int, error) {
 	if err := c.preamble(); err != nil {
@@ -131,7 +134,7 @@ func (c *channelConn) name() string {
 
 type channelKey struct{}
 
-// ConnContext is the http.Server ConnContext of a gateway served on a
+// ConnContext is the http.Server ConnContext of a service served on a
 // Listener: it lets requests find the channel their connection named.
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	if cc, ok := c.(*channelConn); ok {
@@ -140,8 +143,8 @@ func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	return ctx
 }
 
-// channelOf is the channel a request came through, "" if unknown.
-func channelOf(ctx context.Context) string {
+// Of is the channel a request came through, "" if unknown.
+func Of(ctx context.Context) string {
 	if cc, ok := ctx.Value(channelKey{}).(*channelConn); ok {
 		return cc.name()
 	}

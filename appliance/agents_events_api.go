@@ -27,14 +27,19 @@ const keepAlive = 15 * time.Second
 
 func (s *server) ExecutionEvents(w http.ResponseWriter, r *http.Request, id api.ExecutionID, params api.ExecutionEventsParams) {
 	if params.After < 0 || params.Limit < 0 {
-		fail(w, apiError(errorf(codeBadRequest, "after and limit must not be negative")))
+		fail(w, apiError(invalidf("after and limit must not be negative")))
 		return
 	}
 	if wantsSSE(r) {
-		s.d.agents.streamEvents(w, r, id, params)
+		s.streamEvents(w, r, id, params)
 		return
 	}
-	page, err := s.d.agents.eventPage(r.Context(), id, params.After, params.Limit)
+	evs, ended, err := s.d.agents.EventPage(r.Context(), id, params.After, params.Limit)
+	page := api.EventPage{Events: make([]api.Event, 0, len(evs)), NextAfter: params.After, Ended: ended}
+	for _, ev := range evs {
+		page.Events = append(page.Events, eventView(ev))
+		page.NextAfter = ev.Seq
+	}
 	result(w, http.StatusOK, page, err)
 }
 
@@ -51,28 +56,6 @@ func wantsSSE(r *http.Request) bool {
 	return false
 }
 
-func (a *agentService) eventPage(ctx context.Context, id string, after int64, limit int) (api.EventPage, error) {
-	e, err := a.execution(ctx, id)
-	if err != nil {
-		return api.EventPage{}, err
-	}
-	if limit <= 0 {
-		limit = 1000
-	}
-	limit = min(limit, 10000)
-	evs, err := a.store.Events(ctx, id, after, limit)
-	if err != nil {
-		return api.EventPage{}, err
-	}
-	page := api.EventPage{Events: make([]api.Event, 0, len(evs)), NextAfter: after}
-	for _, ev := range evs {
-		page.Events = append(page.Events, eventView(ev))
-		page.NextAfter = ev.Seq
-	}
-	page.Ended = e.Status.Terminal() && len(evs) < limit
-	return page, nil
-}
-
 func eventView(ev evstream.Event) api.Event {
 	return api.Event{Seq: ev.Seq, Time: ev.Time, Session: ev.Session, Execution: ev.Execution, Type: string(ev.Type), Payload: ev.Payload}
 }
@@ -81,17 +64,18 @@ func eventView(ev evstream.Event) api.Event {
 // ones as they are stored, and ends after the execution's final status
 // event (at once for an execution that has ended), when the client
 // leaves, or when the daemon stops.
-func (a *agentService) streamEvents(w http.ResponseWriter, r *http.Request, id string, params api.ExecutionEventsParams) {
+func (s *server) streamEvents(w http.ResponseWriter, r *http.Request, id string, params api.ExecutionEventsParams) {
 	after := params.After
 	if params.LastEventID != "" {
 		n, err := strconv.ParseInt(params.LastEventID, 10, 64)
 		if err != nil || n < 0 {
-			fail(w, apiError(errorf(codeBadRequest, "Last-Event-ID %q: not an event seq", params.LastEventID)))
+			fail(w, apiError(invalidf("Last-Event-ID %q: not an event seq", params.LastEventID)))
 			return
 		}
 		after = n
 	}
-	e, err := a.execution(r.Context(), id)
+	a := s.d.agents
+	e, err := a.Execution(r.Context(), id)
 	if err != nil {
 		fail(w, apiError(err))
 		return
@@ -103,19 +87,19 @@ func (a *agentService) streamEvents(w http.ResponseWriter, r *http.Request, id s
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	if e.Status.Terminal() {
-		a.replayEnded(r.Context(), sess, id, after)
+		replayEnded(r.Context(), a, sess, id, after)
 		return
 	}
 	if sess.Flush() != nil { // the header now: the first event may be a while
 		return
 	}
-	a.follow(r.Context(), sess, id, after)
+	follow(r.Context(), a, sess, id, after)
 }
 
 // replayEnded sends the stored events of an execution that has ended.
-func (a *agentService) replayEnded(ctx context.Context, sess *sse.Session, id string, after int64) {
+func replayEnded(ctx context.Context, a *agentService, sess *sse.Session, id string, after int64) {
 	for {
-		evs, err := a.store.Events(ctx, id, after, 1000)
+		evs, err := a.Events(ctx, id, after, 1000)
 		if err != nil || len(evs) == 0 {
 			sess.Flush()
 			return
@@ -131,15 +115,15 @@ func (a *agentService) replayEnded(ctx context.Context, sess *sse.Session, id st
 
 // follow sends the events of a running execution as the store delivers
 // them, resubscribing from the last seq sent if it fell behind.
-func (a *agentService) follow(ctx context.Context, sess *sse.Session, id string, after int64) {
+func follow(ctx context.Context, a *agentService, sess *sse.Session, id string, after int64) {
 	tick := time.NewTicker(keepAlive)
 	defer tick.Stop()
 	for {
-		sub, err := a.store.Subscribe(id, after)
+		sub, err := a.Subscribe(id, after)
 		if err != nil {
 			return
 		}
-		ended, again := a.relay(ctx, sess, sub, tick, &after)
+		ended, again := relay(ctx, a, sess, sub, tick, &after)
 		sub.Close()
 		if ended || !again {
 			return
@@ -149,7 +133,7 @@ func (a *agentService) follow(ctx context.Context, sess *sse.Session, id string,
 
 // relay sends one subscription's events. It reports whether the
 // execution's final event went out, and whether to subscribe again.
-func (a *agentService) relay(ctx context.Context, sess *sse.Session, sub *store.Subscription, tick *time.Ticker, after *int64) (ended, again bool) {
+func relay(ctx context.Context, a *agentService, sess *sse.Session, sub *store.Subscription, tick *time.Ticker, after *int64) (ended, again bool) {
 	for {
 		select {
 		case ev, ok := <-sub.C:
@@ -175,7 +159,7 @@ func (a *agentService) relay(ctx context.Context, sess *sse.Session, sub *store.
 			}
 		case <-ctx.Done():
 			return false, false
-		case <-a.stopped:
+		case <-a.Stopping():
 			return false, false
 		}
 	}

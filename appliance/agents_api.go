@@ -1,0 +1,223 @@
+package appliance
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"hearth/agents"
+	"hearth/agents/store"
+	"hearth/appliance/api"
+)
+
+// The agent routes: definitions, delegation, executions, sessions,
+// outputs and credits, over the agent service (agents_tasks.go).
+
+// maxTaskBody bounds a delegate or resume request: maxInputs as base64
+// (21.3 MiB), a prompt of up to maxPrompt, JSON-escaped, and the rest.
+const maxTaskBody = 32 << 20
+
+// limits reads the API's limits.
+func limits(l api.Limits) (agents.Limits, error) {
+	out := agents.Limits{USD: l.Usd, Turns: l.Turns}
+	if err := store.CheckUSD(l.Usd); err != nil {
+		return out, invalidf("limits.usd: %v (0 or none for the agent's limit)", err)
+	}
+	if l.WallTime != "" {
+		d, err := time.ParseDuration(l.WallTime)
+		if err != nil {
+			return out, invalidf("limits.wall_time %q: write a duration like 90s, 10m or 1h", l.WallTime)
+		}
+		out.WallTime = agents.Duration(d)
+	}
+	if out.USD < 0 || out.Turns < 0 || out.WallTime < 0 {
+		return out, invalidf("limits must not be negative")
+	}
+	return out, nil
+}
+
+func limitsView(usd float64, turns int, wall time.Duration) api.Limits {
+	l := api.Limits{Usd: usd, Turns: turns}
+	if wall > 0 {
+		l.WallTime = wall.String()
+	}
+	return l
+}
+
+// executionView describes an execution for the API.
+func executionView(e store.Execution) api.Execution {
+	out := api.Execution{
+		Id: e.ID, Session: e.Session, Agent: e.Agent, Kind: api.ExecutionKind(e.Kind), Parent: e.Parent,
+		Prompt: e.Prompt, PromptTruncated: e.PromptTruncated, Status: api.ExecutionStatus(e.Status), Created: e.Created,
+		Limits: limitsView(e.Limits.USD, e.Limits.Turns, e.Limits.WallTime), Turns: e.Turns, Usd: e.USD,
+		Tokens: api.Tokens{Input: e.Tokens.Input, Output: e.Tokens.Output, CacheRead: e.Tokens.CacheRead, CacheCreation: e.Tokens.CacheCreation},
+		Result: e.Result, Error: e.Error, Outputs: e.Outputs,
+	}
+	if !e.Started.IsZero() {
+		out.Started = &e.Started
+	}
+	if !e.Ended.IsZero() {
+		out.Ended = &e.Ended
+	}
+	return out
+}
+
+// started answers a start: at once (202) or, with wait, when the
+// execution has ended (201). A client that hangs up while waiting leaves
+// the execution running.
+func (s *server) started(w http.ResponseWriter, r *http.Request, wait bool, t task) {
+	a := s.d.agents
+	e, done, err := a.Start(r.Context(), t)
+	if err != nil {
+		fail(w, apiError(err))
+		return
+	}
+	if !wait {
+		reply(w, http.StatusAccepted, executionView(e))
+		return
+	}
+	e, err = a.Wait(r.Context(), e.ID, done)
+	if r.Context().Err() != nil {
+		return
+	}
+	result(w, http.StatusCreated, executionView(e), err)
+}
+
+func (s *server) DelegateTask(w http.ResponseWriter, r *http.Request) {
+	var req api.DelegateRequest
+	files, staging, ok := s.decodeTask(w, r, &req)
+	if !ok {
+		return
+	}
+	lim, err := limits(req.Limits)
+	if err == nil && req.Agent == "" && req.Session == "" {
+		err = invalidf("name the agent to delegate to (agent)")
+	}
+	if err != nil {
+		os.RemoveAll(staging)
+		fail(w, apiError(err))
+		return
+	}
+	s.started(w, r, req.Wait, task{TaskRequest: agents.TaskRequest{Agent: req.Agent, Prompt: req.Prompt, Inputs: req.Inputs,
+		InputFiles: files, Outputs: req.Outputs, Limits: lim, Session: req.Session}, staging: staging})
+}
+
+func (s *server) ResumeSession(w http.ResponseWriter, r *http.Request, id string) {
+	var req api.ResumeRequest
+	files, staging, ok := s.decodeTask(w, r, &req)
+	if !ok {
+		return
+	}
+	lim, err := limits(req.Limits)
+	if err != nil {
+		os.RemoveAll(staging)
+		fail(w, apiError(err))
+		return
+	}
+	s.started(w, r, req.Wait, task{TaskRequest: agents.TaskRequest{Prompt: req.Prompt, Inputs: req.Inputs, InputFiles: files,
+		Limits: lim, Session: id}, staging: staging})
+}
+
+func (s *server) RetryExecution(w http.ResponseWriter, r *http.Request, id api.ExecutionID) {
+	var req api.RetryRequest
+	if !decode(w, r, maxBody, &req) {
+		return
+	}
+	s.started(w, r, req.Wait, task{Retry: id})
+}
+func (s *server) GetExecution(w http.ResponseWriter, r *http.Request, id api.ExecutionID) {
+	e, err := s.d.agents.Execution(r.Context(), id)
+	result(w, http.StatusOK, executionView(e), err)
+}
+func (s *server) ListExecutions(w http.ResponseWriter, r *http.Request, params api.ListExecutionsParams) {
+	f := store.ExecutionFilter{Agent: params.Agent, Session: params.Session, Before: params.Before, Limit: params.Limit}
+	for _, st := range params.Status {
+		for _, one := range strings.Split(st, ",") {
+			f.Status = append(f.Status, store.Status(one))
+		}
+	}
+	list, err := s.d.agents.Executions(r.Context(), f)
+	out := make([]api.Execution, 0, len(list))
+	for _, e := range list {
+		out = append(out, executionView(e))
+	}
+	result(w, http.StatusOK, out, err)
+}
+func (s *server) CancelExecution(w http.ResponseWriter, r *http.Request, id api.ExecutionID) {
+	e, ended, err := s.d.agents.Cancel(r.Context(), id)
+	status := http.StatusOK
+	if !ended {
+		status = http.StatusAccepted
+	}
+	result(w, status, executionView(e), err)
+}
+func (s *server) ListAgents(w http.ResponseWriter, r *http.Request) {
+	out := []api.AgentDefinition{}
+	for _, d := range s.d.agents.Definitions() {
+		out = append(out, api.AgentDefinition{Name: d.Name, Description: d.Description, Image: d.Image, Model: d.Model,
+			Outputs: d.Outputs, Network: d.Network, Schedule: d.Schedule,
+			Limits: limitsView(d.Limits.USD, d.Limits.Turns, time.Duration(d.Limits.WallTime))})
+	}
+	reply(w, http.StatusOK, out)
+}
+func (s *server) ListAgentSessions(w http.ResponseWriter, r *http.Request, params api.ListAgentSessionsParams) {
+	list, err := s.d.agents.Sessions(r.Context(), store.SessionFilter{Agent: params.Agent, Before: params.Before, Limit: params.Limit})
+	out := make([]api.AgentSession, 0, len(list))
+	for _, sess := range list {
+		out = append(out, api.AgentSession{Id: sess.ID, Agent: sess.Agent, Created: sess.Created, LastExecution: sess.LastExecution})
+	}
+	result(w, http.StatusOK, out, err)
+}
+func (s *server) ListOutputs(w http.ResponseWriter, r *http.Request, id api.ExecutionID) {
+	files, err := s.d.agents.Outputs(r.Context(), id)
+	out := make([]api.OutputFile, len(files))
+	for i, f := range files {
+		out[i] = api.OutputFile{Path: f.Path, Size: f.Size, Modified: f.Modified, Matched: f.Matched}
+	}
+	result(w, http.StatusOK, out, err)
+}
+func (s *server) DownloadOutput(w http.ResponseWriter, r *http.Request, id api.ExecutionID, name string) {
+	f, fi, err := s.d.agents.OpenOutput(r.Context(), id, name)
+	if err != nil {
+		fail(w, apiError(err))
+		return
+	}
+	defer f.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", fmt.Sprint(fi.Size()))
+	w.WriteHeader(http.StatusOK)
+	io.Copy(w, f)
+}
+func (s *server) GetCredits(w http.ResponseWriter, r *http.Request) {
+	c, err := s.d.agents.Credits(r.Context())
+	result(w, http.StatusOK, creditsView(c), err)
+}
+
+func creditsView(c CreditsInfo) api.Credits {
+	out := api.Credits{Enabled: c.Enabled, Available: c.Available, Reserved: c.Reserved, Spent: c.Spent, Entries: []api.CreditEntry{}}
+	for _, e := range c.Entries {
+		out.Entries = append(out.Entries, api.CreditEntry{Id: e.ID, Time: e.Time, Kind: api.CreditEntryKind(e.Kind),
+			Execution: e.Execution, Usd: e.USD, Note: e.Note})
+	}
+	return out
+}
+func (s *server) AddCredits(w http.ResponseWriter, r *http.Request) {
+	var req api.AddCreditsRequest
+	if !decode(w, r, maxBody, &req) {
+		return
+	}
+	if err := s.d.agents.AddCredits(r.Context(), req.Usd, req.Note); err != nil {
+		fail(w, apiError(err))
+		return
+	}
+	c, err := s.d.agents.Credits(r.Context())
+	result(w, http.StatusOK, creditsView(c), err)
+}
+
+func (s *server) ReloadAgents(w http.ResponseWriter, r *http.Request) {
+	names, problems := s.d.ReloadAgents()
+	reply(w, http.StatusOK, api.AgentReload{Agents: names, Problems: append([]string{}, problems...)})
+}
