@@ -26,7 +26,7 @@ func (a *agentService) Health() Health {
 	if werr == nil {
 		// Writes go through now; a failure this hour (a full disk that
 		// stopped executions, freed since or not) is still news.
-		if last, at := a.store.LastWriteFailure(); last != nil && time.Since(at) < time.Hour {
+		if at, last := a.store.LastWriteFailure(); last != nil && time.Since(at) < time.Hour {
 			return Health{StoreOk: true, Store: "ok; the last write refused, at " + at.UTC().Format(time.RFC3339) + ": " + strings.TrimPrefix(last.Error(), "store ")}
 		}
 		return Health{StoreOk: true, Store: "ok"}
