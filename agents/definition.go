@@ -18,6 +18,8 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"hearth/agents/store"
+	"hearth/internal/duration"
+	"hearth/internal/ids"
 )
 
 // Definition is an agent: what it runs, how it is told its task, and what
@@ -82,18 +84,7 @@ func (b *Bytes) UnmarshalText(text []byte) error {
 func (b Bytes) MarshalText() ([]byte, error) { return []byte(humanize.IBytes(uint64(b))), nil }
 
 // Duration is a time.Duration written as "30m" in TOML and JSON.
-type Duration time.Duration
-
-func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
-
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
-	if err != nil {
-		return fmt.Errorf("%q is not a duration (like 90s, 30m, 2h)", b)
-	}
-	*d = Duration(v)
-	return nil
-}
+type Duration = duration.Duration
 
 // Tighten applies a task's override: each limit set in o replaces the
 // definition's only if it is lower (or the definition had none). A
@@ -149,9 +140,8 @@ func (d *Definition) Render(t Task) (string, error) {
 }
 
 var (
-	agentName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
-	envName   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	domain    = regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(:[0-9]{1,5})?$`)
+	envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	domain  = regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(:[0-9]{1,5})?$`)
 	// cronParser reads standard five-field schedules, descriptors such as
 	// @daily, and a CRON_TZ= prefix, as the scheduler does.
 	cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
@@ -214,8 +204,8 @@ func LoadDefinition(file string) (*Definition, error) {
 }
 
 func (d *Definition) validate() error {
-	if !agentName.MatchString(d.Name) {
-		return fmt.Errorf("name = %q: use lowercase letters, digits and '-', starting with a letter", d.Name)
+	if !ids.Valid(d.Name) {
+		return fmt.Errorf("name = %q: use %s", d.Name, ids.Rule)
 	}
 	if base := strings.TrimSuffix(filepath.Base(d.file), ".toml"); d.file != "" && base != d.Name {
 		return fmt.Errorf("name = %q: the file must be called %s.toml", d.Name, d.Name)

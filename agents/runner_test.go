@@ -100,7 +100,6 @@ type harness struct {
 	runner *Runner
 	model  *modeltest.Server
 	store  *store.Store
-	events []stream.Event
 
 	mu     sync.Mutex
 	names  map[string]netip.Addr

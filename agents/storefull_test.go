@@ -208,7 +208,7 @@ func TestRunStoreFull(t *testing.T) {
 	if got, err := h.store.GetExecution(context.Background(), e.ID); err != nil || got.Status != store.Failed {
 		t.Errorf("GetExecution while the disk is full = %s, %v; want failed", got.Status, err)
 	}
-	werr, _ := h.store.WriteError()
+	_, werr := h.store.WriteError()
 	if werr == nil || !strings.Contains(werr.Error(), "full") {
 		t.Errorf("store WriteError = %v, want the disk being full", werr)
 	}
@@ -232,7 +232,7 @@ func TestRunStoreFull(t *testing.T) {
 	if why != e.Error {
 		t.Errorf("the file's error = %q, want %q", why, e.Error)
 	}
-	if werr, _ := h.store.WriteError(); werr != nil {
+	if _, werr := h.store.WriteError(); werr != nil {
 		t.Errorf("WriteError after the kept writes went through = %v, want nil", werr)
 	}
 }

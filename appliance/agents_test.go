@@ -540,7 +540,7 @@ func TestAgentsConfigErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := agentConfig(t)
 			cfg.Model = tc.model
-			d, err := Start(cfg, testLogger(t))
+			d, err := Start(context.Background(), cfg, testLogger(t))
 			if err == nil {
 				d.Close()
 			}

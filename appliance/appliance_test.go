@@ -72,7 +72,7 @@ func startDaemon(t *testing.T) (*Daemon, *Client) {
 	dir := t.TempDir()
 	// state_dir does not exist yet: Start makes it.
 	cfg := Config{StateDir: filepath.Join(dir, "state"), Workspace: WorkspaceConfig{Mount: filepath.Join(dir, "agents")}}
-	d, err := Start(cfg, nil)
+	d, err := Start(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -162,7 +162,7 @@ func TestClientDaemonDown(t *testing.T) {
 // socket, before it opens the store or touches a mount or a machine.
 func TestSecondDaemonRefused(t *testing.T) {
 	d, c := startDaemon(t)
-	if _, err := Start(d.cfg, nil); err == nil || !strings.Contains(err.Error(), "another hearth daemon") {
+	if _, err := Start(context.Background(), d.cfg, nil); err == nil || !strings.Contains(err.Error(), "another hearth daemon") {
 		t.Fatalf("second Start = %v, want refused", err)
 	}
 	if err := c.CreateSession(context.Background(), "still-there"); err != nil {

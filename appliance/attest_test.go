@@ -134,7 +134,7 @@ func TestFailedTierNotUsed(t *testing.T) {
 		return d
 	}
 	cfg.Sandbox.Tier = TierAuto
-	d, c, err := attestTier(cfg, broken(), tierChoice{Tier: TierQEMU}, cfg.Sandbox.Agent, store, testLogger(t))
+	d, c, err := attestTier(context.Background(), cfg, broken(), tierChoice{Tier: TierQEMU}, cfg.Sandbox.Agent, store, testLogger(t))
 	if err != nil || d == nil || d.Name() != "jail" || c.Tier != TierJail || !strings.Contains(c.Why, "isolation attestation failed") {
 		t.Fatalf("auto with a failing qemu tier: %v, %+v, %v; want the jail, saying why", d, c, err)
 	}
@@ -147,7 +147,7 @@ func TestFailedTierNotUsed(t *testing.T) {
 		t.Errorf("saved attestations %v, want qemu failed and jail passed", got)
 	}
 	cfg.Sandbox.Tier = TierQEMU
-	if d, _, err := attestTier(cfg, broken(), tierChoice{Tier: TierQEMU}, cfg.Sandbox.Agent, store, testLogger(t)); d != nil || !errors.Is(err, errTierUnavailable) || !errors.Is(err, errIsolationFailed) {
+	if d, _, err := attestTier(context.Background(), cfg, broken(), tierChoice{Tier: TierQEMU}, cfg.Sandbox.Agent, store, testLogger(t)); d != nil || !errors.Is(err, errTierUnavailable) || !errors.Is(err, errIsolationFailed) {
 		t.Errorf("forced qemu failing its attestation: %v, %v; want no driver and the daemon refused", d, err)
 	}
 }

@@ -23,7 +23,7 @@ func TestAPIOverTCP(t *testing.T) {
 	dir := t.TempDir()
 	cfg := Config{StateDir: filepath.Join(dir, "state"), Workspace: WorkspaceConfig{Mount: filepath.Join(dir, "agents")},
 		API: APIConfig{TCP: "127.0.0.1:0"}}
-	d, err := Start(cfg, testLogger(t))
+	d, err := Start(context.Background(), cfg, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestAPIOverTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.API.TCP = addr
-	if d, err = Start(cfg, testLogger(t)); err != nil {
+	if d, err = Start(context.Background(), cfg, testLogger(t)); err != nil {
 		t.Fatal(err)
 	}
 	if d.Token() != token {

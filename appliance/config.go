@@ -3,6 +3,8 @@ package appliance
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math"
 	"net"
 	"net/url"
@@ -15,6 +17,7 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"hearth/fs"
+	"hearth/internal/duration"
 )
 
 // Config is hearth.toml.
@@ -28,6 +31,37 @@ type Config struct {
 	Model     ModelConfig     `toml:"model"`
 	Credits   CreditsConfig   `toml:"credits"`
 	API       APIConfig       `toml:"api"`
+	Log       LogConfig       `toml:"log"`
+}
+
+// LogConfig says how the daemon writes its log (to standard error).
+type LogConfig struct {
+	// Format is "text" (the default: key=value lines) or "json" (one
+	// object a line, for a log collector).
+	Format string `toml:"format"`
+}
+
+// The log formats.
+const (
+	LogText = "text"
+	LogJSON = "json"
+)
+
+func (l LogConfig) validate() error {
+	switch l.Format {
+	case "", LogText, LogJSON:
+		return nil
+	}
+	return fmt.Errorf("log.format = %q: use %q (the default) or %q", l.Format, LogText, LogJSON)
+}
+
+// NewLogger is the daemon's structured logger writing to w in the
+// config's format.
+func (l LogConfig) NewLogger(w io.Writer) *slog.Logger {
+	if l.Format == LogJSON {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
 }
 
 // APIConfig says where the API is served besides the unix socket
@@ -224,18 +258,7 @@ func ParseSize(s string) (int64, error) {
 func (s Size) MarshalText() ([]byte, error) { return []byte(humanize.IBytes(uint64(s))), nil }
 
 // Duration is a time.Duration written as "10m" or "90s" in the config.
-type Duration time.Duration
-
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
-	if err != nil {
-		return fmt.Errorf("%q is not a duration: write it like 90s, 10m or 1h30m", b)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+type Duration = duration.Duration
 
 // DefaultConfig is what an empty config file means.
 func DefaultConfig() Config {
@@ -271,7 +294,7 @@ func DefaultSandboxConfig() SandboxConfig {
 
 const knownKeys = "state_dir, workspace.mount, sandbox.agent, sandbox.tier, sandbox.allow_tcg, sandbox.warm, sandbox.default_image, sandbox.idle_timeout, " +
 	"sandbox.exec_timeout, sandbox.cpus, sandbox.memory, sandbox.pids, sandbox.disk, sandbox.max_upload, " +
-	"agents.dir, agents.grace, agents.on_shutdown, agents.shutdown_timeout, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, credits.enabled, workspace.allow_other, workspace.session_bytes, workspace.session_files, sandbox.id_base, sandbox.id_machines"
+	"agents.dir, agents.grace, agents.on_shutdown, agents.shutdown_timeout, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, credits.enabled, log.format, workspace.allow_other, workspace.session_bytes, workspace.session_files, sandbox.id_base, sandbox.id_machines"
 
 // LoadConfig decodes the TOML file at path over the defaults. Unknown keys
 // are errors, so a typo does not silently fall back to a default.
@@ -328,6 +351,9 @@ func (c Config) Validate() error {
 			c.Agents.OnShutdown, OnShutdownStop, OnShutdownFinish, OnShutdownLeave)
 	}
 	if err := c.API.validate(); err != nil {
+		return err
+	}
+	if err := c.Log.validate(); err != nil {
 		return err
 	}
 	return c.model().validate()

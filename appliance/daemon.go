@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -37,13 +37,19 @@ type Daemon struct {
 	token  string
 	// browsers are the dashboard's sessions on tcp, signed in with token.
 	browsers *sessions
-	log      *log.Logger
+	log      *slog.Logger
 
 	// driver makes the machines of sandboxes and agent executions alike;
 	// nil (and driverErr says why) when there can be none.
 	driver    vmm.Driver
 	driverErr error
 	tier      tierChoice // which tier the driver is, and why
+
+	// undo closes what Start opened, last first.
+	undo closers
+	// stopSched and stopAgents stop the scheduler and the executions,
+	// once: Close does it before stopping the API.
+	stopSched, stopAgents func()
 
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -58,54 +64,93 @@ type Daemon struct {
 // anything. A stale mount or socket left by a crashed daemon is cleaned
 // up. Sandboxes or agents being unavailable (no guest agent, not root, no
 // API key) is logged, not fatal: their routes then say why.
-func Start(cfg Config, logger *log.Logger) (*Daemon, error) {
+//
+// ctx bounds the start only (the tier probe, fetching the VM kernel,
+// attesting the tier): cancelled, Start closes what it opened, in
+// reverse, and returns an error wrapping ctx's. The daemon then lives
+// until Close. log nil logs text to stderr.
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = log.New(os.Stderr, "hearth: ", log.LstdFlags)
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	if err := secureStateDir(cfg.StateDir); err != nil {
 		return nil, err
 	}
-	ln, err := listen(cfg.SocketPath())
-	if err != nil {
-		return nil, err
+	d := &Daemon{cfg: cfg, log: log}
+	steps := []func(context.Context) error{
+		d.openSocket, d.openTCP, d.openWorkspace, d.openDriver,
+		d.openSandboxes, d.openAgents, d.openSchedules, d.openAPI,
 	}
-	d := &Daemon{cfg: cfg, ln: ln, log: logger}
-	err = d.listenTCP()
-	if err == nil {
-		err = d.open()
-	}
-	if err != nil {
-		ln.Close()
-		if d.tcpLn != nil {
-			d.tcpLn.Close()
+	for _, step := range steps {
+		err := ctx.Err()
+		if err != nil {
+			err = fmt.Errorf("start cancelled: %w", err)
+		} else {
+			err = step(ctx)
 		}
-		os.Remove(cfg.SocketPath())
-		return nil, err
+		if err != nil {
+			if uerr := d.undo.unwind(); uerr != nil {
+				log.Warn("closing what the failed start opened", "err", uerr)
+			}
+			return nil, err
+		}
 	}
-	d.serve()
 	return d, nil
 }
 
-// listen takes the API socket unless another daemon answers on it.
-func listen(sock string) (net.Listener, error) {
+// closers are the closes of what Start opened, pushed as each part opens
+// and unwound in reverse by a failed start and by Close alike, so the
+// teardown order is written once.
+type closers []closer
+
+type closer struct {
+	name  string
+	close func() error
+}
+
+func (c *closers) push(name string, close func() error) {
+	*c = append(*c, closer{name, close})
+}
+
+// unwind closes everything pushed, last first, and returns every error.
+func (c *closers) unwind() error {
+	var errs []error
+	for i := len(*c) - 1; i >= 0; i-- {
+		if err := (*c)[i].close(); err != nil {
+			errs = append(errs, fmt.Errorf("close %s: %w", (*c)[i].name, err))
+		}
+	}
+	*c = nil
+	return errors.Join(errs...)
+}
+
+// openSocket takes the API socket unless another daemon answers on it.
+func (d *Daemon) openSocket(context.Context) error {
+	sock := d.cfg.SocketPath()
 	if c, err := net.DialTimeout("unix", sock, 200*time.Millisecond); err == nil {
 		c.Close()
-		return nil, fmt.Errorf("another hearth daemon is serving %s: stop it first", sock)
+		return fmt.Errorf("another hearth daemon is serving %s: stop it first", sock)
 	}
 	os.Remove(sock) // stale socket from a crash
 	ln, err := listenPrivate(sock)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", sock, err)
+		return fmt.Errorf("listen on %s: %w", sock, err)
 	}
-	return ln, nil
+	d.ln = ln
+	d.undo.push("api socket", func() error {
+		ln.Close() // closed already once the API served on it
+		os.Remove(sock)
+		return nil
+	})
+	return nil
 }
 
-// listenTCP takes api.tcp, if set, and reads (or makes) the token that
+// openTCP takes api.tcp, if set, and reads (or makes) the token that
 // guards it.
-func (d *Daemon) listenTCP() error {
+func (d *Daemon) openTCP(context.Context) error {
 	if d.cfg.API.TCP == "" {
 		return nil
 	}
@@ -118,63 +163,98 @@ func (d *Daemon) listenTCP() error {
 		return fmt.Errorf("api.tcp: %w", err)
 	}
 	d.token, d.tcpLn, d.browsers = token, ln, newSessions()
+	d.undo.push("api.tcp", func() error {
+		ln.Close() // closed already once the API served on it
+		return nil
+	})
 	return nil
 }
 
-// open brings up the workspace store, the host view, the images, the
-// machine driver, the sandboxes and the agents.
-func (d *Daemon) open() error {
+// openWorkspace opens the workspace store and mounts its host view.
+func (d *Daemon) openWorkspace(context.Context) error {
 	store, err := fs.Open(fs.Options{Dir: filepath.Join(d.cfg.StateDir, "workspace")})
 	if err != nil {
 		return err
 	}
+	d.store = store
+	d.undo.push("workspace store", store.Close)
 	for _, damage := range store.Damage() {
-		d.log.Printf("workspace: %s", damage)
+		d.log.Warn("workspace damaged", "damage", damage)
 	}
 	if d.view, err = store.Mount(d.cfg.Workspace.Mount, fs.ViewOptions{Host: true, AllowOther: d.cfg.Workspace.AllowOther}); err != nil {
-		store.Close()
 		return err
 	}
-	d.store = store
+	d.undo.push("workspace view", d.view.Unmount)
 	d.watchWorkspaceHealth(store)
-	logs := serviceLogger(d.log) // until Start takes a *slog.Logger
-	if d.images, err = newImageService(d.cfg.StateDir, logs); err == nil {
-		var agent string
-		d.driver, agent, d.tier, d.driverErr = newDriver(d.cfg, d.images, d.log)
-		if d.driver != nil {
-			d.driver, d.tier, d.driverErr = attestTier(d.cfg, d.driver, d.tier, agent, store, d.log)
-		}
-		switch {
-		case errors.Is(d.driverErr, errTierUnavailable):
-			err = d.driverErr // the config asks for what this host cannot run
-		case errors.Is(d.driverErr, jail.ErrIDPool):
-			err = d.driverErr // host users own the ids the config gives machines
-		case d.driver != nil:
-			d.log.Printf("machines: %s tier (%s), guest agent %s", d.driver.Name(), d.tier.Why, agent)
-		}
-	}
-	if err == nil {
-		err = moveWorkspaceIDs(d.cfg.StateDir, store, d.driver, d.log)
-	}
-	if err == nil {
-		d.sbx, err = newSandboxManager(SandboxDeps{Config: d.cfg, Store: store, Images: d.images, Driver: d.driver, DriverErr: d.driverErr, Log: logs})
-	}
-	if err == nil {
-		d.agents, err = newAgentService(AgentDeps{Config: d.cfg, Driver: d.driver, DriverErr: d.driverErr, Workspace: store, Images: d.images, WG: &d.wg, Log: logs})
-		if err != nil {
-			d.sbx.Close()
-		}
-	}
-	if err == nil {
-		err = d.startSchedules()
-	}
-	if err != nil {
-		d.closeDriver()
-		d.view.Unmount()
-		store.Close()
+	return nil
+}
+
+// openDriver opens the image cache and the machine driver of the tier
+// the config asks for (or auto picks), attested, and moves the
+// workspace's owners into the driver's id range.
+func (d *Daemon) openDriver(ctx context.Context) error {
+	var err error
+	if d.images, err = newImageService(d.cfg.StateDir, d.log); err != nil {
 		return err
 	}
+	var agent string
+	d.driver, agent, d.tier, d.driverErr = newDriver(ctx, d.cfg, d.images, d.log)
+	d.undo.push("machine driver", func() error { d.closeDriver(); return nil })
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("start cancelled: %w", err)
+	}
+	if d.driver != nil {
+		d.driver, d.tier, d.driverErr = attestTier(ctx, d.cfg, d.driver, d.tier, agent, d.store, d.log)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("start cancelled: %w", err)
+	}
+	switch {
+	case errors.Is(d.driverErr, errTierUnavailable):
+		return d.driverErr // the config asks for what this host cannot run
+	case errors.Is(d.driverErr, jail.ErrIDPool):
+		return d.driverErr // host users own the ids the config gives machines
+	case d.driver != nil:
+		d.log.Info("machines ready", "tier", d.driver.Name(), "why", d.tier.Why, "guest_agent", agent)
+	}
+	return moveWorkspaceIDs(d.cfg.StateDir, d.store, d.driver, d.log)
+}
+
+func (d *Daemon) openSandboxes(context.Context) error {
+	var err error
+	if d.sbx, err = newSandboxManager(SandboxDeps{Config: d.cfg, Store: d.store, Images: d.images, Driver: d.driver, DriverErr: d.driverErr, Log: d.log}); err != nil {
+		return err
+	}
+	d.undo.push("sandboxes", d.sbx.Close)
 	return nil
+}
+
+// openAgents opens the agent service; its close waits for the
+// executions' goroutines (and, under Close, the API's) before closing
+// the store they write to.
+func (d *Daemon) openAgents(context.Context) error {
+	var err error
+	if d.agents, err = newAgentService(AgentDeps{Config: d.cfg, Driver: d.driver, DriverErr: d.driverErr, Workspace: d.store, Images: d.images, WG: &d.wg, Log: d.log}); err != nil {
+		return err
+	}
+	d.stopAgents = sync.OnceFunc(d.agents.Close)
+	d.undo.push("agents", func() error {
+		d.stopAgents()
+		d.wg.Wait()
+		return d.agents.closeStore()
+	})
+	return nil
+}
+
+// openSchedules starts the scheduler after the runner it delegates to.
+func (d *Daemon) openSchedules(context.Context) error {
+	var err error
+	if d.sched, err = newScheduleService(ScheduleDeps{Config: d.cfg, Agents: d.agents, Log: d.log}); err != nil {
+		return err
+	}
+	d.stopSched = sync.OnceFunc(d.sched.Close)
+	d.undo.push("schedules", func() error { d.stopSched(); return nil })
+	return d.sched.start()
 }
 
 // watchWorkspaceHealth logs when the workspace turns read-only (its
@@ -183,7 +263,7 @@ func (d *Daemon) watchWorkspaceHealth(store *fs.Store) {
 	sub := store.Events().Subscribe(1024)
 	last := store.Health()
 	if last != nil {
-		d.log.Printf("workspace: %v", last)
+		d.log.Warn("workspace read-only", "err", last)
 	}
 	go func() { // ends when the store closes its bus
 		for e := range sub.C {
@@ -193,32 +273,13 @@ func (d *Daemon) watchWorkspaceHealth(store *fs.Store) {
 			if h := store.Health(); (h == nil) != (last == nil) {
 				last = h
 				if h == nil {
-					d.log.Printf("workspace: writable again")
+					d.log.Info("workspace writable again")
 				} else {
-					d.log.Printf("workspace: %v", h)
+					d.log.Warn("workspace read-only", "err", h)
 				}
 			}
 		}
 	}()
-}
-
-// startSchedules starts the scheduler after the runner it delegates to;
-// on failure it closes the agents and sandboxes open already.
-func (d *Daemon) startSchedules() error {
-	var err error
-	if d.sched, err = newScheduleService(ScheduleDeps{Config: d.cfg, Agents: d.agents, Log: serviceLogger(d.log)}); err == nil {
-		err = d.sched.start()
-		if err != nil {
-			d.sched.Close()
-		}
-	}
-	if err != nil {
-		d.agents.Close()
-		d.wg.Wait()
-		d.agents.closeStore()
-		d.sbx.Close()
-	}
-	return err
 }
 
 func (d *Daemon) closeDriver() {
@@ -227,13 +288,31 @@ func (d *Daemon) closeDriver() {
 	}
 }
 
-func (d *Daemon) serve() {
+// openAPI serves the API. Its close first stops the scheduler and the
+// running executions (at once, or once they finish under
+// agents.on_shutdown = "finish"), while the API still answers, so that a
+// client watching an execution sees it end; then it stops the servers,
+// giving requests in flight a grace period.
+func (d *Daemon) openAPI(context.Context) error {
 	h := d.routes()
 	d.srv = d.serveOn(d.ln, guardBrowsers(h))
 	if d.tcpLn != nil { // outermost, the guard covers signing in and out too
 		d.tcpSrv = d.serveOn(d.tcpLn, guardBrowsers(requireToken(d.token, d.browsers, h)))
-		d.log.Printf("api: also on http://%s (token in %s)", d.tcpLn.Addr(), d.cfg.TokenPath())
+		d.log.Info("api also on tcp", "url", "http://"+d.tcpLn.Addr().String(), "token_file", d.cfg.TokenPath())
 	}
+	d.undo.push("api", func() error {
+		d.stopSched() // before the runner its runs delegate to
+		d.stopAgents()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, srv := range []*http.Server{d.srv, d.tcpSrv} {
+			if srv != nil && srv.Shutdown(ctx) != nil {
+				srv.Close() // streams still running after the grace period
+			}
+		}
+		return nil
+	})
+	return nil
 }
 
 func (d *Daemon) serveOn(ln net.Listener, h http.Handler) *http.Server {
@@ -242,7 +321,7 @@ func (d *Daemon) serveOn(ln net.Listener, h http.Handler) *http.Server {
 	go func() {
 		defer d.wg.Done()
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.log.Printf("api on %s: %v", ln.Addr(), err)
+			d.log.Error("api stopped serving", "addr", ln.Addr().String(), "err", err)
 		}
 	}()
 	return srv
@@ -275,32 +354,11 @@ func (d *Daemon) Store() *fs.Store { return d.store }
 
 // Close stops the scheduler, then the running agent executions (at once,
 // or once they finish under agents.on_shutdown = "finish"; those stopped
-// end cancelled, their partial outputs kept), stops the API, lets go of the sandboxes (they
-// keep running for the next daemon), unmounts the workspace and closes
-// the stores. Idempotent.
+// end cancelled, their partial outputs kept), stops the API, lets go of
+// the sandboxes (they keep running for the next daemon), unmounts the
+// workspace, closes the stores and removes the socket: what Start opened,
+// in reverse. Idempotent.
 func (d *Daemon) Close() error {
-	d.closeOnce.Do(func() {
-		d.sched.Close() // before the runner its runs delegate to
-		d.agents.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		for _, srv := range []*http.Server{d.srv, d.tcpSrv} {
-			if srv != nil && srv.Shutdown(ctx) != nil {
-				srv.Close() // streams still running after the grace period
-			}
-		}
-		d.wg.Wait()
-		os.Remove(d.cfg.SocketPath())
-		err := d.agents.closeStore()
-		d.sbx.Close()
-		d.closeDriver()
-		if uerr := d.view.Unmount(); err == nil {
-			err = uerr
-		}
-		if cerr := d.store.Close(); err == nil {
-			err = cerr
-		}
-		d.closeErr = err
-	})
+	d.closeOnce.Do(func() { d.closeErr = d.undo.unwind() })
 	return d.closeErr
 }

@@ -22,11 +22,11 @@ func (s *server) GetHealth(w http.ResponseWriter, r *http.Request) {
 // Health is the store's write health: whether it takes writes, and the last
 // write it refused.
 func (a *agentService) Health() Health {
-	werr, since := a.store.WriteError()
+	since, werr := a.store.WriteError()
 	if werr == nil {
 		// Writes go through now; a failure this hour (a full disk that
 		// stopped executions, freed since or not) is still news.
-		if last, at := a.store.LastWriteFailure(); last != nil && time.Since(at) < time.Hour {
+		if at, last := a.store.LastWriteFailure(); last != nil && time.Since(at) < time.Hour {
 			return Health{StoreOk: true, Store: "ok; the last write refused, at " + at.UTC().Format(time.RFC3339) + ": " + strings.TrimPrefix(last.Error(), "store ")}
 		}
 		return Health{StoreOk: true, Store: "ok"}

@@ -2,7 +2,7 @@ package appliance
 
 import (
 	"context"
-	"log"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,7 +42,7 @@ func agentConfig(t testing.TB) Config {
 // sandboxes are left and closes it.
 func startSandboxDaemon(t testing.TB, cfg Config) (*Daemon, *Client) {
 	t.Helper()
-	d, err := Start(cfg, testLogger(t))
+	d, err := Start(context.Background(), cfg, testLogger(t))
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -64,7 +64,7 @@ func (w logWriter) Write(p []byte) (int, error) {
 }
 
 // testLogger sends the daemon's log to the test's.
-func testLogger(t testing.TB) *log.Logger { return log.New(logWriter{t}, "hearth: ", 0) }
+func testLogger(t testing.TB) *slog.Logger { return slog.New(slog.NewTextHandler(logWriter{t}, nil)) }
 
 // errorCase is a call that must fail with an API error of code and
 // HTTP status whose message contains msg.

@@ -88,7 +88,7 @@ func TestHostileStateFileModes(t *testing.T) {
 	if p := stateModeProblems(cfg.StateDir); len(p) != 2 {
 		t.Errorf("doctor before the start: %q, want the directory and api.token", p)
 	}
-	d, err := Start(cfg, testLogger(t))
+	d, err := Start(context.Background(), cfg, testLogger(t))
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -236,7 +236,7 @@ func TestUpgradeMovesWorkspaceIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	old.Close()
-	d, err := Start(cfg, testLogger(t))
+	d, err := Start(context.Background(), cfg, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,7 @@ package appliance
 
 import (
 	"fmt"
-	"log"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,7 +22,7 @@ const legacyIDBase = 100000
 // stores them in (HostIDOffset), when that range changed: after an
 // upgrade from the single range at 100000, or a new sandbox.id_base.
 // <state_dir>/workspace-ids records the range the workspace is in.
-func moveWorkspaceIDs(stateDir string, store *fs.Store, driver vmm.Driver, logger *log.Logger) error {
+func moveWorkspaceIDs(stateDir string, store *fs.Store, driver vmm.Driver, log *slog.Logger) error {
 	if _, ok := driver.(vmm.IDRanger); !ok {
 		return nil
 	}
@@ -43,7 +43,7 @@ func moveWorkspaceIDs(stateDir string, store *fs.Store, driver vmm.Driver, logge
 		if err != nil {
 			return fmt.Errorf("move the workspace's owners from host ids %d to %d: %w", from, to, err)
 		}
-		logger.Printf("workspace: %d files moved from host ids %d and up to %d and up (the jail's range)", n, from, to)
+		log.Info("workspace owners moved into the jail's id range", "files", n, "from", from, "to", to)
 	}
 	if err := os.WriteFile(rec, []byte(strconv.FormatUint(uint64(to), 10)+"\n"), 0o600); err != nil {
 		return fmt.Errorf("record the workspace's ids: %w", err)

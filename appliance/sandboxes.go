@@ -17,6 +17,8 @@ import (
 
 	"hearth/fs"
 	"hearth/image"
+	"hearth/internal/atomicfile"
+	"hearth/internal/ids"
 	"hearth/vmm"
 )
 
@@ -216,13 +218,12 @@ type createSpec struct {
 }
 
 var (
-	sandboxIDRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-	envKeyRe    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	envKeyRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
 func validSandboxID(id string) error {
-	if !sandboxIDRe.MatchString(id) {
-		return invalidf("sandbox id %q: use 1-63 lowercase letters, digits or '-', starting with a letter or digit", id)
+	if !ids.Valid(id) {
+		return invalidf("sandbox id %q: use %s", id, ids.Rule)
 	}
 	return nil
 }
@@ -432,38 +433,10 @@ func (m *sandboxManager) save(rec *sandboxRecord) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(m.dir, rec.ID+".json")
-	tmp, err := os.CreateTemp(m.dir, "."+rec.ID+"-*")
-	if err != nil {
-		return fmt.Errorf("save sandbox %s: %w", rec.ID, err)
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(append(b, '\n'))
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err == nil {
-		err = syncDir(m.dir)
-	}
-	if err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(m.dir, rec.ID+".json"), append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("save sandbox %s: %w", rec.ID, err)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // get returns the sandbox id or a not_found error.

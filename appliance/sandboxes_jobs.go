@@ -3,9 +3,9 @@ package appliance
 import (
 	"context"
 	"errors"
-	"regexp"
 	"time"
 
+	"hearth/internal/ids"
 	"hearth/vmm/guest"
 )
 
@@ -13,10 +13,8 @@ import (
 // outlive the call that started them (and the daemon); the agent keeps
 // their status and the newest output until the machine restarts.
 
-var jobIDRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-
 func checkJobID(job string) error {
-	if !jobIDRe.MatchString(job) {
+	if !ids.Valid(job) {
 		return invalidf("job id %q: a job id looks like job-1", job)
 	}
 	return nil

@@ -338,7 +338,7 @@ func TestSandboxesUnavailable(t *testing.T) {
 // marks one whose machine died meanwhile stopped.
 func TestSandboxRestart(t *testing.T) {
 	cfg := sandboxConfig(t)
-	d1, err := Start(cfg, testLogger(t))
+	d1, err := Start(context.Background(), cfg, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

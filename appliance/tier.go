@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,7 +99,7 @@ func chooseTier(want string, allowTCG bool, p tierProbes) (tierChoice, error) {
 // (or auto picks), and says which and why. It returns the guest agent it
 // runs too. VM tiers boot the kernel and initramfs image makes (fetched
 // and built the first time, then cached with the images).
-func newDriver(cfg Config, images *imageService, logger interface{ Printf(string, ...any) }) (vmm.Driver, string, tierChoice, error) {
+func newDriver(start context.Context, cfg Config, images *imageService, log *slog.Logger) (vmm.Driver, string, tierChoice, error) {
 	agent, err := guestAgentPath(cfg)
 	if err != nil {
 		return nil, agent, tierChoice{}, err
@@ -116,7 +117,7 @@ func newDriver(cfg Config, images *imageService, logger interface{ Printf(string
 		}
 		return d, agent, c, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(start, 10*time.Minute)
 	defer cancel()
 	var boot image.Boot
 	var bootErr error
@@ -127,7 +128,7 @@ func newDriver(cfg Config, images *imageService, logger interface{ Printf(string
 			if images == nil {
 				bootErr = errors.New("no image cache")
 			} else {
-				logger.Printf("machines: getting the VM kernel and initramfs (fetched from Debian the first time, then cached)")
+				log.Info("getting the VM kernel and initramfs (fetched from Debian the first time, then cached)")
 				boot, bootErr = images.builder.Boot(ctx, agent)
 			}
 			if bootErr != nil {
@@ -170,6 +171,9 @@ func newDriver(cfg Config, images *imageService, logger interface{ Printf(string
 		},
 	}
 	choice, err := chooseTier(want, sb.AllowTCG, probes)
+	if start.Err() != nil { // the probes failed for that: they say nothing
+		return nil, agent, choice, fmt.Errorf("start cancelled: %w", start.Err())
+	}
 	if err != nil {
 		return nil, agent, choice, fmt.Errorf("%w: %v", errTierUnavailable, err)
 	}
@@ -212,8 +216,8 @@ func lastTierChoice(stateDir string) (tierChoice, bool) {
 // tier that fails keeps the daemon from starting (errTierUnavailable);
 // a failed jail leaves the daemon without machines. Each result is kept
 // for hearth doctor.
-func attestTier(cfg Config, d vmm.Driver, c tierChoice, agent string, store *fs.Store, logger interface{ Printf(string, ...any) }) (vmm.Driver, tierChoice, error) {
-	a := attestDriver(cfg, d, c.Tier, agent, store, logger)
+func attestTier(ctx context.Context, cfg Config, d vmm.Driver, c tierChoice, agent string, store *fs.Store, log *slog.Logger) (vmm.Driver, tierChoice, error) {
+	a := attestDriver(ctx, cfg, d, c.Tier, agent, store, log)
 	if a.OK {
 		return d, c, nil
 	}
@@ -225,13 +229,13 @@ func attestTier(cfg Config, d vmm.Driver, c tierChoice, agent string, store *fs.
 	if c.Tier == TierJail {
 		return nil, c, err
 	}
-	logger.Printf("machines: %v; falling back to the jail", err)
+	log.Warn("falling back to the jail", "err", err)
 	jd, jerr := newJail(cfg, agent)
 	if jerr != nil {
 		return nil, c, fmt.Errorf("%w; and the jail: %w", err, jerr)
 	}
 	jc := tierChoice{Tier: TierJail, Why: err.Error(), When: time.Now()}
-	if a := attestDriver(cfg, jd, TierJail, agent, store, logger); !a.OK {
+	if a := attestDriver(ctx, cfg, jd, TierJail, agent, store, log); !a.OK {
 		jd.Close()
 		return nil, jc, fmt.Errorf("%w; and the jail: %s", err, a.Failed())
 	}
@@ -239,10 +243,10 @@ func attestTier(cfg Config, d vmm.Driver, c tierChoice, agent string, store *fs.
 	return jd, jc, nil
 }
 
-func attestDriver(cfg Config, d vmm.Driver, tier, agent string, store *fs.Store, logger interface{ Printf(string, ...any) }) Attestation {
-	a := AttestIsolation(context.Background(), d, tier, agent, filepath.Join(cfg.StateDir, "attest"), store)
+func attestDriver(ctx context.Context, cfg Config, d vmm.Driver, tier, agent string, store *fs.Store, log *slog.Logger) Attestation {
+	a := AttestIsolation(ctx, d, tier, agent, filepath.Join(cfg.StateDir, "attest"), store)
 	if a.OK {
-		logger.Printf("machines: the %s tier's isolation attested in %v", tier, a.Took.Round(time.Millisecond))
+		log.Info("isolation attested", "tier", tier, "took", a.Took.Round(time.Millisecond))
 	}
 	saveAttestation(cfg.StateDir, a)
 	return a

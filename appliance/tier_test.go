@@ -78,7 +78,7 @@ func TestTiersOnThisHost(t *testing.T) {
 	cfg := sandboxConfig(t)
 	cfg.Sandbox.Tier = TierAuto
 	ctx := context.Background()
-	d, err := Start(cfg, testLogger(t))
+	d, err := Start(context.Background(), cfg, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestTiersOnThisHost(t *testing.T) {
 	}
 
 	cfg.Sandbox.Tier = TierQEMU
-	if d, err := Start(cfg, testLogger(t)); err == nil || !strings.Contains(err.Error(), "allow_tcg") {
+	if d, err := Start(context.Background(), cfg, testLogger(t)); err == nil || !strings.Contains(err.Error(), "allow_tcg") {
 		if err == nil {
 			d.Close()
 		}

@@ -308,12 +308,11 @@ func (s *Store) link(origin *View, sess *session, ino, newdir uint64, newname st
 
 // attrChange is a setattr request in the store's terms.
 type attrChange struct {
-	mode       *uint32
-	uid, gid   *uint32
-	size       *int64
-	atime      *int64
-	mtime      *int64
-	ctimeToNow bool
+	mode     *uint32
+	uid, gid *uint32
+	size     *int64
+	atime    *int64
+	mtime    *int64
 }
 
 // setattr changes a node's attributes; a size change truncates its blob,

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"hearth/internal/atomicfile"
 )
 
 // Options configure a Store.
@@ -784,12 +786,15 @@ func (s *Store) captureLocked() capture {
 }
 
 func (s *Store) writeCheckpoint(c capture, startSeq uint64) error {
-	tmp := filepath.Join(s.dir, "checkpoint.tmp")
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp)
+	path := filepath.Join(s.dir, "checkpoint")
+	atomicfile.RemoveTemps(path) // a crash's, as large as a checkpoint; only this writes one
+	return atomicfile.Write(path, 0o600, func(f *os.File) error {
+		return writeCapture(f, c, startSeq)
+	})
+}
+
+// writeCapture writes c to f as the records of a checkpoint.
+func writeCapture(f *os.File, c capture, startSeq uint64) error {
 	w := newJournalWriter(f, 0)
 	w.stream = true
 	w.append(&record{op: opHeader, ino: startSeq, a: c.epoch, b: c.gen, c: c.nextBlob})
@@ -813,19 +818,7 @@ func (s *Store) writeCheckpoint(c capture, startSeq uint64) error {
 			writeTree(w, name, sn.key.String(), &st.t, base)
 		}
 	}
-	if err := errors.Join(w.err, w.flush()); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	f.Close()
-	if err := os.Rename(tmp, filepath.Join(s.dir, "checkpoint")); err != nil {
-		return err
-	}
-	return syncDir(s.dir)
+	return errors.Join(w.err, w.flush())
 }
 
 // writeTree writes t as records; with a base tree, only what differs.
@@ -855,15 +848,6 @@ func writeTree(w *journalWriter, sess, snap string, t, base *tree) {
 			w.append(&record{op: opDrop, sess: sess, snap: snap, ino: ino})
 		}
 	}
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // Close flushes, checkpoints and closes the store. Mounted views must be

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"hearth/internal/atomicfile"
 )
 
 // KernelPackage is the Debian package whose kernel VMs boot: a metapackage
@@ -84,7 +86,7 @@ func (b *Builder) Boot(ctx context.Context, agent string) (Boot, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Boot{}, fmt.Errorf("boot artifacts: %w", err)
 	}
-	unlock, err := flock(filepath.Join(dir, ".lock"))
+	unlock, err := flock(ctx, filepath.Join(dir, ".lock"))
 	if err != nil {
 		return Boot{}, fmt.Errorf("boot artifacts: %w", err)
 	}
@@ -256,7 +258,7 @@ func parseKernelDepends(meta string, record []byte) (pkg, version string, err er
 }
 
 // writeInitramfs writes the gzip'd newc cpio of k's modules with agent as
-// /init to out, through a temporary file.
+// /init to out, atomically.
 func writeInitramfs(out, agent string, k Boot) error {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
@@ -278,11 +280,7 @@ func writeInitramfs(out, agent string, k Boot) error {
 	if err := zw.Close(); err != nil {
 		return err
 	}
-	tmp := out + ".tmp"
-	if err := os.WriteFile(tmp, buf.Bytes(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, out)
+	return atomicfile.WriteFile(out, buf.Bytes(), 0o644)
 }
 
 func fileHash(path string) (string, error) {
@@ -321,14 +319,27 @@ func lastLines(out []byte, n int) string {
 }
 
 // flock takes an exclusive lock on path, for processes sharing a cache.
-func flock(path string) (func(), error) {
+func flock(ctx context.Context, path string) (func(), error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+	// Polled rather than blocking, so that ctx (Ctrl-C while another
+	// process builds the kernel) ends the wait.
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("lock %s: held by another process: %w", path, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	return func() { f.Close() }, nil
 }

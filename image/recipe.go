@@ -168,7 +168,7 @@ func (r *Recipe) validateFile(f File) error {
 		return errors.New("src: this recipe has no directory to copy files from")
 	}
 	if f.Src == "" || !fs.ValidPath(f.Src) {
-		return fmt.Errorf("src = %q: want a path relative to the recipe's directory, without ..", f.Src)
+		return fmt.Errorf("src = %q: want a path relative to the recipe's directory, with no .. in it", f.Src)
 	}
 	if st, err := fs.Stat(r.src, f.Src); err != nil {
 		return fmt.Errorf("src = %q: %w", f.Src, err)

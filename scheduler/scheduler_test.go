@@ -5,7 +5,6 @@ import (
 	"errors"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,7 +22,6 @@ func at(h, m int) time.Time {
 type testJob struct {
 	started chan scheduler.Run
 	release chan struct{}
-	mu      sync.Mutex
 	free    bool
 }
 

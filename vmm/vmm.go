@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
+	"hearth/internal/ids"
 	"hearth/vmm/guest"
 )
 
@@ -59,12 +59,10 @@ type Spec struct {
 	UID, GID uint32
 }
 
-var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-
 // Validate checks the spec.
 func (s Spec) Validate() error {
-	if !idPattern.MatchString(s.ID) {
-		return fmt.Errorf("machine id %q: use 1-63 lowercase letters, digits or '-'", s.ID)
+	if err := ids.Check("machine id", s.ID); err != nil {
+		return err
 	}
 	if s.RootFS == "" {
 		return fmt.Errorf("machine %s: no root filesystem given", s.ID)
@@ -75,10 +73,10 @@ func (s Spec) Validate() error {
 	return nil
 }
 
-// Capabilities say what a driver can do beyond the basics.
+// Capabilities say how a driver's machines differ in what the daemon
+// must know of them. (Every driver pauses and isolates; what the tier
+// isolates with is Driver.Name.)
 type Capabilities struct {
-	Isolation string // e.g. "namespaces", "vm"
-	Pause     bool
 	// HostIDOffset is added to a user or group id inside the machine to
 	// get the id the host sees (in the workspace, on disk): machines with
 	// a user namespace map their ids onto an unprivileged host range.
@@ -173,13 +171,8 @@ type Exporter interface {
 }
 
 // CheckName checks the name of a machine, checkpoint or other thing a
-// driver keeps on disk: 1-63 lowercase letters, digits or '-'.
-func CheckName(what, name string) error {
-	if !idPattern.MatchString(name) {
-		return fmt.Errorf("%s name %q: use 1-63 lowercase letters, digits or '-'", what, name)
-	}
-	return nil
-}
+// driver keeps on disk (the rule of package ids).
+func CheckName(what, name string) error { return ids.Check(what+" name", name) }
 
 // UsageReporter is a machine that can say what it uses, as the host
 // measures it.

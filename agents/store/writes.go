@@ -66,30 +66,31 @@ func writeFailure(err error) bool {
 	return false
 }
 
-// WriteError returns the latest write the database refused (wrapping
-// ErrWriteFailed) and since when writes have been failing, or nil once a
-// write has succeeded since. The daemon reports it as the store's health.
-func (s *Store) WriteError() (error, time.Time) {
+// WriteError returns since when writes have been failing and the latest
+// write the database refused (wrapping ErrWriteFailed), or a nil error
+// once a write has succeeded since. The daemon reports it as the store's
+// health.
+func (s *Store) WriteError() (since time.Time, err error) {
 	s.wr.mu.Lock()
 	defer s.wr.mu.Unlock()
 	if s.wr.err == nil {
-		return nil, time.Time{}
+		return time.Time{}, nil
 	}
-	return fmt.Errorf("%w: %w", ErrWriteFailed, s.wr.err), s.wr.since
+	return s.wr.since, fmt.Errorf("%w: %w", ErrWriteFailed, s.wr.err)
 }
 
-// LastWriteFailure returns the latest write the database refused and
-// when, even once writes succeed again (WriteError is then nil): a disk
+// LastWriteFailure returns when the database last refused a write and
+// that write's error, even once writes succeed again (WriteError is then nil): a disk
 // that filled, stopped executions and was freed, or that still fills up
 // with writes going through in between, stays visible. Nil if none has
 // failed since the store was opened.
-func (s *Store) LastWriteFailure() (error, time.Time) {
+func (s *Store) LastWriteFailure() (at time.Time, err error) {
 	s.wr.mu.Lock()
 	defer s.wr.mu.Unlock()
 	if s.wr.last == nil {
-		return nil, time.Time{}
+		return time.Time{}, nil
 	}
-	return fmt.Errorf("%w: %w", ErrWriteFailed, s.wr.last), s.wr.lastAt
+	return s.wr.lastAt, fmt.Errorf("%w: %w", ErrWriteFailed, s.wr.last)
 }
 
 // OnWriteFailure calls fn, in its own goroutine, each time the database

@@ -62,7 +62,7 @@ func fillEvents(t *testing.T, s *Store, e Execution) error {
 // failure; free is then called, and everything kept must reach the file.
 func endAndCheck(t *testing.T, s *Store, path string, e Execution, free func()) {
 	t.Helper()
-	werr, since := s.WriteError()
+	since, werr := s.WriteError()
 	if !errors.Is(werr, ErrWriteFailed) || !strings.Contains(werr.Error(), "full") || since.IsZero() {
 		t.Errorf("WriteError() = %v, %v; want ErrWriteFailed saying the disk is full", werr, since)
 	}
@@ -94,7 +94,7 @@ func endAndCheck(t *testing.T, s *Store, path string, e Execution, free func()) 
 	free()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		werr, _ := s.WriteError()
+		_, werr := s.WriteError()
 		s.wr.mu.Lock()
 		left := len(s.wr.kept) + len(s.wr.ended)
 		s.wr.mu.Unlock()

@@ -11,7 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -162,7 +162,7 @@ func daemonConfig(t *testing.T) appliance.Config {
 func startDaemon(t *testing.T, cfg appliance.Config) *appliance.Daemon {
 	t.Helper()
 	lw := &logWriter{t: t}
-	d, err := appliance.Start(cfg, log.New(lw, "hearth: ", 0))
+	d, err := appliance.Start(context.Background(), cfg, slog.New(slog.NewTextHandler(lw, nil)))
 	if err != nil {
 		t.Fatalf("start the daemon: %v", err)
 	}

@@ -2,8 +2,7 @@ package mcp_test
 
 import (
 	"context"
-	"io"
-	"log"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -26,7 +25,7 @@ func BenchmarkToolCall(b *testing.B) {
 	}
 	dir := b.TempDir()
 	cfg := appliance.Config{StateDir: filepath.Join(dir, "state"), Workspace: appliance.WorkspaceConfig{Mount: filepath.Join(dir, "agents")}}
-	d, err := appliance.Start(cfg, log.New(io.Discard, "", 0))
+	d, err := appliance.Start(context.Background(), cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
 	}

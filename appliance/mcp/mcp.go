@@ -48,10 +48,10 @@ then read what it wrote with read_output or the hearth://sessions/{session}/outp
 // site are refused (the dashboard's cookie must not open it to them).
 func Handler(c *client.Client) http.Handler {
 	s := New(c)
-	return mcpsdk.NewStreamableHTTPHandler(func(*http.Request) *mcpsdk.Server { return s }, &mcpsdk.StreamableHTTPOptions{
-		Stateless:             true,
-		CrossOriginProtection: http.NewCrossOriginProtection(),
+	h := mcpsdk.NewStreamableHTTPHandler(func(*http.Request) *mcpsdk.Server { return s }, &mcpsdk.StreamableHTTPOptions{
+		Stateless: true,
 	})
+	return http.NewCrossOriginProtection().Handler(h)
 }
 
 // handlers holds the tool and resource handlers over one daemon. Errors

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -75,7 +75,7 @@ func startDaemon(t *testing.T, script modeltest.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := appliance.Start(cfg, log.New(testWriter{t}, "hearth: ", 0))
+	d, err := appliance.Start(context.Background(), cfg, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}

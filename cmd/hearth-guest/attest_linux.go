@@ -160,7 +160,7 @@ func attestVsock() AttestCheck {
 func attestSeccomp() AttestCheck {
 	st, err := procStatus()
 	if err == nil && (st["Seccomp"] != "2" || st["NoNewPrivs"] != "1") {
-		err = fmt.Errorf("Seccomp: %q, NoNewPrivs: %q; want 2 and 1", st["Seccomp"], st["NoNewPrivs"])
+		err = fmt.Errorf("status has Seccomp: %q, NoNewPrivs: %q; want 2 and 1", st["Seccomp"], st["NoNewPrivs"])
 	}
 	return check("seccomp", err, "filter on (Seccomp: 2), no_new_privs")
 }

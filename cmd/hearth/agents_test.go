@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -56,7 +57,7 @@ func agentDaemon(t *testing.T, script modeltest.Config, credits bool, setup ...f
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := appliance.Start(cfg, nil)
+	d, err := appliance.Start(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}

@@ -40,7 +40,7 @@ func sandboxDaemon(t *testing.T) (configFlag string, cfg appliance.Config) {
 	if err != nil || cfg.Sandbox.MaxUpload != 1<<20 || cfg.Sandbox.Memory != 512<<20 || cfg.Sandbox.DefaultImage != "tiny" {
 		t.Fatalf("LoadConfig = %+v, %v", cfg.Sandbox, err)
 	}
-	d, err := appliance.Start(cfg, nil)
+	d, err := appliance.Start(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -64,11 +64,11 @@ func hearthIn(t *testing.T, stdin string, args ...string) (stdout, stderr string
 }
 
 type step struct {
-	args              []string
-	stdin             string
-	wantCode          int
-	wantOut, wantErr  string
-	exactOut, noStdin bool
+	args             []string
+	stdin            string
+	wantCode         int
+	wantOut, wantErr string
+	exactOut         bool
 }
 
 func runSteps(t *testing.T, steps []step) {

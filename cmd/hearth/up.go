@@ -1,10 +1,10 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"os"
 	"os/signal"
 	"syscall"
@@ -22,8 +22,15 @@ func up(config string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	logger := log.New(stderr, "hearth: ", log.LstdFlags)
-	d, err := appliance.Start(cfg, logger)
+	// Signals are caught before the start, so that Ctrl-C during a slow
+	// one (the tier probe, fetching the VM kernel) stops it cleanly: the
+	// context cancels the start, sig keeps the signal for after it.
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	d, err := appliance.Start(ctx, cfg, cfg.Log.NewLogger(stderr))
+	stop()
 	if err != nil {
 		return err
 	}
@@ -35,8 +42,6 @@ func up(config string, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "; stop with Ctrl-C or SIGTERM, reload agent definitions with SIGHUP\n")
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	var s os.Signal
 	for s == nil {
 		select {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -27,7 +28,7 @@ func daemon(t *testing.T) (config string, cfg appliance.Config) {
 		t.Fatal(err)
 	}
 	os.MkdirAll(cfg.StateDir, 0o700)
-	d, err := appliance.Start(cfg, nil)
+	d, err := appliance.Start(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}

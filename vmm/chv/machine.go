@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"hearth/internal/atomicfile"
 	"hearth/vmm"
 	"hearth/vmm/chv/api"
 	"hearth/vmm/guest"
@@ -228,11 +229,7 @@ func ptr[T any](v T) *T { return &v }
 // saveState writes state.json, for Recover.
 func (m *machine) saveState() error {
 	b, _ := json.Marshal(m.st)
-	tmp := m.path(stateFile + ".tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, m.path(stateFile))
+	return atomicfile.WriteFile(m.path(stateFile), b, 0o600)
 }
 
 // startVMM starts cloud-hypervisor with only its API socket (the VM is

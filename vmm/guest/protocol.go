@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"hearth/internal/duration"
 )
 
 // ExecRequest starts a process in the machine.
@@ -35,15 +37,7 @@ type ExecRequest struct {
 }
 
 // Duration is a time.Duration that travels as a string ("1m30s").
-type Duration time.Duration
-
-func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
-
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
-	*d = Duration(v)
-	return err
-}
+type Duration = duration.Duration
 
 // ExitStatus ends an exec stream.
 type ExitStatus struct {

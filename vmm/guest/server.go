@@ -23,6 +23,8 @@ import (
 
 	"github.com/hashicorp/yamux"
 	"golang.org/x/sys/unix"
+
+	"hearth/internal/atomicfile"
 )
 
 // ServerOptions configure the agent.
@@ -444,20 +446,16 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 	if m, err := strconv.ParseUint(q.Get("mode"), 8, 32); err == nil {
 		mode = os.FileMode(m) & os.ModePerm
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(p), ".upload-*")
-	if err != nil {
-		s.fileError(w, err)
-		return
-	}
-	defer os.Remove(tmp.Name())
-	n, err := io.Copy(tmp, io.LimitReader(r.Body, s.opts.MaxFileSize+1))
-	if err == nil && n > s.opts.MaxFileSize {
-		err = fmt.Errorf("%w: upload to %s is over the limit of %d bytes", ErrTooLarge, p, s.opts.MaxFileSize)
-	}
-	if err == nil {
-		err = tmp.Chmod(mode)
-	}
-	if err == nil {
+	var n int64
+	err = atomicfile.Write(p, mode, func(tmp *os.File) error {
+		var err error
+		n, err = io.Copy(tmp, io.LimitReader(r.Body, s.opts.MaxFileSize+1))
+		if err == nil && n > s.opts.MaxFileSize {
+			err = fmt.Errorf("%w: upload to %s is over the limit of %d bytes", ErrTooLarge, p, s.opts.MaxFileSize)
+		}
+		if err != nil {
+			return err
+		}
 		// Files put in the machine belong to its user unless asked.
 		uid, gid := s.opts.DefaultUID, s.opts.DefaultGID
 		if v, perr := strconv.ParseUint(q.Get("uid"), 10, 32); perr == nil {
@@ -466,14 +464,8 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		if v, perr := strconv.ParseUint(q.Get("gid"), 10, 32); perr == nil {
 			gid = uint32(v)
 		}
-		err = tmp.Chown(int(uid), int(gid))
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), p)
-	}
+		return tmp.Chown(int(uid), int(gid))
+	})
 	if err != nil {
 		s.fileError(w, err)
 		return

@@ -79,7 +79,7 @@ func NewWithIDs(dir, agent string, pool IDPool) (*Driver, error) {
 func (d *Driver) Name() string { return "jail" }
 
 func (d *Driver) Capabilities() vmm.Capabilities {
-	return vmm.Capabilities{Isolation: "namespaces", Pause: true, HostIDOffset: d.ids.Base}
+	return vmm.Capabilities{HostIDOffset: d.ids.Base}
 }
 
 // OnEvent sets a function told of every lifecycle event (after it is in

@@ -163,7 +163,7 @@ func New(cfg Config) (*Driver, error) {
 func (d *Driver) Name() string { return "qemu" }
 
 func (d *Driver) Capabilities() vmm.Capabilities {
-	return vmm.Capabilities{Isolation: "vm", Pause: true}
+	return vmm.Capabilities{}
 }
 
 // OnEvent sets a function told of every lifecycle event (after it is in

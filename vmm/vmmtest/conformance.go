@@ -42,9 +42,6 @@ func Run(t *testing.T, d vmm.Driver, spec func(id string) vmm.Spec) {
 		}
 	})
 	t.Run("PauseResume", func(t *testing.T) {
-		if !d.Capabilities().Pause {
-			t.Skipf("driver %s cannot pause", d.Name())
-		}
 		m := create(t, "conf-pause")
 		p, err := m.Guest().Start(ctx, guest.ExecRequest{Argv: []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.02; done"}}, nil, nil, nil)
 		if err != nil {

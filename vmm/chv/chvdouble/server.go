@@ -5,8 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -33,7 +32,7 @@ type Options struct {
 	APISocket string // --api-socket path=...
 	// Guest is the guest agent binary started as a host process on boot.
 	Guest string
-	Log   *log.Logger // --log-file; nil: discard
+	Log   *slog.Logger // --log-file; nil: discard
 }
 
 // VMM is one double: one API socket, at most one VM.
@@ -60,7 +59,7 @@ func Listen(opts Options) (*VMM, error) {
 		return nil, errors.New("chv-double: --api-socket path=PATH is required")
 	}
 	if opts.Log == nil {
-		opts.Log = log.New(io.Discard, "", 0)
+		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	doc, err := openapi3.NewLoader().LoadFromData(api.Document)
 	if err != nil {
@@ -144,11 +143,11 @@ func (v *VMM) validate(next http.Handler) http.Handler {
 		}
 		in := &openapi3filter.RequestValidationInput{Request: r, PathParams: params, Route: route}
 		if err := openapi3filter.ValidateRequest(r.Context(), in); err != nil {
-			v.opts.Log.Printf("refused %s %s: %v", r.Method, r.URL.Path, err)
+			v.opts.Log.Info("refused", "method", r.Method, "path", r.URL.Path, "err", err)
 			fail(w, http.StatusBadRequest, "Error from API", "invalid request to "+r.URL.Path, err.Error())
 			return
 		}
-		v.opts.Log.Printf("%s %s", r.Method, r.URL.Path)
+		v.opts.Log.Info("request", "method", r.Method, "path", r.URL.Path)
 		next.ServeHTTP(w, r)
 	})
 }
@@ -424,7 +423,7 @@ func fileURL(u string) (string, error) {
 func (v *VMM) guestExited(m *vm) {
 	v.mu.Lock()
 	if v.vm == m {
-		v.opts.Log.Printf("guest powered off: exiting")
+		v.opts.Log.Info("guest powered off: exiting")
 		m.stop()
 		v.vm = nil
 		v.mu.Unlock()
