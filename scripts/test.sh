@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the tests need and runs them: vet, gofmt, every test with
+# Installs what the tests need and runs them: vet, staticcheck, gofmt, every test with
 # the race detector, every fuzz target briefly, then every benchmark once.
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -20,6 +20,8 @@ ensure_packages chromium qemu-system-x86 qemu-system-common
 
 echo "==> go vet"
 go vet ./...
+echo "==> staticcheck"
+go tool staticcheck ./...
 echo "==> gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
