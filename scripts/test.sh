@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what the tests need and runs them: vet, staticcheck, gofmt, every test with
-# the race detector, every fuzz target briefly, then every benchmark once.
+# Installs what the tests need and runs them: vet, staticcheck, gofmt,
+# every test with the race detector, every fuzz target briefly, then every
+# benchmark once.
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 need_root
