@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"mime/multipart"
 	"net/http"
 	"os"
@@ -18,6 +17,8 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"hearth/appliance/api"
+
+	"hearth/internal/money"
 )
 
 // Types of the agent routes, for the client's callers.
@@ -43,25 +44,13 @@ type (
 const MaxInputFiles = 1 << 30
 
 // MaxUSD is the most dollars the daemon's ledger takes in one amount.
-const MaxUSD = 1e9
+const MaxUSD = money.Max
 
 // CheckUSD refuses an amount of dollars the daemon's ledger cannot hold
 // (NaN, infinite, negative, more than MaxUSD, or under its unit of one
-// micro-dollar), for clients to check flags before sending them. It says
-// what the daemon would (a test holds it to the ledger's own check).
-func CheckUSD(usd float64) error {
-	switch {
-	case math.IsNaN(usd) || math.IsInf(usd, 0):
-		return fmt.Errorf("%v is not a number of dollars: give one like 5 or 0.25", usd)
-	case usd < 0:
-		return fmt.Errorf("%v is negative: give a positive number of dollars", usd)
-	case usd > MaxUSD:
-		return fmt.Errorf("%v is more than the most the ledger takes ($%.0f)", usd, float64(MaxUSD))
-	case usd > 0 && int64(usd*1e6+0.5) == 0:
-		return fmt.Errorf("%v is less than the ledger's unit, $0.000001: give at least that", usd)
-	}
-	return nil
-}
+// micro-dollar), for clients to check flags before sending them: the
+// daemon's own rule (internal/money).
+func CheckUSD(usd float64) error { return money.Check(usd) }
 
 // Agents lists the agent definitions.
 func (c *Client) Agents(ctx context.Context) ([]AgentDefinition, error) {

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"strings"
 	"sync"
@@ -16,6 +15,8 @@ import (
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"hearth/internal/money"
 )
 
 // Errors callers can match with errors.Is. Returned errors wrap them with
@@ -267,39 +268,18 @@ func fromNanos(n sql.NullInt64) time.Time {
 }
 
 // Micros are millionths of a US dollar, the store's unit of money.
-const microsPerUSD = 1_000_000
+const microsPerUSD = money.MicrosPerUSD
 
-// MinUSD is the ledger's unit, one micro-dollar: a smaller amount would
-// be recorded as $0, and a budget of $0 is no budget at all.
-const MinUSD = 1.0 / microsPerUSD
+// MinUSD is the ledger's unit, one micro-dollar (money.Min).
+const MinUSD = money.Min
 
-// MaxUSD is the largest amount the store takes: far beyond any real
-// budget, and small enough that sums of micro-dollars stay in an int64.
-const MaxUSD = 1e9
+// MaxUSD is the largest amount the store takes (money.Max).
+const MaxUSD = money.Max
 
 // CheckUSD refuses an amount of dollars the ledger cannot hold exactly
-// enough: NaN, infinite, negative, over MaxUSD, or not zero but under
-// MinUSD. Zero passes (callers say whether it means "none"). The error
-// says what to give instead; callers prefix the key or flag.
-func CheckUSD(usd float64) error {
-	switch {
-	case math.IsNaN(usd) || math.IsInf(usd, 0):
-		return fmt.Errorf("%v is not a number of dollars: give one like 5 or 0.25", usd)
-	case usd < 0:
-		return fmt.Errorf("%v is negative: give a positive number of dollars", usd)
-	case usd > MaxUSD:
-		return fmt.Errorf("%v is more than the most the ledger takes ($%.0f)", usd, float64(MaxUSD))
-	case usd > 0 && toMicros(usd) == 0:
-		return fmt.Errorf("%v is less than the ledger's unit, $0.000001: give at least that", usd)
-	}
-	return nil
-}
+// enough (money.Check).
+func CheckUSD(usd float64) error { return money.Check(usd) }
 
-func toMicros(usd float64) int64 {
-	if usd >= 0 {
-		return int64(usd*microsPerUSD + 0.5)
-	}
-	return int64(usd*microsPerUSD - 0.5)
-}
+func toMicros(usd float64) int64 { return money.Micros(usd) }
 
 func toUSD(micros int64) float64 { return float64(micros) / microsPerUSD }
