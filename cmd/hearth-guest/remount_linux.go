@@ -173,8 +173,11 @@ func (r *remounter) remount(ctx context.Context) error {
 	}
 	r.conn.SetDeadline(deadline)
 	if _, err := r.conn.Write([]byte{'r'}); err != nil {
+		// A helper that died may fail the request's write (broken pipe)
+		// or its answer's read, depending on how far the kernel got in
+		// closing its end: either way it did not answer.
 		r.broken = err
-		return fmt.Errorf("ask the workspace remount helper: %w", err)
+		return fmt.Errorf("the workspace remount helper did not answer: %w", err)
 	}
 	buf := make([]byte, 4096)
 	n, err := r.conn.Read(buf)
