@@ -146,7 +146,9 @@ func attestRoot(dir string) (root, marker string, err error) {
 			return "", "", err
 		}
 	}
-	os.Chmod(filepath.Join(root, "tmp"), 0o1777)
+	if err := os.Chmod(filepath.Join(root, "tmp"), 0o1777); err != nil {
+		return "", "", err
+	}
 	marker = filepath.Join(dir, "host-marker")
 	return root, marker, os.WriteFile(marker, []byte("a machine must not see this\n"), 0o644)
 }

@@ -73,11 +73,9 @@ func newScheduleService(deps ScheduleDeps) (*scheduleService, error) {
 // syncDefinitions gives every agent definition with a schedule one with
 // id agent-NAME, and removes those whose definition has none any more.
 func (s *scheduleService) syncDefinitions() {
-	have := map[string]schedulePayload{}
+	have := map[string]string{} // schedule id -> its source
 	for _, st := range s.sch.List() {
-		var p schedulePayload
-		json.Unmarshal(st.Schedule.Payload, &p)
-		have[st.Schedule.ID] = p
+		have[st.Schedule.ID] = scheduleInfo(st).Source
 	}
 	want := map[string]bool{}
 	for name, def := range s.agents.definitions() {
@@ -85,7 +83,7 @@ func (s *scheduleService) syncDefinitions() {
 			continue
 		}
 		id := "agent-" + name
-		if p, ok := have[id]; ok && p.Source != sourceAgent {
+		if source, ok := have[id]; ok && source != sourceAgent {
 			s.log.Warn("schedules: added through the API; the agent's schedule is not synced over it", "schedule", id, "agent", name)
 			continue
 		}
@@ -96,8 +94,8 @@ func (s *scheduleService) syncDefinitions() {
 			s.log.Warn("schedules: agent's schedule", "agent", name, "err", err)
 		}
 	}
-	for id, p := range have {
-		if p.Source == sourceAgent && !want[id] {
+	for id, source := range have {
+		if source == sourceAgent && !want[id] {
 			if err := s.sch.Remove(id); err != nil {
 				s.log.Warn("schedules: remove", "err", err)
 			}

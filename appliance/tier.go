@@ -14,6 +14,7 @@ import (
 
 	"hearth/fs"
 	"hearth/image"
+	"hearth/internal/atomicfile"
 	"hearth/vmm"
 	"hearth/vmm/chv"
 	"hearth/vmm/jail"
@@ -248,7 +249,9 @@ func attestDriver(ctx context.Context, cfg Config, d vmm.Driver, tier, agent str
 	if a.OK {
 		log.Info("isolation attested", "tier", tier, "took", a.Took.Round(time.Millisecond))
 	}
-	saveAttestation(cfg.StateDir, a)
+	if err := saveAttestation(cfg.StateDir, a); err != nil {
+		log.Error("isolation: keep the attestation for hearth doctor", "tier", tier, "err", err)
+	}
 	return a
 }
 
@@ -260,9 +263,12 @@ func closeDriver(d vmm.Driver) {
 
 // saveAttestation keeps a tier's last attestation for hearth doctor,
 // in <state>/isolation-<tier>.json.
-func saveAttestation(stateDir string, a Attestation) {
-	b, _ := json.MarshalIndent(a, "", "  ")
-	os.WriteFile(filepath.Join(stateDir, "isolation-"+a.Tier+".json"), append(b, '\n'), 0o600)
+func saveAttestation(stateDir string, a Attestation) error {
+	b, err := json.MarshalIndent(a, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(stateDir, "isolation-"+a.Tier+".json"), append(b, '\n'), 0o600)
 }
 
 // lastAttestations are the attestations the daemon saved, by tier.

@@ -58,7 +58,9 @@ func newCgroup(parent, id string) (*cgroup, error) {
 			return nil, fmt.Errorf("cgroup %s %s: %w", c, dir, err)
 		}
 	}
-	cg.lowerCPUWeight(parent)
+	if err := cg.lowerCPUWeight(parent); err != nil {
+		return nil, err
+	}
 	return cg, nil
 }
 
@@ -73,16 +75,39 @@ const (
 )
 
 // lowerCPUWeight gives the machines' parent cgroups (both levels of
-// parent, "hearth" and "hearth/jail-<hash>") their CPU weight. Best
-// effort: a host without the cpu controller has no weights to set.
-func (cg *cgroup) lowerCPUWeight(parent string) {
+// parent, "hearth" and "hearth/jail-<hash>") their CPU weight. A host
+// without the cpu controller (no weight file) has no weights to set; a
+// weight file that refuses the value is an error, since the daemon would
+// otherwise run without the protection it promises.
+func (cg *cgroup) lowerCPUWeight(parent string) error {
 	for _, p := range []string{filepath.Dir(parent), parent} {
+		var file, value string
 		if cg.v2 {
-			os.WriteFile(filepath.Join(cgroupRoot, p, "cpu.weight"), []byte(strconv.Itoa(machinesCPUWeight)), 0)
+			file, value = filepath.Join(cgroupRoot, p, "cpu.weight"), strconv.Itoa(machinesCPUWeight)
 		} else if _, ok := cg.dirs["cpu"]; ok {
-			os.WriteFile(filepath.Join(cgroupRoot, "cpu", p, "cpu.shares"), []byte(strconv.Itoa(machinesCPUShares)), 0)
+			file, value = filepath.Join(cgroupRoot, "cpu", p, "cpu.shares"), strconv.Itoa(machinesCPUShares)
+		} else {
+			continue
+		}
+		if err := writeExisting(file, value); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("set the machines' CPU share: %w", err)
 		}
 	}
+	return nil
+}
+
+// writeExisting writes value to a control file that exists (never
+// creating one: a missing file is ErrNotExist).
+func writeExisting(file, value string) error {
+	f, err := os.OpenFile(file, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(value)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func (cg *cgroup) write(controller, file, value string) error {
