@@ -26,23 +26,9 @@ import (
 // the partial output, and destroys the machine left behind.
 func TestCrashDaemonKilledMidAgent(t *testing.T) {
 	e := newCrashEnv(t)
-	appliancetest.LinkImages(t, e.cfg.StateDir, appliancetest.ClaudeCodeImages(t))
-	model := modeltest.New(modeltest.Config{Turns: []modeltest.Turn{
+	e.agentEnv([]modeltest.Turn{
 		bash("mkdir -p outputs && echo partial > outputs/draft.md && sleep 120"),
-	}})
-	if err := model.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(model.Close)
-	key, defs := filepath.Join(e.dir, "api-key"), filepath.Join(e.dir, "defs")
-	os.WriteFile(key, []byte(model.Key()), 0o600)
-	os.MkdirAll(defs, 0o755)
-	os.WriteFile(filepath.Join(defs, "analyst.toml"), []byte("image = \"claude-code\"\nmodel = \"claude-sonnet-4-5\"\noutputs = [\"outputs/*.md\"]\n"), 0o644)
-	body := fmt.Sprintf("state_dir = %q\n[workspace]\nmount = %q\n[agents]\ndir = %q\n[model]\nupstream = %q\napi_key_file = %q\n",
-		e.cfg.StateDir, e.cfg.Workspace.Mount, defs, model.URL(), key)
-	if err := os.WriteFile(e.config, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	}, "outputs = [\"outputs/*.md\"]\n", "")
 	e.up()
 	id := strings.TrimSpace(e.mustCLI("agents", "run", "analyst", "a long task", "--detach"))
 	c := client.New(e.cfg.SocketPath())
@@ -124,23 +110,9 @@ func allEventsOf(t *testing.T, c *client.Client, id string) []client.Event {
 // shows those turns, tokens and dollars rather than zero.
 func TestCrashDaemonKilledMidCall(t *testing.T) {
 	e := newCrashEnv(t)
-	appliancetest.LinkImages(t, e.cfg.StateDir, appliancetest.ClaudeCodeImages(t))
 	slow := say("a long answer that streams slowly")
 	slow.Delay = 3 * time.Second
-	model := modeltest.New(modeltest.Config{Turns: []modeltest.Turn{bash("echo one"), slow}})
-	if err := model.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(model.Close)
-	key, defs := filepath.Join(e.dir, "api-key"), filepath.Join(e.dir, "defs")
-	os.WriteFile(key, []byte(model.Key()), 0o600)
-	os.MkdirAll(defs, 0o755)
-	os.WriteFile(filepath.Join(defs, "analyst.toml"), []byte("image = \"claude-code\"\nmodel = \"claude-sonnet-4-5\"\n"), 0o644)
-	body := fmt.Sprintf("state_dir = %q\n[workspace]\nmount = %q\n[agents]\ndir = %q\n[model]\nupstream = %q\napi_key_file = %q\n[credits]\nenabled = true\n",
-		e.cfg.StateDir, e.cfg.Workspace.Mount, defs, model.URL(), key)
-	if err := os.WriteFile(e.config, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	model := e.agentEnv([]modeltest.Turn{bash("echo one"), slow}, "", "[credits]\nenabled = true\n")
 	e.up()
 	e.mustCLI("credits", "add", "10")
 	id := strings.TrimSpace(e.mustCLI("agents", "run", "analyst", "a task", "--budget", "2", "--detach"))
@@ -194,4 +166,34 @@ func TestCrashDaemonKilledMidCall(t *testing.T) {
 	if math.Abs(recorded-spent) > 1e-6 || math.Abs(got.Usd-spent) > 1e-6 || got.Turns != 1 || got.Tokens.Input != 1000 {
 		t.Errorf("records $%.6f, ledger $%.6f, execution %+v: want the same dollars, 1 turn, 1000 input tokens", recorded, spent, got)
 	}
+}
+
+// agentEnv gives the crash environment an agent "analyst" on the
+// claude-code image (defExtra: further lines of its definition), a
+// scripted model playing turns, and a config naming both (confExtra:
+// further lines of it), and returns the model.
+func (e *crashEnv) agentEnv(turns []modeltest.Turn, defExtra, confExtra string) *modeltest.Server {
+	t := e.t
+	t.Helper()
+	appliancetest.LinkImages(t, e.cfg.StateDir, appliancetest.ClaudeCodeImages(t))
+	model := modeltest.New(modeltest.Config{Turns: turns})
+	if err := model.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(model.Close)
+	key, defs := filepath.Join(e.dir, "api-key"), filepath.Join(e.dir, "defs")
+	def := "image = \"claude-code\"\nmodel = \"claude-sonnet-4-5\"\n" + defExtra
+	body := fmt.Sprintf("state_dir = %q\n[workspace]\nmount = %q\n[agents]\ndir = %q\n[model]\nupstream = %q\napi_key_file = %q\n",
+		e.cfg.StateDir, e.cfg.Workspace.Mount, defs, model.URL(), key) + confExtra
+	for _, err := range []error{
+		os.WriteFile(key, []byte(model.Key()), 0o600),
+		os.MkdirAll(defs, 0o755),
+		os.WriteFile(filepath.Join(defs, "analyst.toml"), []byte(def), 0o644),
+		os.WriteFile(e.config, []byte(body), 0o644),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return model
 }

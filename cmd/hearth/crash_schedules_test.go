@@ -2,15 +2,11 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"hearth/agents/modeltest"
-	"hearth/appliance/appliancetest"
 	"hearth/client"
 )
 
@@ -20,21 +16,7 @@ import (
 // the execution is interrupted too.
 func TestCrashDaemonKilledMidScheduledRun(t *testing.T) {
 	e := newCrashEnv(t)
-	appliancetest.LinkImages(t, e.cfg.StateDir, appliancetest.ClaudeCodeImages(t))
-	model := modeltest.New(modeltest.Config{Turns: []modeltest.Turn{bash("sleep 120")}})
-	if err := model.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(model.Close)
-	key, defs := filepath.Join(e.dir, "api-key"), filepath.Join(e.dir, "defs")
-	os.WriteFile(key, []byte(model.Key()), 0o600)
-	os.MkdirAll(defs, 0o755)
-	os.WriteFile(filepath.Join(defs, "analyst.toml"), []byte("image = \"claude-code\"\nmodel = \"claude-sonnet-4-5\"\n"), 0o644)
-	body := fmt.Sprintf("state_dir = %q\n[workspace]\nmount = %q\n[agents]\ndir = %q\n[model]\nupstream = %q\napi_key_file = %q\n",
-		e.cfg.StateDir, e.cfg.Workspace.Mount, defs, model.URL(), key)
-	if err := os.WriteFile(e.config, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	model := e.agentEnv([]modeltest.Turn{bash("sleep 120")}, "", "")
 	e.up()
 	e.mustCLI("schedules", "add", "nightly", "@daily", "analyst", "a long task")
 	run := strings.Fields(e.mustCLI("schedules", "run", "nightly"))[2]
