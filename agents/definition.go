@@ -46,15 +46,26 @@ type Definition struct {
 	// "CRON_TZ=Europe/Paris 0 9 * * *") for runs of Prompt on their own.
 	Schedule string `toml:"schedule"`
 	Limits   Limits `toml:"limits"`
+	// MCPServers are the MCP servers the agent's CLI is started with,
+	// besides Hearth's own (see agentctx.go).
+	MCPServers []MCPServer `toml:"mcp_servers"`
+	// Skills are directories, each with a SKILL.md, placed where the CLI
+	// loads skills: relative to the agents directory ("skills/review"),
+	// or "session:SESSION/path" in a session's files.
+	Skills []string `toml:"skills"`
+	// Context are files placed in the working directory or the home
+	// before the CLI starts, such as a CLAUDE.md.
+	Context []ContextFile `toml:"context"`
 
 	prompt *template.Template
 	file   string
+	dir    string // the agents directory, where relative paths start
 }
 
 // Limits bound one execution; zero means no limit of that kind.
 type Limits struct {
 	USD      float64  `toml:"usd" json:"usd,omitempty"`
-	Turns    int      `toml:"turns" json:"turns,omitempty"`
+	Turns    int      `toml:"turns" json:"turns,omitempty"` // model calls (the name is kept for compatibility)
 	WallTime Duration `toml:"wall_time" json:"wall_time,omitempty"`
 	// WorkspaceBytes ("2GiB") and WorkspaceFiles are the quota of the
 	// agent's session; zero means the appliance's default
@@ -62,6 +73,27 @@ type Limits struct {
 	// change them.
 	WorkspaceBytes Bytes `toml:"workspace_bytes" json:"workspace_bytes,omitempty"`
 	WorkspaceFiles int64 `toml:"workspace_files" json:"workspace_files,omitempty"`
+	// OnBudget is what reaching the USD limit does: OnBudgetStop (the
+	// agent is stopped, budget_exceeded) or OnBudgetPause (the execution
+	// waits, awaiting_budget, its agent stopped and its model call held,
+	// for a top-up); empty means the runner's default. A task may set
+	// either.
+	OnBudget string `toml:"on_budget" json:"on_budget,omitempty"`
+}
+
+// What reaching the USD limit does (Limits.OnBudget).
+const (
+	OnBudgetStop  = store.OnBudgetStop
+	OnBudgetPause = store.OnBudgetPause
+)
+
+// CheckOnBudget checks an on_budget value: empty, stop or pause.
+func CheckOnBudget(v string) error {
+	switch v {
+	case "", OnBudgetStop, OnBudgetPause:
+		return nil
+	}
+	return fmt.Errorf("on_budget = %q: use %q (stop the agent at the limit) or %q (pause it and wait for a top-up)", v, OnBudgetStop, OnBudgetPause)
 }
 
 // Bytes is a size written for people in TOML: "512MiB", "2GB", or with a
@@ -97,7 +129,13 @@ func (l Limits) Tighten(o Limits) (Limits, error) {
 	if err := store.CheckUSD(o.USD); err != nil {
 		return l, fmt.Errorf("budget: %w", err)
 	}
+	if err := CheckOnBudget(o.OnBudget); err != nil {
+		return l, err
+	}
 	out := l
+	if o.OnBudget != "" {
+		out.OnBudget = o.OnBudget
+	}
 	if o.USD > 0 {
 		if l.USD > 0 && o.USD > l.USD {
 			errs = append(errs, fmt.Errorf("budget $%.2f is more than the agent's $%.2f", o.USD, l.USD))
@@ -106,7 +144,7 @@ func (l Limits) Tighten(o Limits) (Limits, error) {
 	}
 	if o.Turns > 0 {
 		if l.Turns > 0 && o.Turns > l.Turns {
-			errs = append(errs, fmt.Errorf("max turns %d is more than the agent's %d", o.Turns, l.Turns))
+			errs = append(errs, fmt.Errorf("max model calls %d is more than the agent's %d", o.Turns, l.Turns))
 		}
 		out.Turns = o.Turns
 	}
@@ -191,13 +229,17 @@ func LoadDefinition(file string) (*Definition, error) {
 		for i, k := range und {
 			keys[i] = k.String()
 		}
-		return nil, fmt.Errorf("agent file %s: unknown key %s (known: name, description, image, model, prompt, outputs, network, env, schedule, limits.usd, limits.turns, limits.wall_time, limits.workspace_bytes, limits.workspace_files)",
+		return nil, fmt.Errorf("agent file %s: unknown key %s (known: name, description, image, model, prompt, outputs, network, env, schedule, limits.usd, limits.turns, limits.wall_time, limits.workspace_bytes, limits.workspace_files, mcp_servers (name, command, env, url, headers), skills, context (file, to))",
 			file, strings.Join(keys, ", "))
 	}
 	if d.Name == "" {
 		d.Name = strings.TrimSuffix(filepath.Base(file), ".toml")
 	}
+	d.dir = filepath.Dir(file)
 	if err := d.validate(); err != nil {
+		return nil, fmt.Errorf("agent file %s: %w", file, err)
+	}
+	if err := d.checkFiles(); err != nil {
 		return nil, fmt.Errorf("agent file %s: %w", file, err)
 	}
 	return d, nil
@@ -219,6 +261,9 @@ func (d *Definition) validate() error {
 	if err := store.CheckUSD(d.Limits.USD); err != nil {
 		return fmt.Errorf("limits.usd = %v: %w (0 or no key for no limit)", d.Limits.USD, err)
 	}
+	if err := CheckOnBudget(d.Limits.OnBudget); err != nil {
+		return fmt.Errorf("limits.%w", err)
+	}
 	if d.Limits.Turns < 0 || d.Limits.WallTime < 0 || d.Limits.WorkspaceBytes < 0 || d.Limits.WorkspaceFiles < 0 {
 		return errors.New("limits: must not be negative")
 	}
@@ -237,6 +282,20 @@ func (d *Definition) validate() error {
 		if !envName.MatchString(k) {
 			return fmt.Errorf("env: %q is not a variable name", k)
 		}
+	}
+	if err := checkMCPServers("mcp_servers", d.MCPServers, d.Network, nil); err != nil {
+		return err
+	}
+	if len(d.Skills) > MaxSkills {
+		return fmt.Errorf("skills: %d, more than the %d an agent may have", len(d.Skills), MaxSkills)
+	}
+	for _, sk := range d.Skills {
+		if _, err := parseSkill(sk); err != nil {
+			return fmt.Errorf("skills: %w", err)
+		}
+	}
+	if err := checkContext("context", d.Context, false, map[string]bool{}); err != nil {
+		return err
 	}
 	if d.Schedule != "" {
 		sched, err := parseSchedule(d.Schedule)

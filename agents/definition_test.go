@@ -103,7 +103,7 @@ func TestLimitsTighten(t *testing.T) {
 		{"tighter", Limits{USD: 5, Turns: 10, WallTime: Duration(time.Minute)}, Limits{USD: 5, Turns: 10, WallTime: Duration(time.Minute)}, ""},
 		{"equal", agent, agent, ""},
 		{"looser budget", Limits{USD: 20}, agent, "budget $20.00 is more than the agent's $10.00"},
-		{"looser turns and time", Limits{Turns: 60, WallTime: Duration(time.Hour)}, agent, "max turns 60"},
+		{"looser turns and time", Limits{Turns: 60, WallTime: Duration(time.Hour)}, agent, "max model calls 60"},
 		{"negative", Limits{USD: -1}, agent, "negative"},
 		{"NaN budget", Limits{USD: math.NaN()}, agent, "NaN is not a number of dollars"},
 		{"budget under the ledger's unit", Limits{USD: 1e-7}, agent, "less than the ledger's unit"},

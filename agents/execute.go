@@ -65,10 +65,13 @@ func (ru *run) run(ctx context.Context, req TaskRequest) (Result, error) {
 	if err := cfg.Workspace.WriteFile(sess, promptFile, strings.NewReader(prompt), uid, gid); err != nil {
 		return ru.fail(fmt.Errorf("write the prompt: %w", err))
 	}
+	if ru.ctxArgs, err = ru.place(req, uid, gid); err != nil {
+		return ru.fail(err)
+	}
 	files, stopFiles := cfg.Workspace.FileEvents(sess)
 	defer stopFiles()
 	go ru.fileEvents(files)
-	m, cleanup, err := ru.machine(ctx)
+	m, cleanup, err := ru.boot(ctx)
 	if err != nil {
 		return ru.fail(err)
 	}
@@ -111,13 +114,13 @@ func (ru *run) connect(ctx context.Context, gc *guest.Client) (listen, proxy, to
 	cfg := ru.r.cfg
 	var budget gateway.Budget = ru.budget
 	if cfg.Credits {
-		budget = ledgerBudget{ru.budget, cfg.Store, ru.exec.ID}
+		budget = ledgerBudget{budget, cfg.Store, ru.exec.ID}
 	}
 	budget = storeGate{budget, ru}
 	// The token is admitted only through this machine's channel: one
 	// that leaks from its outputs cannot be spent from another machine.
 	token = cfg.Gateway.Register(gateway.Execution{Session: ru.exec.Session, ID: ru.exec.ID, Budget: budget,
-		Token: ru.r.token("gateway", ru.exec.ID), Channel: ru.exec.ID})
+		Token: ru.r.token("gateway", ru.exec.ID), Channel: ru.exec.ID, Hold: ru.holdCall})
 	gc.Serve("gateway", channel.Dial(cfg.GatewayDial, ru.exec.ID))
 	listen = "127.0.0.1:" + strconv.Itoa(cfg.GatewayPort)
 	if _, err := gc.Forward(ctx, listen, "gateway"); err != nil {
@@ -129,7 +132,13 @@ func (ru *run) connect(ctx context.Context, gc *guest.Client) (listen, proxy, to
 		cfg.Gateway.Unregister(token)
 		return "", "", "", nil, err
 	}
-	return listen, proxy, token, func() { cfg.Gateway.Unregister(token); revokeEgress() }, nil
+	revokeInside, err := ru.inside(ctx, gc)
+	if err != nil {
+		cfg.Gateway.Unregister(token)
+		revokeEgress()
+		return "", "", "", nil, err
+	}
+	return listen, proxy, token, func() { cfg.Gateway.Unregister(token); revokeEgress(); revokeInside() }, nil
 }
 
 // fileEvents turns the session's file events into the execution's.
@@ -172,9 +181,9 @@ func proxyEnv(env map[string]string, proxy string) {
 	env["NO_PROXY"], env["no_proxy"] = "127.0.0.1,localhost", "127.0.0.1,localhost"
 }
 
-// machine boots the execution's machine with the session's view; cleanup
+// boot boots the execution's machine with the session's view; cleanup
 // destroys it and unmounts the view.
-func (ru *run) machine(ctx context.Context) (vmm.Machine, func(), error) {
+func (ru *run) boot(ctx context.Context) (vmm.Machine, func(), error) {
 	cfg := ru.r.cfg
 	view, unmount, err := cfg.Workspace.MountView(ru.exec.Session, ru.exec.ID)
 	if err != nil {
@@ -204,15 +213,30 @@ func (ru *run) agent(ctx context.Context, gc *guest.Client, token, listen, proxy
 	argv := []string{"sh", "-c", `exec "$@" <"$HEARTH_PROMPT"`, "sh",
 		"claude", "-p", "--output-format", "stream-json", "--verbose",
 		"--dangerously-skip-permissions", "--model", ru.def.Model}
+	argv = append(argv, ru.ctxArgs...)
 	if ru.agentSession != "" {
 		argv = append(argv, "--resume", ru.agentSession)
 	}
+	mcpArgs, err := ru.insideConfig()
+	if err != nil {
+		return ru.fail(err)
+	}
+	argv = append(argv, mcpArgs...)
 	env := map[string]string{
 		"ANTHROPIC_BASE_URL": "http://" + listen, "ANTHROPIC_API_KEY": token,
 		"HOME": work + "/.home", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
+		// In -p mode the CLI would otherwise make its first model call
+		// while MCP servers still connect (a slow one's tools missing from
+		// the first turns); it waits for them, up to its MCP_TIMEOUT.
+		"MCP_CONNECTION_NONBLOCKING": "false",
 	}
 	if proxy != "" {
 		proxyEnv(env, proxy)
+	}
+	if ru.onBudget() == OnBudgetPause {
+		// A call held for a top-up must not time out in the CLI (its
+		// default is 10 minutes), which would retry it, then fail.
+		env["API_TIMEOUT_MS"] = strconv.FormatInt((cfg.BudgetWait + 10*time.Minute).Milliseconds(), 10)
 	}
 	for k, v := range ru.def.Env {
 		env[k] = v
@@ -247,6 +271,7 @@ type agentJob struct {
 // follow turns the agent's output into events, from the offsets in job,
 // until it ends, is stopped, or the runner detaches from it.
 func (ru *run) follow(ctx context.Context, gc *guest.Client, job agentJob) (Result, error) {
+	ru.setAgentProc(gc, job.PID)
 	fctx, unfollow := context.WithCancel(context.Background())
 	defer unfollow()
 	outR, outW := io.Pipe()
@@ -300,8 +325,11 @@ func (ru *run) follow(ctx context.Context, gc *guest.Client, job agentJob) (Resu
 		if !ru.exec.Started.IsZero() {
 			left = wall - time.Since(ru.exec.Started)
 		}
-		t := time.AfterFunc(max(left, 0), func() { ru.stop(stopWallTime) })
-		defer t.Stop()
+		ru.clock.start(max(left, 0), func() { ru.stop(stopWallTime) })
+		defer ru.clock.stop()
+		ru.startFollowing(time.Now().Add(max(left, 0)))
+	} else {
+		ru.startFollowing(time.Time{})
 	}
 	var why stopReason
 	var st guest.ExitStatus
@@ -318,8 +346,10 @@ func (ru *run) follow(ctx context.Context, gc *guest.Client, job agentJob) (Resu
 			job.Stderr += errGate.passed
 			return ru.detach(job, <-parsed)
 		}
+		ru.wake()
 		st = ru.terminate(gc, job.PID, exited)
 	case <-ctx.Done():
+		ru.wake()
 		why = stopCancel
 		st = ru.terminate(gc, job.PID, exited)
 	}
@@ -379,12 +409,17 @@ func (ru *run) finish(why stopReason, st guest.ExitStatus, sum adapter.Summary) 
 	switch {
 	case storeErr != nil:
 		status, errText = store.Failed, "the store could not record the execution, so it was stopped and its model calls refused: "+storeErr.Error()
+	case why == stopBudget && ru.waitedOut():
+		status, errText = store.BudgetExceeded, fmt.Sprintf("a budget limit was reached and no top-up came in %v; the agent was stopped", cfg.BudgetWait)
 	case why == stopBudget:
 		status, errText = store.BudgetExceeded, "a budget limit was reached; the agent was stopped"
 	case why == stopWallTime:
 		status, errText = store.TimedOut, fmt.Sprintf("the wall-time limit of %v was reached; the agent was stopped", time.Duration(ru.limits.WallTime))
 	case why == stopCancel:
 		status, errText = store.Cancelled, "cancelled"
+		if note := ru.parentCancelNote(); note != "" {
+			errText = note
+		}
 	case st.Error != "":
 		status, errText = store.Failed, "the agent could not run: "+st.Error
 	case st.Code != 0:
@@ -395,6 +430,8 @@ func (ru *run) finish(why stopReason, st guest.ExitStatus, sum adapter.Summary) 
 	if status == store.Failed && sum.Result != "" {
 		errText += ": " + sum.Result
 	}
+	// Its children end first: their spend is then in its totals.
+	ru.endChildren("ended " + string(status))
 	var outputs []string
 	for _, pattern := range ru.outputs {
 		matched, err := cfg.Workspace.Glob(ru.exec.Session, pattern)
@@ -407,13 +444,14 @@ func (ru *run) finish(why stopReason, st guest.ExitStatus, sum adapter.Summary) 
 	if sum.AgentSessionID != "" {
 		cfg.Store.SetAgentSessionID(ctx, ru.exec.Session, sum.AgentSessionID)
 	}
+	ru.endClaims()
 	if err := cfg.Store.Flush(ctx); err != nil && ru.err == nil {
 		ru.err = err
 	}
 	if cfg.Credits {
 		// Before the end is announced, so the balance a caller then reads
 		// is final; the machine is torn down after.
-		cfg.Store.Release(ctx, ru.exec.ID)
+		ru.releaseCredits(ctx)
 	}
 	usd, turns := ru.budget.Spent()
 	tokens := ru.tokens()
@@ -437,13 +475,20 @@ func (ru *run) finish(why stopReason, st guest.ExitStatus, sum adapter.Summary) 
 	return Result{Execution: exec, Outputs: outputs}, ru.err
 }
 
-// fail ends an execution that could not start its agent.
+// fail ends an execution that could not start its agent (cancelled, if
+// its parent's end stopped it).
 func (ru *run) fail(cause error) (Result, error) {
+	ru.endChildren("failed")
+	ru.endClaims()
+	status, errText := store.Failed, cause.Error()
+	if note := ru.parentCancelNote(); note != "" {
+		status, errText = store.Cancelled, note+" ("+errText+")"
+	}
 	exec, err := ru.r.cfg.Store.UpdateExecution(context.Background(), ru.exec.ID, func(e *store.Execution) error {
-		e.Status, e.Error = store.Failed, cause.Error()
+		e.Status, e.Error = status, errText
 		return nil
 	})
-	ru.status(string(store.Failed), map[string]any{"error": cause.Error()})
+	ru.status(string(status), map[string]any{"error": errText})
 	ru.r.cfg.Store.Flush(context.Background())
 	if err != nil {
 		// With ErrWriteFailed, exec is kept and written once it can be.
@@ -477,13 +522,13 @@ func orNone(s string) string {
 // reservation too. The reservation equals the USD limit, so the limit's
 // checks keep spend within it.
 type ledgerBudget struct {
-	*gateway.Limits
+	gateway.Budget
 	store *store.Store
 	exec  string
 }
 
 func (b ledgerBudget) Charge(usd float64, turns int) {
-	b.Limits.Charge(usd, turns)
+	b.Budget.Charge(usd, turns)
 	if usd > 0 {
 		b.store.Spend(context.Background(), b.exec, usd)
 	}

@@ -3,6 +3,7 @@ package agents
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/robfig/cron/v3"
@@ -28,6 +29,8 @@ func FuzzAgentDefinition(f *testing.F) {
 		"image = \"i\"\nmodel = \"m\"\nschedule = \"@every 1ns\"\n",
 		"image = \"i\"\nmodel = \"m\"\nschedule = \"CRON_TZ=UTC @every 90s\"\nprompt = \"{{.Prompt}} {{range .Inputs}}{{.}}{{end}}\"\n",
 		"image = \"i\"\nmodel = \"m\"\noutputs = [\"outputs/*.md\"]\nnetwork = [\"*.example.com:8443\"]\n[env]\nA = \"b\"\n",
+		"image = \"i\"\nmodel = \"m\"\nnetwork = [\"x.com\"]\nskills = [\"session:s/k\"]\n[[mcp_servers]]\nname = \"a\"\nurl = \"https://x.com/m\"\nheaders = { H = \"v\" }\n" +
+			"[[mcp_servers]]\nname = \"b\"\ncommand = [\"node\", \"s.js\"]\nenv = { K = \"v\" }\n[[context]]\nfile = \"fuzz.toml\"\nto = \"~/.claude/CLAUDE.md\"\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -61,6 +64,16 @@ func FuzzAgentDefinition(f *testing.F) {
 		}
 		if err := d.validate(); err != nil {
 			t.Errorf("accepted definition fails validate again: %v", err)
+		}
+		for _, m := range d.MCPServers {
+			if m.Name == ReservedMCPServer || (len(m.Command) > 0) == (m.URL != "") {
+				t.Errorf("accepted MCP server %+v", m)
+			}
+		}
+		for _, c := range d.Context {
+			if to, err := contextTarget(c.To); err != nil || strings.HasPrefix(to, "outputs/") || strings.HasPrefix(to, skillsDir) {
+				t.Errorf("accepted context %+v going to %q, %v", c, to, err)
+			}
 		}
 		if _, err := d.Render(Task{Prompt: "p", Inputs: []string{"inputs/a"}, Session: "s", Outputs: d.Outputs}); err != nil {
 			t.Errorf("accepted definition does not render: %v", err)

@@ -10,7 +10,6 @@ import (
 	"fmt"
 
 	"hearth/agents/adapter"
-	"hearth/agents/gateway"
 	"hearth/agents/store"
 	"hearth/agents/stream"
 	"hearth/vmm"
@@ -105,10 +104,11 @@ func (r *Runner) detachedAt(ctx context.Context, execution string) (detachedPayl
 // admits the agent's own tokens again, forwards the gateway and the proxy
 // into the machine, and follows the agent's output from where it was
 // left, under the budget spent so far, to its end. The agent keeps the
-// definition of its name as it is now. ctx is the execution's: its end
+// definition of its name as it is now, and its execution's own limits
+// (on_budget included, as it was recorded). ctx is the execution's: its end
 // stops the agent. The accepted hook of ctx (WithAccepted) is called once
 // the runner can cancel it.
-func (r *Runner) Reattach(ctx context.Context, execution string, m vmm.Machine) (Result, error) {
+func (r *Runner) Reattach(ctx context.Context, execution string, m vmm.Machine) (res Result, err error) {
 	st := r.cfg.Store
 	exec, err := st.GetExecution(ctx, execution)
 	if err != nil {
@@ -125,8 +125,9 @@ func (r *Runner) Reattach(ctx context.Context, execution string, m vmm.Machine) 
 	def := r.agents[exec.Agent]
 	r.mu.Unlock()
 	ru := &run{r: r, def: def, exec: exec, outputs: at.Outputs, stopc: make(chan stopReason, 1),
-		limits: Limits{USD: exec.Limits.USD, Turns: exec.Limits.Turns, WallTime: Duration(exec.Limits.WallTime)},
-		budget: &gateway.Limits{USD: exec.Limits.USD, Turns: exec.Limits.Turns}}
+		limits: Limits{USD: exec.Limits.USD, Turns: exec.Limits.Turns, WallTime: Duration(exec.Limits.WallTime), OnBudget: exec.Limits.OnBudget},
+		budget: newTreeBudget(Limits{USD: exec.Limits.USD, Turns: exec.Limits.Turns})}
+	ru.tree.init()
 	if def == nil {
 		return ru.fail(fmt.Errorf("agent %s is no longer defined, so its execution cannot be taken up", exec.Agent))
 	}
@@ -135,10 +136,15 @@ func (r *Runner) Reattach(ctx context.Context, execution string, m vmm.Machine) 
 		return ru.fail(err)
 	}
 	ru.budget.Charge(usd, turns) // the ledger was charged as it happened
+	if err := ru.seedTree(ctx); err != nil {
+		return ru.fail(err)
+	}
+	// Registered first, run last: once its credits went back.
+	defer func() { ru.childEnded(res.Execution) }() // if track linked it to its parent
 	if r.cfg.Credits {
 		defer func() {
 			if !ru.detached {
-				st.Release(context.Background(), exec.ID)
+				ru.releaseCredits(context.Background()) // to its parent's reservation if linked
 			}
 		}()
 	}

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 
 	"hearth/agents/egress"
 	"hearth/agents/gateway"
+	"hearth/agents/inside"
 	"hearth/agents/store"
 	"hearth/agents/stream"
 	"hearth/vmm"
@@ -33,6 +35,19 @@ type Workspace interface {
 	Glob(session, pattern string) ([]string, error)
 	// FileEvents reports the session's file changes until stop is called.
 	FileEvents(session string) (events <-chan FileEvent, stop func())
+	// MkdirAll makes directory path (relative to the session) and the
+	// missing ones above it, owned by uid:gid; it follows no symbolic
+	// link.
+	MkdirAll(session, path string, uid, gid uint32) error
+	// RemoveAll removes path and what it holds; it follows no symbolic
+	// link, and a missing path is no error.
+	RemoveAll(session, path string) error
+	// Chmod sets path's permission bits, following no symbolic link.
+	Chmod(session, path string, mode os.FileMode) error
+	// OpenSession opens the session's files as the host sees them, to
+	// read (skills from a session): a symbolic link in them cannot lead
+	// out of the session.
+	OpenSession(session string) (*os.Root, error)
 }
 
 // Quota is what an agent's definition asks of its session's quota; zero
@@ -72,6 +87,16 @@ type RunnerConfig struct {
 	Egress     *egress.Proxy
 	EgressDial func(ctx context.Context) (net.Conn, error)
 	EgressPort int // default 4001
+	// Inside is the hearth MCP server agents reach from inside their
+	// machines (package agents/inside). When it is set, every execution
+	// is registered with it, the machine's agent forwards
+	// 127.0.0.1:InsidePort to InsideDial (where it is served on the host,
+	// through channel.Listener), and the agent CLI is started with an MCP
+	// configuration naming it "hearth". Without it agents have no hearth
+	// tools.
+	Inside     *inside.Server
+	InsideDial func(ctx context.Context) (net.Conn, error)
+	InsidePort int // default 4002
 	// Images resolves an agent's runtime image.
 	Images func(name string) (Image, error)
 	// Agents are the definitions tasks may name; SetAgents replaces them.
@@ -89,11 +114,24 @@ type RunnerConfig struct {
 	// (and must have one), is charged what the gateway meters, and
 	// releases the rest when it ends.
 	Credits bool
+	// OnBudget is what reaching the USD limit does when neither the
+	// agent nor the task says (Limits.OnBudget); default OnBudgetStop.
+	OnBudget string
+	// BudgetWait bounds how long a paused execution waits for a top-up
+	// before it is stopped as at the limit (budget_exceeded, its partial
+	// outputs kept); default 24h.
+	BudgetWait time.Duration
 	// Secret derives each execution's gateway and egress tokens, so that
 	// the runner of a daemon started again on the same state admits the
 	// tokens of the agents it takes up (Reattach). Keep it secret and
 	// stable; nil makes random tokens, and nothing can be taken up.
 	Secret []byte
+	// MaxDepth bounds delegation: a root execution is at depth 0, a child
+	// at its parent's depth + 1, refused above MaxDepth. Default 3.
+	MaxDepth int
+	// MaxChildren bounds the children one execution has running at once.
+	// Default 8.
+	MaxChildren int
 }
 
 // Runner runs agent tasks, each execution in a machine of its own.
@@ -114,11 +152,20 @@ func NewRunner(cfg RunnerConfig) *Runner {
 	if cfg.EgressPort == 0 {
 		cfg.EgressPort = 4001
 	}
+	if cfg.InsidePort == 0 {
+		cfg.InsidePort = 4002
+	}
 	if cfg.Grace == 0 {
 		cfg.Grace = 10 * time.Second
 	}
 	if cfg.Memory == 0 {
 		cfg.Memory = 2 << 30
+	}
+	if cfg.OnBudget == "" {
+		cfg.OnBudget = OnBudgetStop
+	}
+	if cfg.BudgetWait == 0 {
+		cfg.BudgetWait = DefaultBudgetWait
 	}
 	r := &Runner{cfg: cfg, runs: map[string]*run{}, agents: cfg.Agents}
 	if cfg.Store != nil {
@@ -165,6 +212,16 @@ type TaskRequest struct {
 	// Session continues an existing session (a new execution in it with
 	// the agent's full context), or "" for a new one.
 	Session string
+	// MCPServers, Skills and Context add to the agent's own (see
+	// Definition); CheckTask says whether they may.
+	MCPServers []MCPServer
+	Skills     []string
+	Context    []ContextFile
+	// Parent is the execution delegating this task, which must be running
+	// in this runner; "" for a root execution. The child runs in a new
+	// session under limits carved out of what the parent has left (see
+	// delegate.go); the parent's end cancels it.
+	Parent string
 }
 
 // Result is how an execution ended.
@@ -179,8 +236,11 @@ type Result struct {
 // session).
 func (r *Runner) Run(ctx context.Context, req TaskRequest) (Result, error) {
 	st := r.cfg.Store
-	kind, parent, agentSession := store.Run, "", ""
+	kind, previous, agentSession := store.Run, "", ""
 	var sess store.Session
+	if req.Parent != "" && req.Session != "" {
+		return Result{}, fmt.Errorf("%w: a delegated task runs in a new session of its own: leave the session out", ErrRefused)
+	}
 	if req.Session != "" {
 		var err error
 		if sess, err = st.GetSession(ctx, req.Session); err != nil {
@@ -190,14 +250,28 @@ func (r *Runner) Run(ctx context.Context, req TaskRequest) (Result, error) {
 			return Result{}, fmt.Errorf("session %s belongs to agent %s, not %s", sess.ID, sess.Agent, req.Agent)
 		}
 		req.Agent = sess.Agent
-		kind, parent, agentSession = store.Resume, sess.LastExecution, sess.AgentSessionID
+		kind, previous, agentSession = store.Resume, sess.LastExecution, sess.AgentSessionID
 	}
 	def, limits, err := r.prepare(req.Agent, req.Limits)
 	if err != nil {
 		return Result{}, err
 	}
+	if err := def.CheckTask(req); err != nil {
+		return Result{}, fmt.Errorf("agent %s: %w", def.Name, err)
+	}
+	var adm *admission
+	if req.Parent != "" {
+		// Admitted before its session is made: a refusal leaves nothing.
+		if adm, err = r.admit(req.Parent, def, req.Limits, limits); err != nil {
+			return Result{}, err
+		}
+		limits = adm.limits
+	}
 	if sess.ID == "" {
 		if sess, err = st.CreateSession(ctx, store.Session{Agent: def.Name}); err != nil {
+			if adm != nil {
+				adm.abandon()
+			}
 			return Result{}, err
 		}
 	}
@@ -205,9 +279,8 @@ func (r *Runner) Run(ctx context.Context, req TaskRequest) (Result, error) {
 	if len(req.Outputs) > 0 {
 		outputs = req.Outputs
 	}
-	exec := store.Execution{Session: sess.ID, Agent: def.Name, Kind: kind, Parent: parent, Prompt: req.Prompt,
-		Limits: store.Limits{USD: limits.USD, Turns: limits.Turns, WallTime: time.Duration(limits.WallTime)}}
-	return r.execute(ctx, def, limits, exec, outputs, agentSession, req)
+	exec := store.Execution{Session: sess.ID, Agent: def.Name, Kind: kind, Previous: previous, Prompt: req.Prompt}
+	return r.execute(ctx, def, limits, exec, outputs, agentSession, req, adm)
 }
 
 // Retry runs a finished execution's task again, from the start, in the
@@ -220,13 +293,28 @@ func (r *Runner) Retry(ctx context.Context, execution string) (Result, error) {
 	if !old.Status.Terminal() {
 		return Result{}, fmt.Errorf("execution %s is %s: retry it once it has ended", old.ID, old.Status)
 	}
-	lim := Limits{USD: old.Limits.USD, Turns: old.Limits.Turns, WallTime: Duration(old.Limits.WallTime)}
+	lim := Limits{USD: old.Limits.USD, Turns: old.Limits.Turns, WallTime: Duration(old.Limits.WallTime), OnBudget: old.Limits.OnBudget}
+	r.mu.Lock()
+	if def := r.agents[old.Agent]; def != nil {
+		lim.USD = RetryUSD(def, lim.USD)
+	}
+	r.mu.Unlock()
 	def, limits, err := r.prepare(old.Agent, lim)
 	if err != nil {
 		return Result{}, err
 	}
-	exec := store.Execution{Session: old.Session, Agent: def.Name, Kind: store.Retry, Parent: old.ID, Prompt: old.Prompt, Limits: old.Limits}
-	return r.execute(ctx, def, limits, exec, def.Outputs, "", TaskRequest{Agent: def.Name, Prompt: old.Prompt})
+	exec := store.Execution{Session: old.Session, Agent: def.Name, Kind: store.Retry, Previous: old.ID, Prompt: old.Prompt}
+	return r.execute(ctx, def, limits, exec, def.Outputs, "", TaskRequest{Agent: def.Name, Prompt: old.Prompt}, nil)
+}
+
+// RetryUSD is the USD limit a retry of an execution whose limit was usd
+// runs with: the same, but no more than its agent's (a top-up raised it
+// for that execution only; a retry starts again from the agent's).
+func RetryUSD(def *Definition, usd float64) float64 {
+	if def.Limits.USD > 0 && usd > def.Limits.USD {
+		return def.Limits.USD
+	}
+	return usd
 }
 
 // prepare finds the agent and applies a task's limits to its own.
@@ -244,28 +332,59 @@ func (r *Runner) prepare(agent string, override Limits) (*Definition, Limits, er
 	return def, limits, nil
 }
 
-// execute records the execution and runs it.
-func (r *Runner) execute(ctx context.Context, def *Definition, limits Limits, e store.Execution, outputs []string, agentSession string, req TaskRequest) (Result, error) {
+// execute records the execution and runs it; a delegated one comes
+// with its parent's admission (adm), which it takes up or gives back.
+func (r *Runner) execute(ctx context.Context, def *Definition, limits Limits, e store.Execution, outputs []string, agentSession string, req TaskRequest, adm *admission) (res Result, err error) {
 	img, err := r.cfg.Images(def.Image)
 	if err != nil {
+		if adm != nil {
+			adm.abandon()
+		}
 		return Result{}, fmt.Errorf("agent %s: image %s: %w", def.Name, def.Image, err)
 	}
+	if adm != nil {
+		e.Parent = adm.parent.exec.ID
+	}
+	if limits.OnBudget == "" {
+		limits.OnBudget = r.cfg.OnBudget // kept with the execution, for a runner that takes it up
+	}
+	e.Limits = store.Limits{USD: limits.USD, Turns: limits.Turns, WallTime: time.Duration(limits.WallTime), OnBudget: limits.OnBudget}
 	if r.cfg.Credits && limits.USD <= 0 {
+		if adm != nil {
+			adm.abandon()
+		}
 		return Result{}, fmt.Errorf("agent %s: credits are in use, so a task needs a budget: give one (or set limits.usd in the agent)", def.Name)
 	}
 	exec, err := r.cfg.Store.CreateExecution(ctx, e)
 	if err != nil {
+		if adm != nil {
+			adm.abandon()
+		}
 		return Result{}, err
 	}
 	ru := &run{r: r, def: def, img: img, exec: exec, limits: limits, outputs: outputs, agentSession: agentSession,
-		budget: &gateway.Limits{USD: limits.USD, Turns: limits.Turns}, stopc: make(chan stopReason, 1)}
+		budget: newTreeBudget(limits), stopc: make(chan stopReason, 1)}
+	ru.tree.init()
+	if adm != nil {
+		// The child's end is the parent's business: registered first, it
+		// runs last, once the child's credits are settled.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		ru.tree.cancel = cancel
+		if err := adm.adopt(ru); err != nil {
+			ru.tree.cancelNote = "cancelled: " + err.Error()
+			return ru.fail(err)
+		}
+		defer func() { ru.childEnded(res.Execution) }()
+	}
 	if r.cfg.Credits {
-		if err := r.cfg.Store.Reserve(ctx, exec.ID, limits.USD); err != nil {
+		if err := ru.reserveCredits(ctx); err != nil {
 			return ru.fail(fmt.Errorf("reserve $%.2f of credits: %w (add some with 'hearth credits add')", limits.USD, err))
 		}
 		defer func() {
 			if !ru.detached { // a detached run keeps its reservation
-				r.cfg.Store.Release(context.Background(), exec.ID)
+				ru.releaseCredits(context.Background())
 			}
 		}()
 	}
@@ -278,11 +397,15 @@ func (r *Runner) execute(ctx context.Context, def *Definition, limits Limits, e 
 func (r *Runner) track(ctx context.Context, ru *run) (untrack func()) {
 	r.mu.Lock()
 	r.runs[ru.exec.ID] = ru
+	r.link(ru)
 	r.mu.Unlock()
 	if accepted, ok := ctx.Value(acceptedKey{}).(func(store.Execution)); ok {
 		accepted(ru.exec)
 	}
 	return func() {
+		if !ru.detached { // a detached agent goes on, holding its leases
+			ru.endClaims()
+		}
 		r.mu.Lock()
 		delete(r.runs, ru.exec.ID)
 		r.mu.Unlock()
@@ -331,15 +454,23 @@ type run struct {
 	limits       Limits
 	outputs      []string
 	agentSession string
-	budget       *gateway.Limits
+	ctxArgs      []string // the CLI's arguments for the agent's context (place)
+	budget       *treeBudget
 	stopc        chan stopReason
-	detached     bool // set by detach, in the run's own goroutine
+	tree         tree   // delegation: its children and its parent
+	detached     bool   // set by detach, in the run's own goroutine
+	insideToken  string // the execution's token for the hearth MCP server, if any
+
+	clock wallClock // the wall-time limit, suspended while paused
+	hold  holdState
 
 	emitMu sync.Mutex
 	err    error // the first store error
 
 	storeMu  sync.Mutex
 	storeErr error // the first write the store refused: the run stops
+
+	claims claimState // its leases on paths (claims.go)
 }
 
 // storeFailed stops the run because the store refused one of its writes;

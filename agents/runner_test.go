@@ -51,6 +51,23 @@ func (w fsWorkspace) WriteFile(session, p string, r io.Reader, uid, gid uint32) 
 	return err
 }
 
+func (w fsWorkspace) MkdirAll(session, p string, uid, gid uint32) error {
+	return w.s.MkdirAll(session, p, fs.Owner{UID: uid, GID: gid})
+}
+
+func (w fsWorkspace) RemoveAll(session, p string) error { return w.s.RemoveAll(session, p) }
+
+func (w fsWorkspace) Chmod(session, p string, mode os.FileMode) error {
+	return w.s.Chmod(session, p, mode)
+}
+
+func (w fsWorkspace) OpenSession(session string) (*os.Root, error) {
+	if err := fs.ValidateID("session", session); err != nil {
+		return nil, err
+	}
+	return os.OpenRoot(filepath.Join(w.views, "host", session))
+}
+
 func (w fsWorkspace) MountView(session, machine string) (string, func() error, error) {
 	var ids fs.IDShift
 	if r, ok := w.driver.(vmm.IDRanger); ok {
@@ -163,6 +180,37 @@ func newHarness(t *testing.T, turns []modeltest.Turn, limits Limits) *harness {
 // ("" for the test's directory).
 func newHarnessStore(t *testing.T, turns []modeltest.Turn, limits Limits, storeDir string) *harness {
 	t.Helper()
+	return newHarnessWith(t, harnessOptions{model: modeltest.Config{Turns: turns}, limits: limits, storeDir: storeDir})
+}
+
+// harnessOptions are what newHarnessWith makes a harness of.
+type harnessOptions struct {
+	model    modeltest.Config
+	limits   Limits
+	storeDir string // "" for the test's directory
+	// price of the agent's model; zero means a toy $1000 per million
+	// input tokens (a round figure per token) and free output. The
+	// claude CLI's first request is about 115 kB, which the gateway's
+	// hard cap bounds at a token per byte (about $117 at that price):
+	// hence limits of hundreds of dollars in the tests that use it. Tests
+	// whose limits are cents (delegation carves) use newDelegateHarness:
+	// a cheaper price and a provider count consistent with the script.
+	// The hard cap's own tests keep the gateway's defaults.
+	price gateway.Price
+	// agentModel is the model the agent runs with (and the one price
+	// prices); "" means claude-sonnet-4-5.
+	agentModel string
+}
+
+func newHarnessWith(t *testing.T, o harnessOptions) *harness {
+	t.Helper()
+	limits, storeDir := o.limits, o.storeDir
+	if o.price == (gateway.Price{}) {
+		o.price = gateway.Price{Input: 1000}
+	}
+	if o.agentModel == "" {
+		o.agentModel = "claude-sonnet-4-5"
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("agent runs need root (jail machines, FUSE)")
 	}
@@ -196,7 +244,7 @@ func newHarnessStore(t *testing.T, turns []modeltest.Turn, limits Limits, storeD
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	model := modeltest.New(modeltest.Config{Turns: turns})
+	model := modeltest.New(o.model)
 	if err := model.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +252,7 @@ func newHarnessStore(t *testing.T, turns []modeltest.Turn, limits Limits, storeD
 	h := &harness{model: model, store: st, names: map[string]netip.Addr{}, routes: map[string]string{}}
 	var runner *Runner
 	gw, err := gateway.New(gateway.Config{Upstream: model.URL(), APIKey: model.Key(),
-		Prices:  gateway.NewPrices(map[string]gateway.Price{"claude-sonnet-4-5": {Input: 1000, Output: 0}}),
+		Prices:  gateway.NewPrices(map[string]gateway.Price{o.agentModel: o.price}),
 		OnEvent: func(ev stream.Event) { runner.Event(ev) }})
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +266,7 @@ func newHarnessStore(t *testing.T, turns []modeltest.Turn, limits Limits, storeD
 	go srv.Serve(channel.Listener(ln))
 	t.Cleanup(func() { srv.Close() })
 	eg, egressDial := h.egress(t, dir, func(ev stream.Event) { runner.Event(ev) })
-	def := &Definition{Name: "analyst", Image: "claude-code", Model: "claude-sonnet-4-5", Prompt: "{{.Prompt}}",
+	def := &Definition{Name: "analyst", Image: "claude-code", Model: o.agentModel, Prompt: "{{.Prompt}}",
 		Outputs: []string{"outputs/*.md"}, Limits: limits}
 	if err := def.validate(); err != nil {
 		t.Fatal(err)
@@ -309,7 +357,7 @@ func TestRunClaudeCode(t *testing.T) {
 			"command": "mkdir -p outputs && printf '# Q2\\n\\nrevenue up 4%%\\n' > outputs/report.md && cat inputs/q2.csv", "description": "write the report"})},
 			Usage: modeltest.Usage{InputTokens: 300, OutputTokens: 40}},
 		{Blocks: []modeltest.Block{modeltest.Text("Wrote outputs/report.md")}, Usage: modeltest.Usage{InputTokens: 400, OutputTokens: 20}},
-	}, Limits{USD: 10, Turns: 10})
+	}, Limits{USD: 1000, Turns: 10})
 	res, err := h.runner.Run(context.Background(), TaskRequest{Agent: "analyst", Prompt: "Analyze Q2 sales",
 		Inputs: map[string][]byte{"q2.csv": []byte("region,revenue\nnorth,10\n")}})
 	evs := h.eventsOf(t, res.Execution.ID)
@@ -348,47 +396,6 @@ func TestRunClaudeCode(t *testing.T) {
 	}
 }
 
-// TestRunBudgetExceeded: the second call comes at over 90% of the budget
-// and carries the wrap-up instruction; the third is refused at 100%, the
-// agent is stopped, its partial output stays, and the execution ends as
-// budget_exceeded with what it cost.
-func TestRunBudgetExceeded(t *testing.T) {
-	h := newHarness(t, []modeltest.Turn{
-		{Blocks: []modeltest.Block{modeltest.ToolUse("Bash", map[string]string{"command": "mkdir -p outputs && echo partial > outputs/draft.md", "description": "draft"})},
-			Usage: modeltest.Usage{InputTokens: 950}}, // $0.95 of $1
-		{Blocks: []modeltest.Block{modeltest.ToolUse("Bash", map[string]string{"command": "echo more >> outputs/draft.md", "description": "more"})},
-			Usage: modeltest.Usage{InputTokens: 100}}, // $1.05: the next call is refused
-		{Blocks: []modeltest.Block{modeltest.Text("never reached")}},
-	}, Limits{USD: 1})
-	res, err := h.runner.Run(context.Background(), TaskRequest{Agent: "analyst", Prompt: "Draft a report"})
-	evs := h.eventsOf(t, res.Execution.ID)
-	if err != nil {
-		t.Fatalf("Run = %v\nevents:\n%s", err, dump(evs))
-	}
-	e := res.Execution
-	if e.Status != store.BudgetExceeded || e.USD < 1.0499 || e.USD > 1.0501 || e.Turns != 2 {
-		t.Errorf("execution = %+v, want budget_exceeded after $1.05 in 2 turns\nevents:\n%s", e, dump(evs))
-	}
-	if strings.Join(res.Outputs, ",") != "outputs/draft.md" {
-		t.Errorf("outputs = %q, want the partial outputs/draft.md kept", res.Outputs)
-	}
-	reqs := h.model.MessageRequests()
-	if len(reqs) != 2 || !strings.Contains(reqs[1].LastUserText(), "Budget") {
-		t.Errorf("upstream got %d requests; the second's last user text = %q, want the wrap-up instruction", len(reqs), reqs[min(1, len(reqs)-1)].LastUserText())
-	}
-	if n := countType(evs, stream.File, `".home/`); n > 0 {
-		t.Errorf("%d file events from the agent's private home, want none", n)
-	}
-	if countType(evs, stream.Budget, `"level":"warn"`) != 1 || countType(evs, stream.Budget, `"level":"exceeded"`) < 1 {
-		t.Errorf("budget events: want one warn and an exceeded\nevents:\n%s", dump(evs))
-	}
-	var p map[string]any
-	json.Unmarshal(evs[len(evs)-1].Payload, &p)
-	if evs[len(evs)-1].Type != stream.Status || p["status"] != "budget_exceeded" {
-		t.Errorf("last event = %s %s, want the budget_exceeded status", evs[len(evs)-1].Type, evs[len(evs)-1].Payload)
-	}
-}
-
 func bash(command string) modeltest.Block {
 	return modeltest.ToolUse("Bash", map[string]string{"command": command, "description": "step"})
 }
@@ -400,7 +407,7 @@ func TestRunLimits(t *testing.T) {
 		{Blocks: []modeltest.Block{bash("echo one")}},
 		{Blocks: []modeltest.Block{bash("echo two")}},
 		{Blocks: []modeltest.Block{bash("sleep 60")}},
-	}, Limits{USD: 5, Turns: 20, WallTime: Duration(time.Hour)})
+	}, Limits{USD: 500, Turns: 20, WallTime: Duration(time.Hour)})
 	ctx := context.Background()
 	res, err := h.runner.Run(ctx, TaskRequest{Agent: "analyst", Prompt: "go", Limits: Limits{Turns: 1}})
 	if err != nil || res.Execution.Status != store.BudgetExceeded || res.Execution.Turns != 1 {
@@ -411,8 +418,8 @@ func TestRunLimits(t *testing.T) {
 	if err != nil || res.Execution.Status != store.TimedOut || time.Since(start) > 30*time.Second {
 		t.Errorf("with a 3s wall time and a 60s sleep: %+v, %v after %v; want timed_out soon\n%s", res.Execution, err, time.Since(start), dump(h.eventsOf(t, res.Execution.ID)))
 	}
-	if _, err := h.runner.Run(ctx, TaskRequest{Agent: "analyst", Prompt: "go", Limits: Limits{USD: 50}}); err == nil || !strings.Contains(err.Error(), "only tighten") {
-		t.Errorf("a task asking for $50 of a $5 agent = %v, want refused", err)
+	if _, err := h.runner.Run(ctx, TaskRequest{Agent: "analyst", Prompt: "go", Limits: Limits{USD: 5000}}); err == nil || !strings.Contains(err.Error(), "only tighten") {
+		t.Errorf("a task asking for $5000 of a $500 agent = %v, want refused", err)
 	}
 	if _, err := h.runner.Run(ctx, TaskRequest{Agent: "nobody", Prompt: "go"}); err == nil || !strings.Contains(err.Error(), `no agent "nobody"`) {
 		t.Errorf("Run(unknown agent) = %v", err)
@@ -431,7 +438,7 @@ func TestRunResumeRetryAndSharing(t *testing.T) {
 		{Blocks: []modeltest.Block{modeltest.Text("retry done")}},
 		{Blocks: []modeltest.Block{bash("cat /workspace/agents/*/outputs/report.md")}},
 		{Blocks: []modeltest.Block{modeltest.Text("read it")}},
-	}, Limits{USD: 5})
+	}, Limits{USD: 500})
 	ctx := context.Background()
 	first, err := h.runner.Run(ctx, TaskRequest{Agent: "analyst", Prompt: "Write the first report"})
 	if err != nil || first.Execution.Status != store.Completed {
@@ -439,7 +446,7 @@ func TestRunResumeRetryAndSharing(t *testing.T) {
 	}
 	resumed, err := h.runner.Run(ctx, TaskRequest{Session: first.Execution.Session, Prompt: "Now add a summary"})
 	if err != nil || resumed.Execution.Status != store.Completed || resumed.Execution.Kind != store.Resume ||
-		resumed.Execution.Parent != first.Execution.ID || resumed.Execution.Session != first.Execution.Session {
+		resumed.Execution.Previous != first.Execution.ID || resumed.Execution.Session != first.Execution.Session {
 		t.Fatalf("resume: %+v, %v\n%s", resumed.Execution, err, dump(h.eventsOf(t, resumed.Execution.ID)))
 	}
 	reqs := h.model.MessageRequests()
@@ -452,7 +459,7 @@ func TestRunResumeRetryAndSharing(t *testing.T) {
 	}
 	retried, err := h.runner.Retry(ctx, failed.Execution.ID)
 	if err != nil || retried.Execution.Status != store.Completed || retried.Execution.Kind != store.Retry ||
-		retried.Execution.Parent != failed.Execution.ID || retried.Execution.Prompt != "This one fails" {
+		retried.Execution.Previous != failed.Execution.ID || retried.Execution.Prompt != "This one fails" {
 		t.Errorf("retry: %+v, %v", retried.Execution, err)
 	}
 	other, err := h.runner.Run(ctx, TaskRequest{Agent: "analyst", Prompt: "Read the others' reports"})
@@ -468,10 +475,10 @@ func TestRunResumeRetryAndSharing(t *testing.T) {
 func TestRunCredits(t *testing.T) {
 	h := newHarness(t, []modeltest.Turn{
 		{Blocks: []modeltest.Block{modeltest.Text("done")}, Usage: modeltest.Usage{InputTokens: 100}}, // $0.10
-	}, Limits{USD: 1})
+	}, Limits{USD: 150}) // the first call's bound is about $117: see harnessOptions.price
 	h.runner.cfg.Credits = true
 	ctx := context.Background()
-	if err := h.store.AddCredits(ctx, 1.5, "test"); err != nil {
+	if err := h.store.AddCredits(ctx, 200, "test"); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -502,8 +509,8 @@ func TestRunCredits(t *testing.T) {
 	// The balance is final as soon as the execution is: a follower that
 	// sees the end and reads it gets the released reservation.
 	avail, reserved, spent, err := h.store.Balance(ctx)
-	if err != nil || reserved != 0 || spent < 0.0999 || spent > 0.1001 || avail < 1.3999 || avail > 1.4001 {
-		t.Errorf("balance after: available %v, reserved %v, spent %v, %v; want 1.40, 0, 0.10", avail, reserved, spent, err)
+	if err != nil || reserved != 0 || spent < 0.0999 || spent > 0.1001 || avail < 199.8999 || avail > 199.9001 {
+		t.Errorf("balance after: available %v, reserved %v, spent %v, %v; want 199.90, 0, 0.10", avail, reserved, spent, err)
 	}
 }
 
@@ -516,7 +523,7 @@ func TestRunFaults(t *testing.T) {
 		{Blocks: []modeltest.Block{modeltest.Text("recovered")}, Usage: modeltest.Usage{InputTokens: 10}},
 		{Blocks: []modeltest.Block{bash("kill -9 $(pidof claude)")}},
 		{Blocks: []modeltest.Block{modeltest.Text("broken")}, Break: modeltest.Malformed},
-	}, Limits{USD: 5, WallTime: Duration(2 * time.Minute)})
+	}, Limits{USD: 500, WallTime: Duration(2 * time.Minute)})
 	ctx := context.Background()
 	res, err := h.runner.Run(ctx, TaskRequest{Agent: "analyst", Prompt: "go"})
 	evs := h.eventsOf(t, res.Execution.ID)
@@ -548,7 +555,7 @@ func TestRunNetwork(t *testing.T) {
 		{Blocks: []modeltest.Block{bash("curl -sS http://allowed.test/hello; echo; curl -sSk https://api.allowed.test/tls; echo; " +
 			"curl -sS http://denied.test/; echo; curl -sS --noproxy '*' --max-time 5 http://203.0.113.1/ || echo no-direct-route")}},
 		{Blocks: []modeltest.Block{modeltest.Text("fetched")}},
-	}, Limits{USD: 5})
+	}, Limits{USD: 500})
 	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "hello from "+r.Host+r.URL.Path)
 	}))
@@ -609,7 +616,7 @@ func TestRunDetachReattach(t *testing.T) {
 		// After the runner is back: the workspace answers again.
 		{Blocks: []modeltest.Block{bash("mkdir -p outputs; echo done > outputs/late.md")}, Usage: modeltest.Usage{InputTokens: 350, OutputTokens: 30}},
 		{Blocks: []modeltest.Block{modeltest.Text("all done")}, Usage: modeltest.Usage{InputTokens: 400, OutputTokens: 20}},
-	}, Limits{USD: 10, Turns: 10})
+	}, Limits{USD: 1000, Turns: 10})
 	ctx := context.Background()
 	accepted := make(chan store.Execution, 1)
 	type outcome struct {

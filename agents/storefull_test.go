@@ -109,7 +109,7 @@ func TestStoreFailureRefusesModelCalls(t *testing.T) {
 	}
 	srv := httptest.NewServer(gw)
 	defer srv.Close()
-	ru := &run{r: r, exec: e, budget: &gateway.Limits{USD: 5}, stopc: make(chan stopReason, 1)}
+	ru := &run{r: r, exec: e, budget: newTreeBudget(Limits{USD: 5}), stopc: make(chan stopReason, 1)}
 	defer r.track(context.Background(), ru)()
 	token := gw.Register(gateway.Execution{Session: sess.ID, ID: e.ID, Budget: storeGate{ru.budget, ru}})
 	call := func() (int, string) {
@@ -166,7 +166,7 @@ func TestRunStoreFull(t *testing.T) {
 			Usage: modeltest.Usage{InputTokens: 10}})
 	}
 	turns = append(turns, modeltest.Turn{Blocks: []modeltest.Block{modeltest.Text("done")}, Usage: modeltest.Usage{InputTokens: 10}})
-	h := newHarnessStore(t, turns, Limits{USD: 5, WallTime: Duration(3 * time.Minute)}, dir)
+	h := newHarnessStore(t, turns, Limits{USD: 500, WallTime: Duration(3 * time.Minute)}, dir)
 	type ran struct {
 		res Result
 		err error

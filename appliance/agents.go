@@ -21,6 +21,7 @@ import (
 	"hearth/agents/channel"
 	"hearth/agents/egress"
 	"hearth/agents/gateway"
+	"hearth/agents/inside"
 	"hearth/agents/store"
 	evstream "hearth/agents/stream"
 	"hearth/fs"
@@ -51,11 +52,16 @@ type agentService struct {
 	unavailable error
 
 	gw     *gateway.Gateway
+	prices *gateway.Prices // the table in force, following [model] prices
 	gwSrv  *http.Server
 	gwSock string
 	egress *egress.Proxy
 	egSrv  *http.Server
 	egSock string
+	// inside is the hearth MCP server agents reach from their machines.
+	inside *inside.Server
+	inSrv  *http.Server
+	inSock string
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -117,34 +123,36 @@ func newAgentService(deps AgentDeps) (*agentService, error) {
 	clearUploads(cfg.StateDir, logger) // the store's lock makes this daemon the only one
 	a := &agentService{cfg: cfg, store: st, ws: newAgentWorkspace(cfg, ws, driver), images: images, log: logger, wg: wg,
 		runs: map[string]*liveRun{}, gwSock: filepath.Join(cfg.StateDir, "gateway.sock"),
-		egSock: filepath.Join(cfg.StateDir, "egress.sock"), stopped: make(chan struct{}), hurry: make(chan struct{})}
+		egSock: filepath.Join(cfg.StateDir, "egress.sock"), inSock: filepath.Join(cfg.StateDir, "hearth-mcp.sock"),
+		stopped: make(chan struct{}), hurry: make(chan struct{})}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	if _, problems := a.loadDefinitions(); len(problems) > 0 {
 		a.log.Warn("agents: some definitions were not loaded", "problems", strings.Join(problems, "; "))
 	}
-	key, err := cfg.model().apiKey()
-	var prices *gateway.Prices
-	if err == nil {
-		prices, err = cfg.model().prices()
-	}
+	providers, missing, prices, err := cfg.gatewayProviders()
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
+	a.prices = prices
+	prices.OnReload(a.pricesReloaded)
 	switch {
 	case driver == nil:
 		a.unavailable = fmt.Errorf("no machines to run them in: %v", driverErr)
-	case key == "":
-		a.unavailable = fmt.Errorf("no model API key: set %s in the daemon's environment or model.api_key_file in the config", cfg.model().APIKeyEnv)
+	case len(providers) == 0:
+		a.unavailable = fmt.Errorf("no model API key: set %s in the daemon's environment or model.api_key_file in the config (or configure [providers.openai] or [providers.gemini] with a key)", cfg.model().APIKeyEnv)
 	default:
-		a.unavailable = a.startRunner(driver, key, prices)
+		if len(missing) > 0 {
+			a.log.Warn("model providers without an API key are not served", "providers", strings.Join(missing, ", "))
+		}
+		a.unavailable = a.startRunner(driver, providers)
 	}
 	a.recover(driver)
 	if a.unavailable != nil {
 		a.log.Warn("agents are unavailable", "err", a.unavailable)
 	} else {
 		a.log.Info("agents ready", "defined", len(a.names()), "dir", cfg.AgentsDir(),
-			"agents", strings.Join(a.names(), ", "), "model_provider", cfg.model().Upstream, "credits", onOff(cfg.Credits.Enabled))
+			"agents", strings.Join(a.names(), ", "), "model_providers", strings.Join(sortedNames(providers), ", "), "credits", onOff(cfg.Credits.Enabled))
 	}
 	return a, nil
 }
@@ -180,7 +188,7 @@ func (m ModelConfig) apiKey() (string, error) {
 // prices reads the configured price table, or the built-in one.
 func (m ModelConfig) prices() (*gateway.Prices, error) {
 	if m.Prices == "" {
-		return gateway.ParsePrices("built-in price table", builtinPrices)
+		return gateway.ParsePrices(gateway.BuiltIn, builtinPrices)
 	}
 	p, err := gateway.LoadPrices(m.Prices)
 	if err != nil {
@@ -191,8 +199,9 @@ func (m ModelConfig) prices() (*gateway.Prices, error) {
 
 // startRunner serves the gateway and the egress proxy on their sockets
 // and makes the runner.
-func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gateway.Prices) error {
-	gw, err := gateway.New(gateway.Config{Upstream: a.cfg.model().Upstream, APIKey: key, Prices: prices,
+func (a *agentService) startRunner(driver vmm.Driver, providers map[string]gateway.Provider) error {
+	gw, err := gateway.New(gateway.Config{Providers: providers,
+		Unpriced: a.cfg.model().Unpriced, Log: a.log,
 		OnEvent: a.gatewayEvent, Record: a.recordCall})
 	if err != nil {
 		return err
@@ -207,6 +216,11 @@ func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gatewa
 	if a.egSrv, err = a.serveUnix("egress proxy", a.egSock, a.egress, true); err != nil {
 		return err
 	}
+	// The hearth MCP server: each agent's tools, as its execution.
+	a.inside = inside.New(insidePlatform{a})
+	if a.inSrv, err = a.serveUnix("hearth MCP server", a.inSock, a.inside, true); err != nil {
+		return err
+	}
 	dial := func(sock string) func(ctx context.Context) (net.Conn, error) {
 		return func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) }
 	}
@@ -218,9 +232,12 @@ func (a *agentService) startRunner(driver vmm.Driver, key string, prices *gatewa
 		Driver: driver, Workspace: a.ws, Store: a.store,
 		Gateway: gw, GatewayDial: dial(a.gwSock),
 		Egress: a.egress, EgressDial: dial(a.egSock),
-		Images:  a.image,
-		Agents:  a.definitions(),
-		Grace:   time.Duration(a.cfg.Agents.Grace),
+		Inside: a.inside, InsideDial: dial(a.inSock),
+		Images:   a.image,
+		Agents:   a.definitions(),
+		Grace:    time.Duration(a.cfg.Agents.Grace),
+		OnBudget: a.cfg.Agents.OnBudget, BudgetWait: time.Duration(a.cfg.Agents.BudgetWait),
+		MaxDepth: a.cfg.Agents.MaxDepth, MaxChildren: a.cfg.Agents.MaxChildren,
 		Credits: a.cfg.Credits.Enabled,
 		Secret:  secret,
 		Disk:    int64(a.cfg.Sandbox.Disk),
@@ -374,7 +391,7 @@ func (a *agentService) recover(driver vmm.Driver) {
 // and the ledger is brought level with the records, before the
 // executions' reservations are released.
 func (a *agentService) settleCalls(ctx context.Context, keep []string) {
-	list, err := a.store.ListExecutions(ctx, store.ExecutionFilter{Status: []store.Status{store.Pending, store.Running}, Limit: 10000})
+	list, err := a.store.ListExecutions(ctx, store.ExecutionFilter{Status: []store.Status{store.Pending, store.Running, store.AwaitingBudget}, Limit: 10000})
 	if err != nil {
 		a.log.Warn("agents: settle the model calls of interrupted executions", "err", err)
 		return
@@ -592,6 +609,10 @@ func (a *agentService) Close() {
 		a.egress.Close()
 		a.egSrv.Close()
 		os.Remove(a.egSock)
+	}
+	if a.inSrv != nil {
+		a.inSrv.Close()
+		os.Remove(a.inSock)
 	}
 }
 

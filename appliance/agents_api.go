@@ -22,7 +22,10 @@ const maxTaskBody = 32 << 20
 
 // limits reads the API's limits.
 func limits(l api.Limits) (agents.Limits, error) {
-	out := agents.Limits{USD: l.Usd, Turns: l.Turns}
+	out := agents.Limits{USD: l.Usd, Turns: l.Turns, OnBudget: string(l.OnBudget)}
+	if err := agents.CheckOnBudget(out.OnBudget); err != nil {
+		return out, invalidf("limits.%v", err)
+	}
 	if err := store.CheckUSD(l.Usd); err != nil {
 		return out, invalidf("limits.usd: %v (0 or none for the agent's limit)", err)
 	}
@@ -39,6 +42,20 @@ func limits(l api.Limits) (agents.Limits, error) {
 	return out, nil
 }
 
+// agentContext reads what a task adds to its agent's MCP servers, skills
+// and context; the agent service checks them against the definition.
+func agentContext(servers []api.MCPServer, skills []string, files []api.ContextFile) ([]agents.MCPServer, []string, []agents.ContextFile) {
+	var ms []agents.MCPServer
+	for _, m := range servers {
+		ms = append(ms, agents.MCPServer{Name: m.Name, Command: m.Command, Env: m.Env, URL: m.Url, Headers: m.Headers})
+	}
+	var cs []agents.ContextFile
+	for _, c := range files {
+		cs = append(cs, agents.ContextFile{File: c.File, Text: c.Text, To: c.To})
+	}
+	return ms, skills, cs
+}
+
 func limitsView(usd float64, turns int, wall time.Duration) api.Limits {
 	l := api.Limits{Usd: usd, Turns: turns}
 	if wall > 0 {
@@ -47,15 +64,27 @@ func limitsView(usd float64, turns int, wall time.Duration) api.Limits {
 	return l
 }
 
+// defLimitsView is an agent's limits for the API.
+func defLimitsView(l agents.Limits) api.Limits {
+	out := limitsView(l.USD, l.Turns, time.Duration(l.WallTime))
+	out.OnBudget = api.LimitsOnBudget(l.OnBudget)
+	return out
+}
+
 // executionView describes an execution for the API.
 func executionView(e store.Execution) api.Execution {
+	tokens := func(t store.Tokens) api.Tokens {
+		return api.Tokens{Input: t.Input, Output: t.Output, CacheRead: t.CacheRead, CacheCreation: t.CacheCreation}
+	}
 	out := api.Execution{
-		Id: e.ID, Session: e.Session, Agent: e.Agent, Kind: api.ExecutionKind(e.Kind), Parent: e.Parent,
+		Id: e.ID, Session: e.Session, Agent: e.Agent, Kind: api.ExecutionKind(e.Kind), Previous: e.Previous,
+		Parent: e.Parent, Depth: e.Depth, TotalUsd: e.TotalUSD, TotalTokens: tokens(e.TotalTokens),
 		Prompt: e.Prompt, PromptTruncated: e.PromptTruncated, Status: api.ExecutionStatus(e.Status), Created: e.Created,
 		Limits: limitsView(e.Limits.USD, e.Limits.Turns, e.Limits.WallTime), Turns: e.Turns, Usd: e.USD,
-		Tokens: api.Tokens{Input: e.Tokens.Input, Output: e.Tokens.Output, CacheRead: e.Tokens.CacheRead, CacheCreation: e.Tokens.CacheCreation},
+		Tokens: tokens(e.Tokens),
 		Result: e.Result, Error: e.Error, Outputs: e.Outputs,
 	}
+	out.Limits.OnBudget = api.LimitsOnBudget(e.Limits.OnBudget)
 	if !e.Started.IsZero() {
 		out.Started = &e.Started
 	}
@@ -101,8 +130,10 @@ func (s *server) DelegateTask(w http.ResponseWriter, r *http.Request) {
 		fail(w, apiError(err))
 		return
 	}
-	s.started(w, r, req.Wait, task{TaskRequest: agents.TaskRequest{Agent: req.Agent, Prompt: req.Prompt, Inputs: req.Inputs,
-		InputFiles: files, Outputs: req.Outputs, Limits: lim, Session: req.Session}, staging: staging})
+	tr := agents.TaskRequest{Agent: req.Agent, Prompt: req.Prompt, Inputs: req.Inputs,
+		InputFiles: files, Outputs: req.Outputs, Limits: lim, Session: req.Session}
+	tr.MCPServers, tr.Skills, tr.Context = agentContext(req.McpServers, req.Skills, req.Context)
+	s.started(w, r, req.Wait, task{TaskRequest: tr, staging: staging})
 }
 
 func (s *server) ResumeSession(w http.ResponseWriter, r *http.Request, id string) {
@@ -117,8 +148,9 @@ func (s *server) ResumeSession(w http.ResponseWriter, r *http.Request, id string
 		fail(w, apiError(err))
 		return
 	}
-	s.started(w, r, req.Wait, task{TaskRequest: agents.TaskRequest{Prompt: req.Prompt, Inputs: req.Inputs, InputFiles: files,
-		Limits: lim, Session: id}, staging: staging})
+	tr := agents.TaskRequest{Prompt: req.Prompt, Inputs: req.Inputs, InputFiles: files, Limits: lim, Session: id}
+	tr.MCPServers, tr.Skills, tr.Context = agentContext(req.McpServers, req.Skills, req.Context)
+	s.started(w, r, req.Wait, task{TaskRequest: tr, staging: staging})
 }
 
 func (s *server) RetryExecution(w http.ResponseWriter, r *http.Request, id api.ExecutionID) {
@@ -129,11 +161,15 @@ func (s *server) RetryExecution(w http.ResponseWriter, r *http.Request, id api.E
 	s.started(w, r, req.Wait, task{Retry: id})
 }
 func (s *server) GetExecution(w http.ResponseWriter, r *http.Request, id api.ExecutionID) {
-	e, err := s.d.agents.Execution(r.Context(), id)
-	result(w, http.StatusOK, executionView(e), err)
+	e, kids, err := s.d.agents.ExecutionTree(r.Context(), id)
+	out := executionView(e)
+	for _, k := range kids {
+		out.Children = append(out.Children, k.ID)
+	}
+	result(w, http.StatusOK, out, err)
 }
 func (s *server) ListExecutions(w http.ResponseWriter, r *http.Request, params api.ListExecutionsParams) {
-	f := store.ExecutionFilter{Agent: params.Agent, Session: params.Session, Before: params.Before, Limit: params.Limit}
+	f := store.ExecutionFilter{Agent: params.Agent, Session: params.Session, Parent: params.Parent, Before: params.Before, Limit: params.Limit}
 	for _, st := range params.Status {
 		for _, one := range strings.Split(st, ",") {
 			f.Status = append(f.Status, store.Status(one))
@@ -154,14 +190,35 @@ func (s *server) CancelExecution(w http.ResponseWriter, r *http.Request, id api.
 	}
 	result(w, status, executionView(e), err)
 }
+func (s *server) TopUpExecution(w http.ResponseWriter, r *http.Request, id api.ExecutionID) {
+	var req api.TopUpRequest
+	if !decode(w, r, maxBody, &req) {
+		return
+	}
+	e, err := s.d.agents.TopUp(r.Context(), id, req.Usd)
+	result(w, http.StatusOK, executionView(e), err)
+}
 func (s *server) ListAgents(w http.ResponseWriter, r *http.Request) {
 	out := []api.AgentDefinition{}
 	for _, d := range s.d.agents.Definitions() {
-		out = append(out, api.AgentDefinition{Name: d.Name, Description: d.Description, Image: d.Image, Model: d.Model,
-			Outputs: d.Outputs, Network: d.Network, Schedule: d.Schedule,
-			Limits: limitsView(d.Limits.USD, d.Limits.Turns, time.Duration(d.Limits.WallTime))})
+		out = append(out, definitionView(d))
 	}
 	reply(w, http.StatusOK, out)
+}
+
+// definitionView describes an agent for the API: its MCP servers without
+// their env and headers, which may hold secrets.
+func definitionView(d agents.Definition) api.AgentDefinition {
+	v := api.AgentDefinition{Name: d.Name, Description: d.Description, Image: d.Image, Model: d.Model,
+		Outputs: d.Outputs, Network: d.Network, Schedule: d.Schedule, Skills: d.Skills,
+		Limits: defLimitsView(d.Limits)}
+	for _, m := range d.MCPServers {
+		v.McpServers = append(v.McpServers, api.MCPServer{Name: m.Name, Command: m.Command, Url: m.URL})
+	}
+	for _, c := range d.Context {
+		v.Context = append(v.Context, api.ContextFile{File: c.File, To: c.To})
+	}
+	return v
 }
 func (s *server) ListAgentSessions(w http.ResponseWriter, r *http.Request, params api.ListAgentSessionsParams) {
 	list, err := s.d.agents.Sessions(r.Context(), store.SessionFilter{Agent: params.Agent, Before: params.Before, Limit: params.Limit})

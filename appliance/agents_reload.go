@@ -63,8 +63,9 @@ func (a *agentService) loadDefinitions() (names, problems []string) {
 }
 
 // Reload reads the agent definitions again (see loadDefinitions) and
-// logs what it found.
+// logs what it found; the price file too, if it changed.
 func (a *agentService) Reload() (names, problems []string) {
+	a.reloadPrices()
 	names, problems = a.loadDefinitions()
 	a.log.Info("agents reloaded", "dir", a.cfg.AgentsDir(), "defined", len(names), "agents", strings.Join(names, ", "))
 	for _, p := range problems {

@@ -110,6 +110,9 @@ func (a *agentService) check(ctx context.Context, t task) (store.Execution, <-ch
 	if err != nil {
 		return store.Execution{}, nil, invalid(fmt.Errorf("agent %s: %w", def.Name, err))
 	}
+	if err := def.CheckTask(t.TaskRequest); err != nil {
+		return store.Execution{}, nil, invalid(fmt.Errorf("agent %s: %w", def.Name, err))
+	}
 	if err := checkInputs(t.Inputs); err != nil {
 		return store.Execution{}, nil, err
 	}
@@ -121,7 +124,13 @@ func (a *agentService) check(ctx context.Context, t task) (store.Execution, <-ch
 	if err := checkOutputs(t.Outputs); err != nil {
 		return store.Execution{}, nil, err
 	}
-	if err := a.ready(ctx, def, limits.USD); err != nil {
+	if t.Parent != "" {
+		// A child's budget is carved out of its parent's: the runner
+		// checks it against what the parent has left, not the balance.
+		if _, err := a.images.resolve(def.Image); err != nil {
+			return store.Execution{}, nil, fmt.Errorf("agent %s: %w", def.Name, err)
+		}
+	} else if err := a.ready(ctx, def, limits.USD); err != nil {
 		return store.Execution{}, nil, err
 	}
 	req := t.TaskRequest
@@ -148,7 +157,7 @@ func (a *agentService) startRetry(ctx context.Context, id string) (store.Executi
 	if err != nil {
 		return store.Execution{}, nil, err
 	}
-	if err := a.ready(ctx, def, old.Limits.USD); err != nil {
+	if err := a.ready(ctx, def, agents.RetryUSD(def, old.Limits.USD)); err != nil {
 		return store.Execution{}, nil, err
 	}
 	return a.launch(func(ctx context.Context) (agents.Result, error) { return a.runner.Retry(ctx, id) })
@@ -165,7 +174,7 @@ func (a *agentService) idleSession(ctx context.Context, id string) (store.Sessio
 	if err != nil {
 		return sess, err
 	}
-	busy, err := a.store.ListExecutions(ctx, store.ExecutionFilter{Session: id, Status: []store.Status{store.Pending, store.Running}, Limit: 1})
+	busy, err := a.store.ListExecutions(ctx, store.ExecutionFilter{Session: id, Status: []store.Status{store.Pending, store.Running, store.AwaitingBudget}, Limit: 1})
 	if err != nil {
 		return sess, err
 	}
@@ -221,7 +230,7 @@ func (a *agentService) ready(ctx context.Context, def *agents.Definition, usd fl
 // ImageInUse refuses to remove an image an execution runs on: its
 // machine's root is an overlay over the image's directory.
 func (a *agentService) ImageInUse(ctx context.Context, name string) error {
-	running, err := a.store.ListExecutions(ctx, store.ExecutionFilter{Status: []store.Status{store.Pending, store.Running}})
+	running, err := a.store.ListExecutions(ctx, store.ExecutionFilter{Status: []store.Status{store.Pending, store.Running, store.AwaitingBudget}})
 	if err != nil {
 		return err
 	}
@@ -256,6 +265,34 @@ func checkOutputs(patterns []string) error {
 		}
 	}
 	return nil
+}
+
+// TopUp raises a running or paused execution's USD limit by usd (see
+// agents.Runner.TopUp); a paused one goes on.
+func (a *agentService) TopUp(ctx context.Context, id string, usd float64) (store.Execution, error) {
+	if err := store.CheckUSD(usd); err != nil || !(usd > 0) {
+		return store.Execution{}, invalidf("top-up: give a positive number of dollars (like 5 or 2.50), not %v", usd)
+	}
+	e, err := a.execution(ctx, id)
+	if err == nil && e.Status.Terminal() {
+		err = conflictf("execution %s has already ended (%s): a top-up raises the limit of a running or paused execution", id, e.Status)
+	}
+	if err == nil {
+		err = a.available()
+	}
+	if err != nil {
+		return e, err
+	}
+	e, err = a.runner.TopUp(ctx, id, usd)
+	switch {
+	case errors.Is(err, agents.ErrNoDollarLimit):
+		return e, invalidf("execution %s has no dollar limit, so there is nothing to top up", id)
+	case errors.Is(err, agents.ErrNotFound):
+		return e, conflictf("execution %s is not running here (it may be pending or just ended): try again once it runs", id)
+	case err != nil:
+		return e, err
+	}
+	return a.withLive(e), nil
 }
 
 // cancelRun tells the runner to stop the execution and waits until it has
@@ -330,9 +367,30 @@ const creditEntries = 20
 // so far.
 func (a *agentService) withLive(e store.Execution) store.Execution {
 	if lr, ok := a.live(e.ID); ok && !e.Status.Terminal() {
+		// Its totals hold what it stored of its own (nothing until it
+		// ends) and its ended descendants': its own live figures replace
+		// the stored ones there too.
+		t, o, l := &e.TotalTokens, e.Tokens, lr.tokens
+		e.TotalUSD = max(e.TotalUSD-e.USD+lr.usd, 0)
+		t.Input, t.Output = t.Input-o.Input+l.Input, t.Output-o.Output+l.Output
+		t.CacheRead, t.CacheCreation = t.CacheRead-o.CacheRead+l.CacheRead, t.CacheCreation-o.CacheCreation+l.CacheCreation
 		e.Turns, e.USD, e.Tokens = lr.turns, lr.usd, lr.tokens
 	}
 	return e
+}
+
+// ExecutionTree returns execution id as Execution does, with the
+// executions it delegated to (its children), oldest first.
+func (a *agentService) ExecutionTree(ctx context.Context, id string) (store.Execution, []store.Execution, error) {
+	e, err := a.Execution(ctx, id)
+	if err != nil {
+		return e, nil, err
+	}
+	kids, err := a.store.Children(ctx, id)
+	for i := range kids {
+		kids[i] = a.withLive(kids[i])
+	}
+	return e, kids, err
 }
 
 // Execution returns execution id as it is now, or a not-found error that

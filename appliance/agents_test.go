@@ -214,12 +214,36 @@ func TestAgentsDelegate(t *testing.T) {
 			_, err := c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "go", Outputs: []string{"../*"}})
 			return err
 		}, "bad_request", 400, "under outputs/"},
+		{"mcp server outside the network list", func() error {
+			_, err := c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "go", McpServers: []client.MCPServer{{Name: "web", Url: "https://mcp.example.com/mcp"}}})
+			return err
+		}, "bad_request", 400, "agent analyst: mcp_servers \"web\": url = \"https://mcp.example.com/mcp\": the machine reaches it through the egress proxy, and mcp.example.com is not in the agent's network list: add mcp.example.com to network"},
+		{"mcp server named hearth", func() error {
+			_, err := c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "go", McpServers: []client.MCPServer{{Name: "hearth", Command: []string{"x"}}}})
+			return err
+		}, "bad_request", 400, "Hearth's own server"},
+		{"skill outside the agents directory", func() error {
+			_, err := c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "go", Skills: []string{"../skills"}})
+			return err
+		}, "bad_request", 400, "skills: \"../skills\": give a clean path inside"},
+		{"context into outputs", func() error {
+			_, err := c.Resume(ctx, e.Session, ResumeRequest{Prompt: "go", Context: []client.ContextFile{{Text: "x", To: "outputs/x.md"}}})
+			return err
+		}, "bad_request", 400, "not in outputs/"},
 		{"unknown session", func() error {
 			_, err := c.Resume(ctx, "session-000000", ResumeRequest{Prompt: "go"})
 			return err
 		}, "not_found", 404, "session-000000"},
 		{"bad status filter", func() error { _, err := c.Executions(ctx, ExecutionFilter{Status: []string{"done"}}); return err }, "bad_request", 400, "status \"done\""},
 		{"cancel an ended execution", func() error { _, err := c.Cancel(ctx, e.Id); return err }, "conflict", 409, "already ended"},
+		{"top up an ended execution", func() error { _, err := c.TopUp(ctx, e.Id, 1); return err }, "conflict", 409, "already ended"},
+		{"top up nothing", func() error { _, err := c.TopUp(ctx, e.Id, 0); return err }, "bad_request", 400, "positive number of dollars"},
+		{"top up NaN-like", func() error { _, err := c.TopUp(ctx, e.Id, -3); return err }, "bad_request", 400, "positive number of dollars"},
+		{"top up no execution", func() error { _, err := c.TopUp(ctx, "exec-00000000", 1); return err }, "not_found", 404, "exec-00000000"},
+		{"bad on_budget", func() error {
+			_, err := c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "go", Limits: Limits{OnBudget: "later"}})
+			return err
+		}, "bad_request", 400, "on_budget"},
 	})
 	if n := len(env.model.MessageRequests()); n != 2 {
 		t.Errorf("the provider got %d requests, want 2: a refused task must not reach it", n)
@@ -351,12 +375,12 @@ func TestAgentsCancelRetryResume(t *testing.T) {
 		t.Errorf("last event = %s", eventDump(evs[len(evs)-1:]))
 	}
 	retried, err := c.Retry(ctx, e.Id, true)
-	if err != nil || retried.Status != "completed" || retried.Kind != "retry" || retried.Parent != e.Id || retried.Session != e.Session ||
+	if err != nil || retried.Status != "completed" || retried.Kind != "retry" || retried.Previous != e.Id || retried.Session != e.Session ||
 		retried.Prompt != "draft a report" || retried.Result != "retried and done" {
 		t.Fatalf("Retry = %+v, %v", retried, err)
 	}
 	resumed, err := c.Resume(ctx, e.Session, ResumeRequest{Prompt: "now add a summary", Wait: true})
-	if err != nil || resumed.Status != "completed" || resumed.Kind != "resume" || resumed.Parent != retried.Id || resumed.Result != "resumed and done" {
+	if err != nil || resumed.Status != "completed" || resumed.Kind != "resume" || resumed.Previous != retried.Id || resumed.Result != "resumed and done" {
 		t.Fatalf("Resume = %+v, %v", resumed, err)
 	}
 	reqs := env.model.MessageRequests()
@@ -501,29 +525,6 @@ func TestAgentsInterruptedAtStart(t *testing.T) {
 	}
 	if ids, _ := d.driver.List(ctx); slices.Contains(ids, e.ID) {
 		t.Errorf("machines after the restart = %q: the interrupted execution's is still there", ids)
-	}
-}
-
-// TestBuiltinPrices: the table built into the binary parses and prices
-// the Claude 4 families at their list prices; other families are refused.
-func TestBuiltinPrices(t *testing.T) {
-	p, err := ModelConfig{}.prices()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		model         string
-		input, output float64
-	}{
-		{"claude-opus-4-20250514", 15, 75}, {"claude-opus-4-1-20250805", 15, 75}, {"claude-opus-4-5-20251101", 5, 25},
-		{"claude-opus-4-6", 5, 25}, {"claude-sonnet-4-20250514", 3, 15}, {"claude-sonnet-4-5", 3, 15}, {"claude-haiku-4-5-20251001", 1, 5},
-	} {
-		if got, _, ok := p.Lookup(tc.model); !ok || got.Input != tc.input || got.Output != tc.output {
-			t.Errorf("Lookup(%s) = %+v, %v; want input %v, output %v", tc.model, got, ok, tc.input, tc.output)
-		}
-	}
-	if _, _, ok := p.Lookup("claude-3-opus-20240229"); ok {
-		t.Errorf("Lookup(claude-3-opus) priced it; want refused (not in the table)")
 	}
 }
 

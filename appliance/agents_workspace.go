@@ -62,6 +62,32 @@ func (w agentWorkspace) WriteFile(session, path string, r io.Reader, uid, gid ui
 	return err
 }
 
+func (w agentWorkspace) MkdirAll(session, path string, uid, gid uint32) error {
+	return w.store.MkdirAll(session, path, fs.Owner{UID: uid, GID: gid})
+}
+
+func (w agentWorkspace) RemoveAll(session, path string) error {
+	return w.store.RemoveAll(session, path)
+}
+
+func (w agentWorkspace) Chmod(session, path string, mode os.FileMode) error {
+	return w.store.Chmod(session, path, mode)
+}
+
+// OpenSession opens the session's directory in the host view; the
+// session's name is one path component, checked as the store checks it.
+func (w agentWorkspace) OpenSession(session string) (*os.Root, error) {
+	if err := fs.ValidateID("session", session); err != nil {
+		return nil, err
+	}
+	top, err := os.OpenRoot(w.host)
+	if err != nil {
+		return nil, err
+	}
+	defer top.Close()
+	return top.OpenRoot(session)
+}
+
 // MountView mounts the view machine boots with; unmounting removes its
 // directory too.
 func (w agentWorkspace) MountView(session, machine string) (string, func() error, error) {
@@ -84,9 +110,15 @@ func (w agentWorkspace) MountView(session, machine string) (string, func() error
 // Glob matches pattern (like outputs/*.md) in the session's tree in the
 // store; it returns regular files only, relative to the session. It never
 // looks at the host view: there an agent's symlink (outputs -> another
-// session's .home) would be followed and list that session's files.
+// session's .home) would be followed and list that session's files. A
+// session the workspace has not made yet (its first execution is
+// starting) has no files: WaitForFiles waits for them.
 func (w agentWorkspace) Glob(session, pattern string) ([]string, error) {
-	return w.store.Glob(session, pattern)
+	m, err := w.store.Glob(session, pattern)
+	if errors.Is(err, fs.ErrNotFound) {
+		return nil, nil
+	}
+	return m, err
 }
 
 // FileEvents passes on the session's created, written, renamed and

@@ -94,12 +94,14 @@ func apiError(err error) *APIError {
 		e.Code, e.Step = codeBuildFailed, se.Step
 	case isAny(err, notFound):
 		e.Code = codeNotFound
-	case errors.Is(err, scheduler.ErrBusy):
+	case errors.Is(err, scheduler.ErrBusy), errors.Is(err, agents.ErrRefused):
 		e.Code = codeConflict
 	case errors.Is(err, scheduler.ErrClosed):
 		e.Code = codeUnavailable
 	case errors.Is(err, store.ErrWriteFailed): // the disk is full: GET /v1/health says so until it is not
 		e.Code = codeUnavailable
+	case errors.Is(err, store.ErrClaimed), errors.Is(err, store.ErrNotHolder):
+		e.Code = codeConflict
 	case errors.Is(err, store.ErrInsufficientCredits):
 		e.Code = codeNoCredits
 	case errors.Is(err, store.ErrInvalid):

@@ -37,6 +37,13 @@ func TestLoadConfig(t *testing.T) {
 		{"relative key file", "[model]\napi_key_file = \"key\"\n", "model.api_key_file"},
 		{"bad variable name", "[model]\napi_key_env = \"MY-KEY\"\n", "model.api_key_env"},
 		{"relative prices", "[model]\nprices = \"prices.toml\"\n", "model.prices"},
+		{"unpriced", "[model]\nunpriced = \"refuse\"\n", ""},
+		{"providers", "[providers.openai]\napi_key_env = \"OPENAI_KEY\"\nprices = \"/etc/hearth/openai.toml\"\n[providers.gemini]\nupstream = \"http://127.0.0.1:9\"\napi_key_file = \"/k\"\n[providers.anthropic]\nupstream = \"http://127.0.0.1:8\"\n", ""},
+		{"unknown provider", "[providers.mistral]\nupstream = \"https://api.mistral.ai\"\n", "providers.mistral: unknown provider: use anthropic, openai or gemini"},
+		{"provider key typo", "[providers.openai]\nkey = \"sk\"\n", "unknown key providers.openai.key"},
+		{"provider upstream", "[providers.gemini]\nupstream = \"generativelanguage.googleapis.com\"\n", "providers.gemini.upstream"},
+		{"provider relative prices", "[providers.openai]\nprices = \"p.toml\"\n", "providers.openai.prices"},
+		{"bad unpriced", "[model]\nunpriced = \"warn\"\n", `model.unpriced = "warn": must be "fallback" or "refuse"`},
 		{"credits typo", "[credits]\nenable = true\n", "unknown key credits.enable"},
 		{"api", "[api]\ntcp = \"127.0.0.1:7780\"\ntoken_file = \"/etc/hearth/token\"\n", ""},
 		{"api no port", "[api]\ntcp = \"127.0.0.1\"\n", "api.tcp = \"127.0.0.1\": write it as host:port"},
@@ -45,6 +52,9 @@ func TestLoadConfig(t *testing.T) {
 		{"leave", "[agents]\non_shutdown = \"leave\"\n", ""},
 		{"bad on_shutdown", "[agents]\non_shutdown = \"detach\"\n", `agents.on_shutdown = "detach": use "stop"`},
 		{"api relative token", "[api]\ntoken_file = \"token\"\n", "api.token_file"},
+		{"delegation", "[agents]\nmax_depth = 2\nmax_children = 4\n", ""},
+		{"negative depth", "[agents]\nmax_depth = -1\n", "agents.max_depth = -1: give how deep delegation may go, 1 to 16"},
+		{"too many children", "[agents]\nmax_children = 1000\n", "agents.max_children = 1000: give how many children"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,6 +16,8 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/dustin/go-humanize"
 
+	"hearth/agents"
+	"hearth/agents/gateway"
 	"hearth/fs"
 	"hearth/internal/duration"
 )
@@ -29,9 +31,13 @@ type Config struct {
 	Sandbox   SandboxConfig   `toml:"sandbox"`
 	Agents    AgentsConfig    `toml:"agents"`
 	Model     ModelConfig     `toml:"model"`
-	Credits   CreditsConfig   `toml:"credits"`
-	API       APIConfig       `toml:"api"`
-	Log       LogConfig       `toml:"log"`
+	// Providers are [providers.anthropic], [providers.openai] and
+	// [providers.gemini]: each model provider's upstream, key and prices
+	// (see ProviderConfig). [model] is the Anthropic one.
+	Providers map[string]ProviderConfig `toml:"providers"`
+	Credits   CreditsConfig             `toml:"credits"`
+	API       APIConfig                 `toml:"api"`
+	Log       LogConfig                 `toml:"log"`
 }
 
 // LogConfig says how the daemon writes its log (to standard error).
@@ -102,7 +108,29 @@ type AgentsConfig struct {
 	// ShutdownTimeout bounds the wait of on_shutdown = "finish"; 0 means
 	// 30m.
 	ShutdownTimeout Duration `toml:"shutdown_timeout"`
+	// OnBudget is what reaching an execution's USD limit does when
+	// neither its agent (limits.on_budget) nor its task says: "stop" (the
+	// default: the agent is stopped, budget_exceeded) or "pause" (the
+	// execution awaits a top-up, its agent stopped and its model call
+	// held).
+	OnBudget string `toml:"on_budget"`
+	// BudgetWait bounds how long a paused execution waits for a top-up
+	// before it is stopped as with "stop"; 0 means 24h.
+	BudgetWait Duration `toml:"budget_wait"`
+	// MaxDepth bounds delegation trees: an execution started by a person
+	// is at depth 0, one it delegates to at 1, and so on; a delegation
+	// deeper than MaxDepth is refused. 0 means 3; at most 16.
+	MaxDepth int `toml:"max_depth"`
+	// MaxChildren bounds the children one execution has running at once.
+	// 0 means 8; at most 64.
+	MaxChildren int `toml:"max_children"`
 }
+
+// Bounds of agents.max_depth and agents.max_children.
+const (
+	maxMaxDepth    = 16
+	maxMaxChildren = 64
+)
 
 // What stopping the daemon does to running executions.
 const (
@@ -131,6 +159,11 @@ type ModelConfig struct {
 	// Prices is a TOML price table (USD per million tokens, see
 	// gateway.ParsePrices); empty means the table built into hearth.
 	Prices string `toml:"prices"`
+	// Unpriced is what the gateway does with a call for a model the price
+	// table prices only through a family's entry or the default one:
+	// "fallback" (the default) meters it at that price, with a warning
+	// event and a log line; "refuse" refuses it.
+	Unpriced string `toml:"unpriced"`
 }
 
 // CreditsConfig turns on the credit ledger as the outermost budget.
@@ -294,7 +327,7 @@ func DefaultSandboxConfig() SandboxConfig {
 
 const knownKeys = "state_dir, workspace.mount, sandbox.agent, sandbox.tier, sandbox.allow_tcg, sandbox.warm, sandbox.default_image, sandbox.idle_timeout, " +
 	"sandbox.exec_timeout, sandbox.cpus, sandbox.memory, sandbox.pids, sandbox.disk, sandbox.max_upload, " +
-	"agents.dir, agents.grace, agents.on_shutdown, agents.shutdown_timeout, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, credits.enabled, log.format, workspace.allow_other, workspace.session_bytes, workspace.session_files, sandbox.id_base, sandbox.id_machines"
+	"agents.dir, agents.grace, agents.on_shutdown, agents.shutdown_timeout, agents.on_budget, agents.budget_wait, agents.max_depth, agents.max_children, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, model.unpriced, providers.<anthropic|openai|gemini>.upstream, providers.<name>.api_key_env, providers.<name>.api_key_file, providers.<name>.prices, credits.enabled, log.format, workspace.allow_other, workspace.session_bytes, workspace.session_files, sandbox.id_base, sandbox.id_machines"
 
 // LoadConfig decodes the TOML file at path over the defaults. Unknown keys
 // are errors, so a typo does not silently fall back to a default.
@@ -344,6 +377,18 @@ func (c Config) Validate() error {
 	if c.Agents.Grace < 0 || c.Agents.ShutdownTimeout < 0 {
 		return errors.New("agents.grace and agents.shutdown_timeout: must be positive")
 	}
+	if err := agents.CheckOnBudget(c.Agents.OnBudget); err != nil {
+		return fmt.Errorf("agents.%w", err)
+	}
+	if c.Agents.BudgetWait < 0 {
+		return fmt.Errorf("agents.budget_wait = %v: must not be negative (0 means 24h)", time.Duration(c.Agents.BudgetWait))
+	}
+	if d := c.Agents.MaxDepth; d < 0 || d > maxMaxDepth {
+		return fmt.Errorf("agents.max_depth = %d: give how deep delegation may go, 1 to %d (0 or none: %d)", d, maxMaxDepth, agents.DefaultMaxDepth)
+	}
+	if n := c.Agents.MaxChildren; n < 0 || n > maxMaxChildren {
+		return fmt.Errorf("agents.max_children = %d: give how many children one execution may have running at once, 1 to %d (0 or none: %d)", n, maxMaxChildren, agents.DefaultMaxChildren)
+	}
 	switch c.Agents.OnShutdown {
 	case "", OnShutdownStop, OnShutdownFinish, OnShutdownLeave:
 	default:
@@ -356,7 +401,10 @@ func (c Config) Validate() error {
 	if err := c.Log.validate(); err != nil {
 		return err
 	}
-	return c.model().validate()
+	if err := c.model().validate(); err != nil {
+		return err
+	}
+	return validateProviders(c.Providers)
 }
 
 func (a APIConfig) validate() error {
@@ -401,6 +449,9 @@ func (m ModelConfig) validate() error {
 	}
 	if m.APIKeyEnv != "" && !envNameRe.MatchString(m.APIKeyEnv) {
 		return fmt.Errorf("model.api_key_env = %q: must be an environment variable name", m.APIKeyEnv)
+	}
+	if m.Unpriced != "" && m.Unpriced != gateway.UnpricedFallback && m.Unpriced != gateway.UnpricedRefuse {
+		return fmt.Errorf("model.unpriced = %q: must be %q or %q", m.Unpriced, gateway.UnpricedFallback, gateway.UnpricedRefuse)
 	}
 	for key, p := range map[string]string{"model.api_key_file": m.APIKeyFile, "model.prices": m.Prices} {
 		if p != "" && !filepath.IsAbs(p) {

@@ -63,7 +63,7 @@ func Doctor(cfg Config) Diagnosis {
 	agent, agentErr := guestAgentPath(cfg)
 	add("guest agent", agentErr == nil, "%s", orOK(agentErr, agent))
 	add("images", true, "%s", imagesDetail(cfg))
-	d.Checks = append(d.Checks, daemonStoreCheck(cfg))
+	d.Checks = append(d.Checks, daemonChecks(cfg)...)
 	for _, a := range lastAttestations(cfg.StateDir) {
 		detail := fmt.Sprintf("attested when the daemon last started, in %v", a.Took.Round(time.Millisecond))
 		if !a.OK {

@@ -61,6 +61,9 @@ func TestAPIErrorDomain(t *testing.T) {
 		{noCreditsf("no credit"), codeNoCredits, http.StatusPaymentRequired},
 		{invalid(fmt.Errorf("agent x: %w", fs.ErrNotFound)), codeBadRequest, http.StatusBadRequest},
 		{fmt.Errorf("run: %w", conflictf("busy")), codeConflict, http.StatusConflict},
+		{fmt.Errorf("claim s/x: %w: held by exec-1", store.ErrClaimed), codeConflict, http.StatusConflict},
+		{fmt.Errorf("release s/x: %w: exec-1 holds it", store.ErrNotHolder), codeConflict, http.StatusConflict},
+		{fmt.Errorf("%w: path \"../x\"", store.ErrInvalid), codeBadRequest, http.StatusBadRequest},
 		{errors.New("disk on fire"), codeInternal, http.StatusInternalServerError},
 	} {
 		e := apiError(c.err)

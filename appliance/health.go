@@ -19,9 +19,15 @@ func (s *server) GetHealth(w http.ResponseWriter, r *http.Request) {
 	result(w, http.StatusOK, s.d.agents.Health(), nil)
 }
 
-// Health is the store's write health: whether it takes writes, and the last
-// write it refused.
+// Health is the store's write health (whether it takes writes, and the
+// last write it refused) and the price file's.
 func (a *agentService) Health() Health {
+	h := a.storeHealth()
+	h.Prices = a.pricesHealth()
+	return h
+}
+
+func (a *agentService) storeHealth() Health {
 	since, werr := a.store.WriteError()
 	if werr == nil {
 		// Writes go through now; a failure this hour (a full disk that
@@ -34,16 +40,25 @@ func (a *agentService) Health() Health {
 	return Health{Store: strings.TrimPrefix(werr.Error(), "store "), StoreFailingSince: since.UTC()}
 }
 
-// daemonStoreCheck is the doctor's look at the running daemon's store:
-// whether its database takes writes. Without a daemon there is nothing
-// to look at.
-func daemonStoreCheck(cfg Config) Check {
+// daemonChecks are the doctor's look at the running daemon: whether its
+// store's database takes writes, and whether its price table is the
+// price file on disk. Without a daemon there is nothing to look at.
+func daemonChecks(cfg Config) []Check {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	h, err := client.New(cfg.SocketPath()).Health(ctx)
+	if err != nil {
+		return []Check{{Name: "store", OK: true, Detail: "no daemon answering on " + cfg.SocketPath() + ": nothing to report"}}
+	}
+	checks := []Check{daemonStoreCheck(h)}
+	if h.Prices != "" {
+		checks = append(checks, Check{Name: "prices", Detail: "the price file's last change was not taken: " + h.Prices})
+	}
+	return checks
+}
+
+func daemonStoreCheck(h Health) Check {
 	switch {
-	case err != nil:
-		return Check{Name: "store", OK: true, Detail: "no daemon answering on " + cfg.SocketPath() + ": nothing to report"}
 	case h.StoreOk && h.Store != "ok":
 		return Check{Name: "store", OK: true, Detail: "the daemon's store takes writes (" + h.Store + ")"}
 	case h.StoreOk:

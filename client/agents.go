@@ -27,7 +27,10 @@ type (
 	Execution          = api.Execution
 	DelegateRequest    = api.DelegateRequest
 	ResumeRequest      = api.ResumeRequest
+	MCPServer          = api.MCPServer
+	ContextFile        = api.ContextFile
 	Limits             = api.Limits
+	LimitsOnBudget     = api.LimitsOnBudget
 	Event              = api.Event
 	EventPage          = api.EventPage
 	OutputFile         = api.OutputFile
@@ -37,6 +40,9 @@ type (
 	ExecutionFilter    = api.ListExecutionsParams
 	AgentSessionFilter = api.ListAgentSessionsParams
 	AgentReload        = api.AgentReload
+	PriceTable         = api.PriceTable
+	PriceEntry         = api.PriceEntry
+	Tokens             = api.Tokens
 )
 
 // MaxInputFiles bounds the input files of one task, in all: the daemon
@@ -176,6 +182,15 @@ func (c *Client) Executions(ctx context.Context, f ExecutionFilter) ([]Execution
 
 // Cancel stops a running execution and returns it once it has ended (or
 // still stopping, after the daemon's 30 seconds).
+// TopUp raises a running or paused execution's USD limit by usd; one
+// awaiting budget goes on.
+func (c *Client) TopUp(ctx context.Context, id string, usd float64) (Execution, error) {
+	var out Execution
+	return out, c.call(ctx, &out, func(ctx context.Context) (*http.Response, error) {
+		return c.api.TopUpExecution(ctx, id, api.TopUpRequest{Usd: usd})
+	})
+}
+
 func (c *Client) Cancel(ctx context.Context, id string) (Execution, error) {
 	var out Execution
 	return out, c.call(ctx, &out, func(ctx context.Context) (*http.Response, error) { return c.api.CancelExecution(ctx, id) })
@@ -209,6 +224,12 @@ func (c *Client) DownloadOutput(ctx context.Context, id, path string, w io.Write
 func (c *Client) Credits(ctx context.Context) (Credits, error) {
 	var out Credits
 	return out, c.call(ctx, &out, func(ctx context.Context) (*http.Response, error) { return c.api.GetCredits(ctx) })
+}
+
+// Prices returns the model price table in force.
+func (c *Client) Prices(ctx context.Context) (PriceTable, error) {
+	var out PriceTable
+	return out, c.call(ctx, &out, func(ctx context.Context) (*http.Response, error) { return c.api.GetPrices(ctx) })
 }
 
 // AddCredits adds usd to the balance and returns it.
@@ -332,8 +353,9 @@ func FinalEvent(ev Event) bool {
 func Ended(e Execution) bool { return Terminal(e.Status) }
 
 // Terminal reports whether an execution in status s has ended: s is one
-// the API names and neither pending nor running, the only statuses an
-// execution leaves (a test holds this to the store's state machine).
+// the API names and neither pending, running nor awaiting budget, the
+// only statuses an execution leaves (a test holds this to the store's
+// state machine).
 func Terminal(s api.ExecutionStatus) bool {
-	return s.Valid() && s != api.ExecutionStatusPending && s != api.ExecutionStatusRunning
+	return s.Valid() && s != api.ExecutionStatusPending && s != api.ExecutionStatusRunning && s != api.ExecutionStatusAwaitingBudget
 }

@@ -600,3 +600,76 @@ func (s *Store) ReadFile(id, snap, p string, limit int64) ([]byte, error) {
 
 // IsNotFound reports whether err means a session, snapshot or file is missing.
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// RemoveAll removes path in session id and everything under it. It never
+// follows a symbolic link: one on the way is an error, one at the end is
+// removed itself. A missing path is not an error.
+func (s *Store) RemoveAll(id, p string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess, err := s.sessionLocked(id)
+	if err != nil {
+		return fmt.Errorf("remove: %w", err)
+	}
+	dir, name, err := s.resolve(sess, p, true)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove: %w", err)
+	}
+	if e := s.removeAll(sess, dir, name); e != 0 && e != syscall.ENOENT {
+		return errOf("remove "+p, e)
+	}
+	return nil
+}
+
+// removeAll removes dir/name and, for a directory, what it holds; the
+// caller holds s.mu.
+func (s *Store) removeAll(sess *session, dir uint64, name string) syscall.Errno {
+	ino, n := sess.t.lookup(dir, name)
+	if n == nil {
+		return syscall.ENOENT
+	}
+	if !n.isDir() {
+		return s.unlink(nil, sess, dir, name)
+	}
+	var names []string
+	for it := n.entries.Iterator(); !it.Done(); {
+		child, _, _ := it.Next()
+		names = append(names, child)
+	}
+	for _, child := range names {
+		if e := s.removeAll(sess, ino, child); e != 0 && e != syscall.ENOENT {
+			return e
+		}
+	}
+	return s.rmdir(nil, sess, dir, name)
+}
+
+// Chmod sets the permission bits of path in session id, not following a
+// symbolic link anywhere in it.
+func (s *Store) Chmod(id, p string, mode os.FileMode) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess, err := s.sessionLocked(id)
+	if err != nil {
+		return fmt.Errorf("chmod: %w", err)
+	}
+	dir, name, err := s.resolve(sess, p, true)
+	if err != nil {
+		return fmt.Errorf("chmod: %w", err)
+	}
+	ino, n := sess.t.lookup(dir, name)
+	switch {
+	case n == nil:
+		return fmt.Errorf("chmod %q: %w", p, ErrNotFound)
+	case n.mode&syscall.S_IFMT == syscall.S_IFLNK:
+		return fmt.Errorf("chmod %q: %w", p, ErrSymlinkInPath)
+	}
+	m := uint32(mode.Perm())
+	if _, e := s.setattr(nil, sess, ino, attrChange{mode: &m}); e != 0 {
+		return errOf("chmod "+p, e)
+	}
+	return nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,7 +38,23 @@ parent = "node"
 npm = ["@hearth-no-such-scope/no-such-package"]
 `
 
-// testCatalog is the built-in recipes, those in testdata/recipes and badnpm.
+// checked's check passes only as agent, with the throwaway HOME, and
+// leaves a file there that the build must not keep; badcheck's fails.
+const (
+	checked = `
+name = "checked"
+parent = "base"
+check = ["test \"$(id -un)\" = agent && test \"$HOME\" = /tmp/hearth-check && test \"$PWD\" = \"$HOME\" && test \"$LANG\" = C.UTF-8 && touch left-behind"]
+`
+	badcheck = `
+name = "badcheck"
+parent = "base"
+check = ["true", "echo the CLI is missing >&2; exit 3"]
+`
+)
+
+// testCatalog is the built-in recipes, those in testdata/recipes, badnpm,
+// checked and badcheck.
 func testCatalog(t *testing.T) *Catalog {
 	t.Helper()
 	rs, err := Builtin()
@@ -51,11 +68,14 @@ func testCatalog(t *testing.T) *Catalog {
 		}
 		rs = append(rs, r)
 	}
-	r, err := Parse("badnpm.toml", []byte(badnpm), nil)
-	if err != nil {
-		t.Fatal(err)
+	for name, text := range map[string]string{"badnpm.toml": badnpm, "checked.toml": checked, "badcheck.toml": badcheck} {
+		r, err := Parse(name, []byte(text), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
 	}
-	c, err := NewCatalog(append(rs, r)...)
+	c, err := NewCatalog(rs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,6 +152,7 @@ func TestBuild(t *testing.T) {
 	t.Run("files env user", func(t *testing.T) { checkExtra(t, b) })
 	t.Run("node", func(t *testing.T) { checkNode(t, b) })
 	t.Run("failing npm step", func(t *testing.T) { checkFailingNpm(t, b, cache) })
+	t.Run("checks", func(t *testing.T) { checkChecks(t, b, cache) })
 	t.Run("list inspect remove", func(t *testing.T) { checkListRemove(t, b) })
 	t.Run("save", func(t *testing.T) { checkSave(t, b, base) })
 }
@@ -193,6 +214,29 @@ func checkFailingStep(t *testing.T, b *Builder, cache string) {
 	if !strings.HasPrefix(msg, `build image badpkg: step "apt install hearth-no-such-package": exit status 100: `) ||
 		!strings.Contains(msg, "Unable to locate package hearth-no-such-package") {
 		t.Errorf("Build(badpkg) error = %q, want the step, exit status and apt's complaint", msg)
+	}
+	if after := cacheEntries(t, cache); !slices.Equal(after, before) {
+		t.Errorf("cache after failed build = %v, want %v as before", after, before)
+	}
+}
+
+// checkChecks: a recipe's checks run as its user with a HOME the image
+// does not keep, and a failing one fails the build with its output.
+func checkChecks(t *testing.T, b *Builder, cache string) {
+	img, _ := timedBuild(t, b, "checked")
+	if _, err := os.Lstat(filepath.Join(img.Rootfs(), checkHome)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("lstat %s in the image = %v, want it removed after the check", checkHome, err)
+	}
+	const step = "check echo the CLI is missing >&2; exit 3"
+	before := cacheEntries(t, cache)
+	_, err := b.Build(context.Background(), "badcheck")
+	var se *StepError
+	if !errors.As(err, &se) || se.Image != "badcheck" || se.Step != step {
+		t.Fatalf("Build(badcheck) = %v, want a StepError for step %q", err, step)
+	}
+	t.Logf("Build(badcheck) = %v", err)
+	if msg := err.Error(); !strings.Contains(msg, "as agent: exit status 3: the CLI is missing") {
+		t.Errorf("Build(badcheck) error = %q, want the user, exit status and the command's output", msg)
 	}
 	if after := cacheEntries(t, cache); !slices.Equal(after, before) {
 		t.Errorf("cache after failed build = %v, want %v as before", after, before)
@@ -272,8 +316,9 @@ func checkListRemove(t *testing.T, b *Builder) {
 	for _, img := range imgs {
 		names = append(names, img.Name)
 	}
-	if got := strings.Join(names, " "); got != "base extra node" {
-		t.Errorf("List() names = %q, want %q", got, "base extra node")
+	// The images the subtests before this one built, in name order.
+	if got := strings.Join(names, " "); got != "base checked extra node" {
+		t.Errorf("List() names = %q, want %q", got, "base checked extra node")
 	}
 	m, err := b.Inspect("extra")
 	if err != nil || m.Name != "extra" {

@@ -24,6 +24,9 @@ type canonical struct {
 	Files   []canonicalFile   `json:"files"`
 	Env     map[string]string `json:"env"`
 	User    *User             `json:"user"`
+	// Check is omitted when empty, so recipes without one keep the
+	// hashes (and cached images) they had before checks existed.
+	Check []string `json:"check,omitempty"`
 	// ParentHash makes a change in any ancestor change this hash too.
 	ParentHash string `json:"parent_hash"`
 }
@@ -58,7 +61,7 @@ func (r *Recipe) hash(parentHash string) (string, error) {
 	}
 	data, err := json.Marshal(canonical{
 		Version: buildVersion, Name: r.Name, Parent: r.Parent, Suite: r.Suite,
-		Apt: r.Apt, Npm: r.Npm, Files: cf, Env: r.Env, User: r.User,
+		Apt: r.Apt, Npm: r.Npm, Files: cf, Env: r.Env, User: r.User, Check: r.Check,
 		ParentHash: parentHash,
 	})
 	if err != nil {

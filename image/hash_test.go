@@ -52,6 +52,7 @@ func TestHash(t *testing.T) {
 		{"parent suite", files, "name = \"b\"\nsuite = \"trixie\"\napt = [\"git\"]\n", hashChild},
 		{"file mode", files, hashBase, "name = \"c\"\nparent = \"b\"\nfiles = [{src = \"f\", dst = \"/etc/f\", mode = \"0600\"}]\n"},
 		{"env", files, hashBase, hashChild + "env = {A = \"1\"}\n"},
+		{"check", files, hashBase, hashChild + "check = [\"true\"]\n"},
 	}
 	for _, tc := range changes {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,6 +60,16 @@ func TestHash(t *testing.T) {
 				t.Errorf("hash unchanged after changing %s: %s", tc.name, h)
 			}
 		})
+	}
+}
+
+// TestHashEmptyCheck: a recipe without checks hashes as it did before
+// recipes had them, so cached images of such recipes stay valid.
+func TestHashEmptyCheck(t *testing.T) {
+	files := fstest.MapFS{"f": {Data: []byte("one")}}
+	base := hashOf(t, "c", files, hashBase, hashChild)
+	if h := hashOf(t, "c", files, hashBase, hashChild+"check = []\n"); h != base {
+		t.Errorf("check = [] changed the hash: %s, want %s", h, base)
 	}
 }
 

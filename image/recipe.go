@@ -32,6 +32,11 @@ type Recipe struct {
 	Env   map[string]string `toml:"env"`
 	// User is the default user; nil keeps the parent's.
 	User *User `toml:"user"`
+	// Check lists shell commands run at the end of the build as the
+	// image's default user (root if it has none), each of which must exit
+	// 0, e.g. "codex --version". A failing one fails the build with its
+	// output.
+	Check []string `toml:"check"`
 
 	// file is where the recipe came from, for error messages.
 	file string
@@ -72,7 +77,7 @@ var (
 	userRe   = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
 )
 
-const knownKeys = "name, parent, suite, apt, npm, files, env, user"
+const knownKeys = "name, parent, suite, apt, npm, files, env, user, check"
 
 // Load reads and checks the recipe at path; files it copies are relative to
 // path's directory.
@@ -110,7 +115,7 @@ func Parse(file string, data []byte, src fs.FS) (*Recipe, error) {
 }
 
 func (r *Recipe) validate() error {
-	checks := []func() error{r.validateBase, r.validatePackages, r.validateFiles, r.validateEnv, r.validateUser}
+	checks := []func() error{r.validateBase, r.validatePackages, r.validateFiles, r.validateEnv, r.validateUser, r.validateCheck}
 	for _, check := range checks {
 		if err := check(); err != nil {
 			return err
@@ -224,6 +229,18 @@ func (r *Recipe) validateUser() error {
 	}
 	if !path.IsAbs(u.Shell) {
 		return fmt.Errorf("user.shell = %q: want an absolute path", u.Shell)
+	}
+	return nil
+}
+
+func (r *Recipe) validateCheck() error {
+	for i, c := range r.Check {
+		switch {
+		case strings.TrimSpace(c) == "":
+			return fmt.Errorf("check[%d]: empty; want a command such as \"codex --version\"", i)
+		case strings.ContainsAny(c, "\n\r\x00"):
+			return fmt.Errorf("check[%d]: must be one line; write one command per entry", i)
+		}
 	}
 	return nil
 }

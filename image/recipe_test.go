@@ -2,6 +2,7 @@ package image
 
 import (
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -22,7 +23,8 @@ apt = ["git", "python3=3.11.2-1+b1"]
 npm = ["@anthropic-ai/claude-code", "typescript@5"]
 files = [{src = "hello.sh", dst = "/usr/local/bin/hello", mode = "0755"}]
 env = {A = "1", PATH_EXTRA = "/opt/bin"}
-user = {name = "agent", uid = 1000}`, ""},
+user = {name = "agent", uid = 1000}
+check = ["claude --version", "test -x /usr/local/bin/hello"]`, ""},
 		{"unknown key", "name = \"b\"\nsuite = \"bookworm\"\npackages = [\"git\"]", "unknown key packages"},
 		{"unknown nested key", "name = \"b\"\nsuite = \"bookworm\"\nuser = {name = \"a\", uid = 1000, home = \"/h\"}", "unknown key user.home"},
 		{"syntax error", "name = \"b", "recipe r.toml:"},
@@ -44,6 +46,9 @@ user = {name = "agent", uid = 1000}`, ""},
 		{"multi-line env", "name = \"c\"\nparent = \"b\"\nenv = {A = \"1\\n2\"}", "env.A: value must be one line"},
 		{"root user", "name = \"c\"\nparent = \"b\"\nuser = {name = \"root\", uid = 0}", "user.uid = 0"},
 		{"bad user name", "name = \"c\"\nparent = \"b\"\nuser = {name = \"Agent\", uid = 1000}", `user.name = "Agent"`},
+		{"empty check", "name = \"c\"\nparent = \"b\"\ncheck = [\"codex --version\", \" \"]", "check[1]: empty"},
+		{"multi-line check", "name = \"c\"\nparent = \"b\"\ncheck = [\"a\\nb\"]", "check[0]: must be one line"},
+		{"check not a list", "name = \"c\"\nparent = \"b\"\ncheck = \"codex --version\"", "check"},
 		{"relative shell", "name = \"c\"\nparent = \"b\"\nuser = {name = \"a\", uid = 1000, shell = \"bash\"}", `user.shell = "bash"`},
 	}
 	for _, tc := range tests {
@@ -71,6 +76,16 @@ func TestParseDefaults(t *testing.T) {
 	}
 }
 
+func TestParseCheck(t *testing.T) {
+	r, err := Parse("r.toml", []byte("name = \"c\"\nparent = \"b\"\ncheck = [\"codex --version\", \"opencode --version\"]"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"codex --version", "opencode --version"}; strings.Join(r.Check, "|") != strings.Join(want, "|") {
+		t.Errorf("check = %q, want %q", r.Check, want)
+	}
+}
+
 func TestLoad(t *testing.T) {
 	r, err := Load("testdata/recipes/extra.toml")
 	if err != nil {
@@ -84,12 +99,40 @@ func TestLoad(t *testing.T) {
 	}
 }
 
+// TestBuiltinAgentCLIs: every built-in recipe that installs an npm
+// package pins its exact version, starts from a node image and checks
+// that its CLI runs at build.
+func TestBuiltinAgentCLIs(t *testing.T) {
+	c, err := BuiltinCatalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact := regexp.MustCompile(`^(@[^/]+/)?[^@]+@\d+\.\d+\.\d+$`)
+	for _, name := range c.Names() {
+		r, _ := c.Get(name)
+		if len(r.Npm) == 0 {
+			continue
+		}
+		for _, p := range r.Npm {
+			if !exact.MatchString(p) {
+				t.Errorf("recipe %s: npm %q is not pinned to an exact version", name, p)
+			}
+		}
+		if r.Parent != "node" && r.Parent != "node-trixie" {
+			t.Errorf("recipe %s: parent = %q, want node (or node-trixie for Node 20)", name, r.Parent)
+		}
+		if len(r.Check) == 0 || !strings.HasSuffix(r.Check[0], " --version") {
+			t.Errorf("recipe %s: check = %q, want its CLI's --version", name, r.Check)
+		}
+	}
+}
+
 func TestBuiltin(t *testing.T) {
 	c, err := BuiltinCatalog()
 	if err != nil {
 		t.Fatalf("BuiltinCatalog() = %v", err)
 	}
-	if got, want := strings.Join(c.Names(), " "), "base claude-code node"; got != want {
+	if got, want := strings.Join(c.Names(), " "), "base base-trixie claude-code codex gemini node node-trixie opencode"; got != want {
 		t.Errorf("Names() = %q, want %q", got, want)
 	}
 	chain, err := c.chain("claude-code")

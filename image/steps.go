@@ -95,6 +95,9 @@ func (bd *build) steps() []step {
 	if r.User != nil {
 		s = append(s, step{"create user " + r.User.Name, bd.createUser})
 	}
+	for _, c := range r.Check {
+		s = append(s, step{"check " + c, func(ctx context.Context) error { return bd.check(ctx, c) }})
+	}
 	return append(s, step{"record manifest", bd.record}, step{"mkfs.ext4", bd.mkfs})
 }
 
@@ -315,6 +318,37 @@ func (bd *build) createUser(ctx context.Context) error {
 	}
 	return bd.chroot(ctx, nil, nil, "useradd", "--create-home", "--user-group",
 		"--uid", fmt.Sprint(u.UID), "--shell", u.Shell, u.Name)
+}
+
+// checkHome is the check's HOME: a directory the step removes, so what a
+// CLI writes on first run (config, caches) does not end up in the image.
+const checkHome = "/tmp/hearth-check"
+
+// check runs one of the recipe's check commands as the image's default
+// user, with the image's environment and a throwaway HOME.
+func (bd *build) check(ctx context.Context, command string) error {
+	user := "root"
+	if bd.man.User != nil {
+		user = bd.man.User.Name
+	}
+	env := []string{"HOME=" + checkHome, "PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"}
+	for _, k := range sortedKeys(bd.man.Env) {
+		env = append(env, k+"="+bd.man.Env[k])
+	}
+	const prepare = `set -e; rm -rf "$2"; mkdir -m 0700 "$2"; chown "$1:" "$2"`
+	if err := bd.sh(ctx, nil, prepare, user, checkHome); err != nil {
+		return err
+	}
+	args := append(append([]string{"runuser", "-u", user, "--", "env", "-i"}, env...),
+		"/bin/sh", "-c", `cd "$HOME" && `+command)
+	err := bd.chroot(ctx, nil, nil, args...)
+	if rerr := bd.sh(ctx, nil, `rm -rf "$1"`, checkHome); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("%s as %s: %w", command, user, err)
+	}
+	return nil
 }
 
 // passwdUID finds name in a passwd file.

@@ -85,6 +85,9 @@ type Summary struct {
 	NumTurns int `json:"num_turns"`
 	// Messages counts distinct assistant message ids (model responses) seen.
 	Messages int `json:"messages"`
+	// Retries counts the model calls the CLI said it retried (its
+	// api_retry lines).
+	Retries int `json:"retries,omitempty"`
 	// Usage sums each assistant message's usage once per message id, taking
 	// each field's largest value over the lines that repeat the id. The CLI
 	// prints an assistant line as a content block completes, before the

@@ -33,7 +33,9 @@ var _ Adapter = (*ClaudeCode)(nil)
 
 // Run implements Adapter. Events, in stdout order:
 //
-//	system/init        status {status: agent_started, agent_session_id, model, cwd, tools, claude_code_version, permission_mode}
+//	system/init        status {status: agent_started, agent_session_id, model, cwd, tools, claude_code_version, permission_mode, mcp_servers [{name, status}], skills}
+//	system/api_retry   retry {attempt, max_retries, status, delay_ms, error}
+//	system/other       system {subtype, payload} (payload: the line less type, subtype, session_id, uuid; cut past 4 KiB)
 //	assistant text     text {text, message_id}
 //	assistant thinking text {text, kind: thinking, message_id} if c.Thinking
 //	assistant tool_use tool_call {id, name, input, message_id}

@@ -49,23 +49,125 @@ func (f fields) count(k string) int {
 	return len(xs)
 }
 
+// maxSystemPayload bounds the payload a system event carries: the
+// CLI's line, less what every line has, as JSON.
+const maxSystemPayload = 4 << 10
+
+// system reads a system line: init starts the run, api_retry is a retry
+// event, and every other subtype is kept as a system event with its
+// payload (bounded), so nothing the CLI says is dropped.
 func (p *ccParser) system(b []byte, subtype string) error {
-	if subtype != "init" {
-		p.sum.ignore("system/" + subtype)
-		return nil
-	}
 	var f fields
 	if err := json.Unmarshal(b, &f); err != nil {
 		return err
 	}
+	switch subtype {
+	case "init":
+		p.systemInit(f)
+	case "api_retry":
+		p.sum.Retries++
+		p.s.send(stream.Retry, retryPayload{
+			Attempt: f.integer("attempt"), MaxRetries: f.integer("max_retries"), Status: f.integer("error_status"),
+			DelayMS: f.integer("retry_delay_ms"), Error: bounded(f, "error", 500),
+		})
+	default:
+		ev := systemPayload{Subtype: subtype}
+		rest := make(fields, len(f))
+		for k, v := range f {
+			if k != "type" && k != "subtype" && k != "session_id" && k != "uuid" {
+				rest[k] = v
+			}
+		}
+		payload, _ := json.Marshal(rest)
+		if len(payload) <= maxSystemPayload {
+			ev.Payload = payload
+		} else {
+			ev.Truncated, ev.PayloadBytes = true, len(payload)
+			ev.Snippet = snippet(payload, maxSystemPayload)
+		}
+		p.s.send(stream.System, ev)
+	}
+	return nil
+}
+
+// retryPayload is a retry event's: the CLI's api_retry line.
+type retryPayload struct {
+	Attempt    int64  `json:"attempt"`
+	MaxRetries int64  `json:"max_retries"`
+	Status     int64  `json:"status,omitempty"` // the HTTP status that failed; absent for a connection error
+	DelayMS    int64  `json:"delay_ms"`         // before the next attempt
+	Error      string `json:"error,omitempty"`  // the CLI's name for the failure
+}
+
+// systemPayload is a system event's: a system line of another subtype.
+type systemPayload struct {
+	Subtype string `json:"subtype"`
+	// Payload is the line's other members as JSON (no type, subtype,
+	// session_id or uuid); a longer one is cut to Snippet, not valid JSON.
+	Payload      json.RawMessage `json:"payload,omitempty"`
+	Truncated    bool            `json:"truncated,omitempty"`
+	PayloadBytes int             `json:"payload_bytes,omitempty"`
+	Snippet      string          `json:"snippet,omitempty"`
+}
+
+// bounded is member k as text, at most max bytes: a string as it is, any
+// other JSON value as its JSON.
+func bounded(f fields, k string, max int) string {
+	s := f.str(k)
+	if s == "" && len(f[k]) > 0 && string(f[k]) != "null" && string(f[k]) != `""` {
+		s = string(f[k])
+	}
+	s, _ = cut(strings.ToValidUTF8(s, "\uFFFD"), max)
+	return s
+}
+
+func (p *ccParser) systemInit(f fields) {
 	p.sum.AgentSessionID = f.str("session_id")
 	p.sum.Model = f.str("model")
 	p.s.send(stream.Status, startedPayload{
 		Status: "agent_started", AgentSessionID: p.sum.AgentSessionID, Model: p.sum.Model,
 		Cwd: f.str("cwd"), Tools: f.count("tools"),
 		ClaudeCodeVersion: f.str("claude_code_version"), PermissionMode: f.str("permissionMode"),
+		MCPServers: f.mcpServers("mcp_servers"), Skills: f.strs("skills"),
 	})
-	return nil
+}
+
+// maxListed bounds the MCP servers and skills an agent_started event
+// lists, and each name's length: the line comes from inside the machine.
+const maxListed, maxName = 64, 128
+
+func clip(s string) string {
+	if len(s) > maxName {
+		return strings.ToValidUTF8(s[:maxName], "")
+	}
+	return s
+}
+
+// strs reads a list of strings, bounded.
+func (f fields) strs(k string) []string {
+	var xs []string
+	_ = json.Unmarshal(f[k], &xs)
+	xs = xs[:min(len(xs), maxListed)]
+	for i := range xs {
+		xs[i] = clip(xs[i])
+	}
+	return xs
+}
+
+// mcpServer is an MCP server of the CLI's and whether it connected.
+type mcpServer struct {
+	Name   string `json:"name"`
+	Status string `json:"status"`
+}
+
+func (f fields) mcpServers(k string) []mcpServer {
+	var xs []mcpServer
+	_ = json.Unmarshal(f[k], &xs)
+	xs = xs[:min(len(xs), maxListed)]
+	for i := range xs {
+		xs[i] = mcpServer{clip(xs[i].Name), clip(xs[i].Status)}
+	}
+	return xs
 }
 
 type startedPayload struct {
@@ -76,6 +178,10 @@ type startedPayload struct {
 	Tools             int    `json:"tools"`
 	ClaudeCodeVersion string `json:"claude_code_version"`
 	PermissionMode    string `json:"permission_mode,omitempty"`
+	// MCPServers are the CLI's MCP servers and their status
+	// ("connected", "failed", ...); Skills the skills it loaded.
+	MCPServers []mcpServer `json:"mcp_servers,omitempty"`
+	Skills     []string    `json:"skills,omitempty"`
 }
 
 // messageLine is an assistant or user line.

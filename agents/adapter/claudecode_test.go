@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -35,7 +36,9 @@ func TestClaudeCodeSample(t *testing.T) {
 	})
 	wantPayloads := []map[string]any{
 		{"status": "agent_started", "agent_session_id": sessionID, "model": "claude-opus-4-8[1m]",
-			"cwd": "/workspace/agents/session-demo", "tools": 24.0, "claude_code_version": "2.1.197", "permission_mode": "bypassPermissions"},
+			"cwd": "/workspace/agents/session-demo", "tools": 24.0, "claude_code_version": "2.1.197", "permission_mode": "bypassPermissions",
+			"skills": []any{"deep-research", "update-config", "verify", "debug", "code-review", "simplify", "batch",
+				"fewer-permission-prompts", "loop", "claude-api", "run", "run-skill-generator"}},
 		{"id": "toolu_01", "name": "Bash", "message_id": "msg_0",
 			"input": map[string]any{"command": "echo hello-from-agent > out.txt && cat out.txt", "description": "write file"}},
 		{"id": "toolu_01", "output": "hello-from-agent", "is_error": false, "truncated": false},
@@ -148,15 +151,43 @@ func TestClaudeCodeSynthetic(t *testing.T) {
 		name: "unknown types and subtypes are ignored and counted",
 		stdout: lines(`{"type":"stream_event","event":{"type":"content_block_delta"}}`,
 			`{"type":"rate_limit_event","rate_limit_info":{}}`, `{"type":"brand_new"}`, `{}`, `null`,
-			`{"type":"system","subtype":"hook_response"}`, "", "   ",
+			"", "   ",
 			`{"type":"assistant","message":{"id":"m1","content":[{"type":"redacted_thinking","data":"x"},{"type":"thinking","thinking":"hm"}]}}`,
 			`{"type":"user","message":{"role":"user","content":"the prompt"}}`),
 		want: nil,
 		check: func(t *testing.T, s Summary) {
 			want := map[string]int{"stream_event": 1, "rate_limit_event": 1, "brand_new": 1, "untyped": 2,
-				"system/hook_response": 1, "block/redacted_thinking": 1, "block/thinking": 1, "user/text": 1}
+				"block/redacted_thinking": 1, "block/thinking": 1, "user/text": 1}
 			if !reflect.DeepEqual(s.Ignored, want) || s.Malformed != 0 || s.Status != NoResult {
 				t.Errorf("Ignored, Malformed, Status = %v, %d, %s; want %v, 0, no_result", s.Ignored, s.Malformed, s.Status, want)
+			}
+		},
+	}, {
+		// Every system line is kept: api_retry as a retry event, any
+		// other subtype as a system event carrying the line, less the
+		// members every line has, cut past maxSystemPayload.
+		name: "system lines are kept: retries, other subtypes, long payloads",
+		stdout: lines(initLine,
+			`{"type":"system","subtype":"api_retry","attempt":1,"max_retries":10,"retry_delay_ms":512,"error_status":529,"error":"server_error","session_id":"s1","uuid":"u1"}`,
+			`{"type":"system","subtype":"api_retry","attempt":2,"max_retries":10,"retry_delay_ms":1100,"error_status":null,"error":{"code":"ECONNRESET"}}`,
+			`{"type":"system","subtype":"hook_response","hook_name":"h","exit_code":0,"session_id":"s1","uuid":"u2"}`,
+			`{"type":"system","subtype":"compact_boundary","compact_metadata":{"trigger":"auto","pre_tokens":170000}}`,
+			`{"type":"system","subtype":"status","status":"`+strings.Repeat("x", maxSystemPayload)+`"}`,
+			`{"type":"system","subtype":"api_retry","attempt":"one","retry_delay_ms":-4}`,
+			`{"type":"system"}`,
+			resultLine),
+		want: []string{"status agent_started <nil>",
+			"retry 1/10 status=529 delay_ms=512 error=server_error",
+			`retry 2/10 status=<nil> delay_ms=1100 error={"code":"ECONNRESET"}`,
+			`system hook_response {"exit_code":0,"hook_name":"h"} truncated=<nil>`,
+			`system compact_boundary {"compact_metadata":{"pre_tokens":170000,"trigger":"auto"}} truncated=<nil>`,
+			"system status null truncated=true",
+			"retry 0/0 status=<nil> delay_ms=0 error=<nil>",
+			"system  {} truncated=<nil>",
+			"status agent_finished completed"},
+		check: func(t *testing.T, s Summary) {
+			if s.Retries != 3 || len(s.Ignored) != 0 || s.Malformed != 0 {
+				t.Errorf("Retries, Ignored, Malformed = %d, %v, %d; want 3, none, 0", s.Retries, s.Ignored, s.Malformed)
 			}
 		},
 	}, {
@@ -310,5 +341,49 @@ func TestClaudeCodeOneByteReads(t *testing.T) {
 	diffLines(t, "events", describeAll(t, slow), describeAll(t, whole))
 	if !reflect.DeepEqual(gotSum, wantSum) {
 		t.Errorf("Summary = %+v, want %+v", gotSum, wantSum)
+	}
+}
+
+// TestClaudeCodeInitLists: the init line's MCP servers and skills reach
+// the agent_started event, bounded (the line comes from the machine).
+func TestClaudeCodeInitLists(t *testing.T) {
+	skills := make([]string, 100)
+	for i := range skills {
+		skills[i] = strings.Repeat("s", 200)
+	}
+	b, _ := json.Marshal(map[string]any{"type": "system", "subtype": "init", "session_id": "x",
+		"mcp_servers": []map[string]any{{"name": "facts", "status": "connected"}, {"name": "web", "status": "failed", "extra": 1}},
+		"skills":      skills})
+	evs, _ := run(t, &ClaudeCode{}, strings.NewReader(string(b)+"\n"), strings.NewReader(""))
+	var p struct {
+		MCPServers []map[string]any `json:"mcp_servers"`
+		Skills     []string         `json:"skills"`
+	}
+	if len(evs) == 0 || json.Unmarshal(evs[0].Payload, &p) != nil {
+		t.Fatalf("events = %v", evs)
+	}
+	if len(p.MCPServers) != 2 || p.MCPServers[0]["name"] != "facts" || p.MCPServers[0]["status"] != "connected" ||
+		p.MCPServers[1]["status"] != "failed" || p.MCPServers[1]["extra"] != nil {
+		t.Errorf("mcp_servers = %v", p.MCPServers)
+	}
+	if len(p.Skills) != maxListed || len(p.Skills[0]) != maxName {
+		t.Errorf("%d skills of %d bytes, want %d of %d", len(p.Skills), len(p.Skills[0]), maxListed, maxName)
+	}
+}
+
+// TestClaudeCodeRealRetry: the api_retry line claude 2.1.197 printed when
+// the scripted provider answered its call 529 overloaded_error (captured
+// by TestRunRetryShown's scenario; testdata/api-retry.jsonl) is a retry
+// event with the figures the CLI gave, its fractional delay in whole ms.
+func TestClaudeCodeRealRetry(t *testing.T) {
+	f, err := os.Open("testdata/api-retry.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	evs, sum := run(t, &ClaudeCode{}, f, nil)
+	diffLines(t, "events", describeAll(t, evs), []string{"retry 1/10 status=529 delay_ms=609 error=overloaded"})
+	if sum.Retries != 1 || sum.Malformed != 0 || len(sum.Ignored) != 0 {
+		t.Errorf("Summary = %+v, want 1 retry, nothing malformed or ignored", sum)
 	}
 }

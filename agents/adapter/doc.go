@@ -2,7 +2,10 @@
 // events (package stream) and a Summary of how the agent said it ended.
 //
 // ClaudeCode reads the Claude Code CLI's `--output-format stream-json
-// --verbose` lines; Plain reads any command's lines as they are. Both read
+// --verbose` lines; Codex, OpenCode and Gemini read `codex exec --json`,
+// `opencode run --format json` and `gemini --output-format stream-json`
+// lines into the same event kinds; Plain reads any command's lines as they
+// are. All read
 // stdout and stderr concurrently, line by line, and never stop on bad
 // input: a malformed or over-long line becomes an error event and reading
 // goes on. The adapter only reports what the agent printed: token counts and

@@ -62,6 +62,11 @@ func describe(t *testing.T, ev stream.Event) string {
 		return fmt.Sprintf("error %v line %v", p["stream"], p["line"])
 	case stream.Output:
 		return fmt.Sprintf("output %v %v", p["stream"], p["line"])
+	case stream.Retry:
+		return fmt.Sprintf("retry %v/%v status=%v delay_ms=%v error=%v", p["attempt"], p["max_retries"], p["status"], p["delay_ms"], p["error"])
+	case stream.System:
+		b, _ := json.Marshal(p["payload"])
+		return fmt.Sprintf("system %v %s truncated=%v", p["subtype"], b, p["truncated"])
 	}
 	return string(ev.Type)
 }

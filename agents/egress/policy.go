@@ -129,3 +129,12 @@ func forbidden(a netip.Addr) string {
 	}
 	return ""
 }
+
+// Allowed says whether an agent whose network list is allow may reach
+// host:port through the proxy, and if not, why. Definitions check the
+// URLs of their HTTP MCP servers with it, as the proxy will check the
+// requests.
+func Allowed(allow []string, host string, port int) (ok bool, reason string) {
+	d := decide(allow, host, port)
+	return d.allowed, d.reason
+}

@@ -71,6 +71,27 @@ type Budget interface {
 	// Charge records a finished call: what it cost and the turns it used
 	// (1 if the provider started a message, else 0).
 	Charge(usd float64, turns int)
+	// Remaining is the dollar limit with the least left of all the
+	// budget's layers (the execution's own limit, the credits reserved
+	// for it, a delegating parent's carve-out): its name ("usd",
+	// "credits", ...), Used and Max in dollars, Level as Check would say.
+	// limited is false when no layer limits dollars. The gateway bounds
+	// every call's worst case by Max-Used before forwarding it (see
+	// bound.go), so spend never passes Max; a layered budget returns the
+	// use whose Max-Used is least (MinRemaining picks it).
+	Remaining() (use LimitUse, limited bool)
+}
+
+// MinRemaining is the LimitUse with the least left (Max-Used) of those
+// that are limited, for a Budget made of layers; limited is false when
+// none is.
+func MinRemaining(uses ...LimitUse) (use LimitUse, limited bool) {
+	for _, u := range uses {
+		if !limited || u.Max-u.Used < use.Max-use.Used {
+			use, limited = u, true
+		}
+	}
+	return use, limited
 }
 
 // WarnAt is the share of a limit from which a budget warns.
@@ -131,6 +152,34 @@ func (l *Limits) Charge(usd float64, turns int) {
 	l.turns += turns
 }
 
+// Remaining implements Budget: the USD limit, if there is one.
+func (l *Limits) Remaining() (LimitUse, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.USD <= 0 {
+		return LimitUse{}, false
+	}
+	u := LimitUse{Limit: "usd", Used: l.usd, Max: l.USD}
+	switch {
+	case l.usd >= l.USD:
+		u.Level = Deny
+	case l.usd >= WarnAt*l.USD:
+		u.Level = Warn
+	}
+	return u, true
+}
+
+// Raise adds usd (> 0) to the USD limit (a top-up) and returns the new
+// limit. A budget without a USD limit is left without one.
+func (l *Limits) Raise(usd float64) float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.USD > 0 && usd > 0 {
+		l.USD += usd
+	}
+	return l.USD
+}
+
 // Spent is what has been charged so far.
 func (l *Limits) Spent() (usd float64, turns int) {
 	l.mu.Lock()
@@ -141,5 +190,6 @@ func (l *Limits) Spent() (usd float64, turns int) {
 // unlimited is the Budget of an execution registered without one.
 type unlimited struct{}
 
-func (unlimited) Check() Decision     { return Decision{} }
-func (unlimited) Charge(float64, int) {}
+func (unlimited) Check() Decision             { return Decision{} }
+func (unlimited) Charge(float64, int)         {}
+func (unlimited) Remaining() (LimitUse, bool) { return LimitUse{}, false }

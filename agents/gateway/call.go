@@ -24,11 +24,20 @@ type callKey struct{}
 type call struct {
 	g     *Gateway
 	ex    *execution
+	pr    protocol
+	prov  *provider
 	ctx   context.Context // the agent's request
 	model string          // as requested
 	price Price           // of the requested model
 	start time.Time
 	id    string // shared by its start and finish records
+	raw   []byte // the body as the agent sent it
+	// inBound and inSource are the bound on its input tokens and where
+	// it came from (see plan); with maxOut, what it is charged at when
+	// its answer never reported its usage.
+	inBound  int64
+	inSource string
+	maxOut   int64
 
 	status int // the upstream's HTTP status; 0 until it answered
 	m      meter
@@ -42,6 +51,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 		return nil // count_tokens: not metered
 	}
 	c.status = resp.StatusCode
+	c.m.p = c.pr
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch {
 	case resp.StatusCode >= 400:
@@ -117,6 +127,21 @@ func (c *call) finish(err error) {
 			usage.OutputTokens = c.m.estimatedOutput()
 			msg = join(msg, fmt.Sprintf("output tokens estimated from what was delivered (%d content deltas, %d bytes)", c.m.deltas, c.m.content))
 		}
+		// Protocols that report usage only at the end (OpenAI, Gemini):
+		// an answer without it (cut, malformed, or a stream that never
+		// sent it) is charged at the call's bound, and an error event
+		// says so.
+		unreported := c.pr.usageRequired() && c.status > 0 && c.status < 400 && !c.m.final
+		if unreported {
+			usage = Usage{InputTokens: c.inBound, OutputTokens: c.maxOut}
+			if c.maxOut <= 0 {
+				usage.OutputTokens = c.m.estimatedOutput()
+			}
+			estimated = true
+			note := fmt.Sprintf("the answer ended without its usage: metered at the call's bound (%d input tokens, %d output tokens)", usage.InputTokens, usage.OutputTokens)
+			msg = join(msg, note)
+			c.g.emit(c.ex, stream.Error, errorPayload{Message: "a model call could not be metered from the provider's bytes: " + note, Model: c.model})
+		}
 		dup := c.m.id != "" && c.ex.markSeen(c.m.id)
 		if dup {
 			usage = Usage{}
@@ -124,7 +149,7 @@ func (c *call) finish(err error) {
 		model, price := c.model, c.price
 		if c.m.model != "" {
 			model = c.m.model
-			if p, _, ok := c.g.cfg.Prices.Lookup(model); ok {
+			if p, _, ok := c.prov.prices.Lookup(model); ok {
 				price = p
 			}
 		}
@@ -135,8 +160,8 @@ func (c *call) finish(err error) {
 		p := ModelCallPayload{
 			Call: c.id, Model: model, MessageID: c.m.id,
 			InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens,
-			CacheReadTokens: usage.CacheReadTokens, CacheCreationTokens: usage.CacheCreationTokens,
-			USD: usd, LatencyMS: time.Since(c.start).Milliseconds(),
+			CacheReadTokens: usage.CacheReadTokens, CacheCreationTokens: usage.CacheCreationTokens, ReasoningTokens: usage.ReasoningTokens,
+			USD: usd, LatencyMS: time.Since(c.start).Milliseconds(), InputBound: c.inBound, InputBoundSource: c.inSource,
 			Status: status, Error: msg, Duplicate: dup, Cut: cut, OutputEstimated: estimated,
 		}
 		// Recorded before it is charged: a daemon that dies in between
@@ -148,6 +173,9 @@ func (c *call) finish(err error) {
 		}
 		if usd > 0 || turns > 0 {
 			c.ex.Budget.Charge(usd, turns)
+		}
+		if in := usage.InputTokens + usage.CacheReadTokens + usage.CacheCreationTokens; c.m.id != "" && !dup && in > 0 {
+			c.ex.counted(c.raw, in)
 		}
 	})
 }

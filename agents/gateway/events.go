@@ -11,18 +11,30 @@ import "hearth/agents/stream"
 type ModelCallPayload struct {
 	Phase string `json:"phase,omitempty"` // "start" for a start record, else ""
 	Call  string `json:"call,omitempty"`  // the call's id, shared by its two records
-	// MaxUSD, on a start record, is the most the call can plausibly cost:
-	// its body's bytes/4 as input tokens at the full input price, and its
-	// max_tokens as output. A call never finished is charged up to it.
-	MaxUSD              float64 `json:"max_usd,omitempty"`
-	Model               string  `json:"model"`
-	MessageID           string  `json:"message_id"`
-	InputTokens         int64   `json:"input_tokens"`
-	OutputTokens        int64   `json:"output_tokens"`
-	CacheReadTokens     int64   `json:"cache_read_tokens"`
-	CacheCreationTokens int64   `json:"cache_creation_tokens"`
-	USD                 float64 `json:"usd"`
-	LatencyMS           int64   `json:"latency_ms"` // from the request to the end of the answer
+	// MaxUSD, on a start record, is the most the call can cost: its
+	// input's bound (see bound.go) at the dearest input price and its
+	// max_tokens (as forwarded) as output. A call never finished is
+	// charged up to it.
+	MaxUSD float64 `json:"max_usd,omitempty"`
+	// InputBound is the most input tokens the call was let have (see
+	// bound.go), and InputBoundSource what bounded it: "bytes" (a token
+	// per byte of the request), "prefix" (a recent call's counted tokens
+	// and a token per byte it did not share) or "counted" (the
+	// provider's count of this request, and a margin). Zero and empty on
+	// a call refused before it was bounded.
+	InputBound          int64  `json:"input_bound,omitempty"`
+	InputBoundSource    string `json:"input_bound_source,omitempty"`
+	Model               string `json:"model"`
+	MessageID           string `json:"message_id"`
+	InputTokens         int64  `json:"input_tokens"`
+	OutputTokens        int64  `json:"output_tokens"`
+	CacheReadTokens     int64  `json:"cache_read_tokens"`
+	CacheCreationTokens int64  `json:"cache_creation_tokens"`
+	// ReasoningTokens is the part of OutputTokens spent reasoning
+	// (OpenAI, Gemini): billed as output.
+	ReasoningTokens int64   `json:"reasoning_tokens,omitempty"`
+	USD             float64 `json:"usd"`
+	LatencyMS       int64   `json:"latency_ms"` // from the request to the end of the answer
 	// Status is the upstream's HTTP status; 502 when its answer broke off
 	// or never came, the matching status of a mid-stream error event, 499
 	// when the agent hung up first.

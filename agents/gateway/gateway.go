@@ -1,9 +1,14 @@
-// Package gateway is the metering model gateway: an Anthropic Messages API
-// reverse proxy on the host that every model call of a sandboxed agent
-// goes through. It swaps the execution's token for the real API key,
-// passes streams through unbuffered, meters tokens and dollars from the
-// bytes the provider returned, asks the execution's Budget before each
-// call (adding a wrap-up instruction at 90%, refusing at 100%) and reports
+// Package gateway is the metering model gateway: a reverse proxy on the
+// host for model APIs (Anthropic's Messages API, OpenAI's Responses and
+// Chat Completions, Google's Gemini generateContent; see protocol.go)
+// that every model call of a sandboxed agent goes through. It swaps the
+// execution's token for the provider's real API key, passes streams
+// through unbuffered, meters tokens and dollars from the bytes the
+// provider returned, asks the execution's Budget before each call and
+// bounds its worst case so that spend never passes a dollar limit
+// (lowering the protocol's output cap, refusing a call that cannot fit;
+// see bound.go), adds a wrap-up instruction to the call that could pass 90%,
+// can hold a call at a limit until a top-up (Execution.Hold), and reports
 // model_call and budget events. A token is admitted only through the
 // channel of the machine it was issued to (package channel); each
 // call's start and finish can be recorded durably (Config.Record) so that
@@ -16,14 +21,16 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,7 +49,9 @@ const DefaultMaxBody = 32 << 20
 
 // Config is what a Gateway needs.
 type Config struct {
-	// Upstream is the provider's base URL, e.g. https://api.anthropic.com.
+	// Upstream is Anthropic's base URL, e.g. https://api.anthropic.com;
+	// empty (with no APIKey and Prices) when the gateway serves no
+	// Anthropic calls, or when Providers has its entry.
 	Upstream string
 	// APIKey is the real key, sent upstream as x-api-key. It never leaves
 	// the host.
@@ -50,6 +59,17 @@ type Config struct {
 	// Prices prices every call; a request for a model it cannot price is
 	// refused.
 	Prices *Prices
+	// Providers are the other providers served, by name (ProviderOpenAI,
+	// ProviderGemini; ProviderAnthropic when Upstream is empty). A call
+	// in the protocol of a provider not configured is answered 404.
+	Providers map[string]Provider
+	// Unpriced says what to do with a call for a model the price table
+	// prices only through a family's entry or the default one:
+	// UnpricedFallback (or "") forwards it at that price, with a warning
+	// event once per execution and a log line; UnpricedRefuse refuses it.
+	Unpriced string
+	// Log, if set, gets a line for each model priced by a fallback.
+	Log *slog.Logger
 	// OnEvent receives model_call, budget and error events. It is called
 	// from request goroutines, possibly concurrently, and should not block.
 	OnEvent func(stream.Event)
@@ -66,6 +86,17 @@ type Config struct {
 	Transport http.RoundTripper
 	// MaxBody bounds request bodies; 0 means DefaultMaxBody.
 	MaxBody int64
+	// MinOutput is the least answer, in output tokens, a call must be
+	// able to pay for under a dollar limit to be forwarded; 0 means
+	// DefaultMinOutput.
+	MinOutput int64
+	// InputMargin is added to the bound of every call's input tokens for
+	// what the provider adds to a request; 0 means DefaultInputMargin.
+	InputMargin int64
+	// CountTimeout bounds asking the provider to count a call's input
+	// tokens (see count.go); 0 means DefaultCountTimeout, a negative
+	// value never counts (the byte bound stays).
+	CountTimeout time.Duration
 }
 
 // Execution is what the gateway knows about the execution behind a token.
@@ -84,19 +115,28 @@ type Execution struct {
 	// Channel, if set, is the only channel (see package channel) the token is
 	// admitted on: that of the execution's machine.
 	Channel string
+	// Hold, if set, is called when a call is refused for dollars (a
+	// dollar limit reached, or the call's worst case not fitting in what
+	// is left), instead of refusing it at once: it blocks until the limit
+	// was raised (true: the call is bounded again and goes on) or will
+	// not be (false: refused as at any limit). ctx ends when the agent
+	// hangs up or the gateway drains (the call is then answered with a
+	// retryable 529). The call keeps the execution's one slot meanwhile.
+	Hold func(ctx context.Context, d Decision) bool
 }
 
 // Gateway is the metering proxy, an http.Handler. It is safe for
 // concurrent use; it starts no goroutines of its own but the one Drain
-// waits with.
+// waits with and one for each call held for a top-up.
 type Gateway struct {
-	cfg      Config
-	upstream *url.URL
-	proxy    *httputil.ReverseProxy
+	cfg   Config
+	provs map[string]*provider
+	proxy *httputil.ReverseProxy
 
 	mu       sync.RWMutex
 	execs    map[string]*execution // by token
 	draining bool                  // Drain was called: new requests are refused
+	drained  chan struct{}         // closed by Drain: held calls let go
 	inflight sync.WaitGroup        // requests being served; Add only while !draining
 }
 
@@ -104,26 +144,71 @@ type Gateway struct {
 type execution struct {
 	Execution
 	// slot holds one token while a model call is in flight: calls of one
-	// execution run one at a time, so spend can pass a limit by at most
-	// the one call in flight when it was reached.
+	// execution run one at a time, so each is bounded by what the last
+	// one left.
 	slot chan struct{}
 
 	mu     sync.Mutex
-	warned map[string]bool // limits a warn event was written for
+	warned map[string]bool // limits a warn event was written for, and "price:"+model for fallback prices
 	seen   map[string]bool // message ids already metered
+	// priceWarnings counts the models warned of as priced by a fallback.
+	priceWarnings int
+	counts        []counted // the last calls' bodies and counted input, newest last
+}
+
+// recent returns the last calls' counted bodies.
+func (ex *execution) recent() []counted {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	return ex.counts
+}
+
+// counted keeps a finished call's body and the input tokens counted for it.
+func (ex *execution) counted(body []byte, tokens int64) {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	ex.counts = append(ex.counts, counted{body, tokens})
+	if len(ex.counts) > recentBodies {
+		ex.counts = append([]counted(nil), ex.counts[len(ex.counts)-recentBodies:]...)
+	}
 }
 
 // New makes a Gateway from cfg.
 func New(cfg Config) (*Gateway, error) {
-	u, err := url.Parse(cfg.Upstream)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("gateway: upstream %q is not an http(s) URL", cfg.Upstream)
+	all := map[string]Provider{}
+	for name, p := range cfg.Providers {
+		switch name {
+		case ProviderAnthropic, ProviderOpenAI, ProviderGemini:
+		default:
+			return nil, fmt.Errorf("gateway: unknown provider %q (want %s, %s or %s)", name, ProviderAnthropic, ProviderOpenAI, ProviderGemini)
+		}
+		all[name] = p
 	}
-	if cfg.APIKey == "" {
-		return nil, errors.New("gateway: no API key")
+	if cfg.Upstream != "" || cfg.APIKey != "" || cfg.Prices != nil {
+		if _, ok := all[ProviderAnthropic]; ok {
+			return nil, errors.New("gateway: Anthropic is configured twice (Upstream and Providers)")
+		}
+		all[ProviderAnthropic] = Provider{Upstream: cfg.Upstream, APIKey: cfg.APIKey, Prices: cfg.Prices}
 	}
-	if cfg.Prices == nil {
-		return nil, errors.New("gateway: no price table")
+	if len(all) == 0 {
+		return nil, errors.New("gateway: no provider configured")
+	}
+	provs := map[string]*provider{}
+	for name, p := range all {
+		u, err := url.Parse(p.Upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("gateway: %s upstream %q is not an http(s) URL", name, p.Upstream)
+		}
+		if p.APIKey == "" {
+			return nil, fmt.Errorf("gateway: no API key for %s", name)
+		}
+		if p.Prices == nil {
+			return nil, fmt.Errorf("gateway: no price table for %s", name)
+		}
+		provs[name] = &provider{name: name, upstream: u, key: p.APIKey, prices: p.Prices}
+	}
+	if err := checkUnpriced(cfg.Unpriced); err != nil {
+		return nil, err
 	}
 	if cfg.WrapUp == "" {
 		cfg.WrapUp = DefaultWrapUp
@@ -136,7 +221,16 @@ func New(cfg Config) (*Gateway, error) {
 		t.MaxIdleConnsPerHost = 64 // many executions share one provider host
 		cfg.Transport = t
 	}
-	g := &Gateway{cfg: cfg, upstream: u, execs: map[string]*execution{}}
+	if cfg.MinOutput == 0 {
+		cfg.MinOutput = DefaultMinOutput
+	}
+	if cfg.InputMargin == 0 {
+		cfg.InputMargin = DefaultInputMargin
+	}
+	if cfg.CountTimeout == 0 {
+		cfg.CountTimeout = DefaultCountTimeout
+	}
+	g := &Gateway{cfg: cfg, provs: provs, execs: map[string]*execution{}, drained: make(chan struct{})}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
 		Transport:      cfg.Transport,
@@ -189,38 +283,54 @@ func (g *Gateway) lookup(r *http.Request) *execution {
 	return ex
 }
 
+// byToken finds the execution whose token a request carries, in
+// whichever header its CLI sends a key in: x-api-key (Anthropic),
+// Authorization: Bearer (Anthropic's auth token, OpenAI) or
+// x-goog-api-key (Gemini). Never from the URL: a key there ends up in
+// logs.
 func (g *Gateway) byToken(h http.Header) *execution {
-	token := h.Get("x-api-key")
-	if token == "" {
-		token, _ = strings.CutPrefix(h.Get("Authorization"), "Bearer ")
-	}
-	if token == "" {
-		return nil
-	}
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	return g.execs[token]
+	for _, token := range []string{h.Get("x-api-key"), trimBearer(h.Get("Authorization")), h.Get("x-goog-api-key")} {
+		if ex := g.execs[token]; token != "" && ex != nil {
+			return ex
+		}
+	}
+	return nil
 }
 
-// ServeHTTP serves POST /v1/messages (metered, budgeted) and
-// /v1/messages/count_tokens (free: forwarded only); any other path is
-// answered 404, as the API does, without reaching the provider.
+// ServeHTTP serves the model calls of every configured provider's
+// protocol (see route: POST /v1/messages, /v1/responses,
+// /v1/chat/completions, /v1beta/models/{model}:generateContent and
+// :streamGenerateContent; metered, budgeted) and their token counting
+// (free: forwarded only); any other path is answered 404, as the APIs
+// do, without reaching a provider. Every answer the gateway writes itself
+// has the protocol's own error shape.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	pr, metered, known := route(r)
+	if pr != nil {
+		w = &protoWriter{ResponseWriter: w, p: pr}
+	}
 	if !g.enter() {
 		refuseDraining(w)
 		return
 	}
 	defer g.inflight.Done()
-	metered := r.URL.Path == "/v1/messages"
-	if !metered && r.URL.Path != "/v1/messages/count_tokens" {
+	if !known {
 		writeAPIError(w, http.StatusNotFound, "not_found_error", "Not Found")
+		return
+	}
+	prov := g.provs[pr.provider()]
+	if prov == nil {
+		writeAPIError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("model gateway: no %s provider is configured (see [providers.%s] in the daemon's config)", pr.provider(), pr.provider()))
 		return
 	}
 	ex := g.lookup(r)
 	if ex == nil {
-		writeAPIError(w, http.StatusUnauthorized, "authentication_error", "invalid x-api-key: not a token of a running execution")
+		writeAPIError(w, http.StatusUnauthorized, "authentication_error", "invalid API key: not a token of a running execution")
 		return
 	}
+	r = r.WithContext(context.WithValue(r.Context(), providerKey{}, prov))
 	if !metered {
 		g.proxy.ServeHTTP(w, r)
 		return
@@ -229,14 +339,19 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusMethodNotAllowed, "invalid_request_error", "Method Not Allowed")
 		return
 	}
-	g.serveMessages(w, r, ex)
+	g.serveCall(w, r, ex, pr, prov)
 }
 
-// serveMessages runs one model call: admit it, ask the budget, forward it
-// and meter the answer.
-func (g *Gateway) serveMessages(w http.ResponseWriter, r *http.Request, ex *execution) {
-	body, model, price, ok := g.admit(w, r, ex)
+type providerKey struct{}
+
+// serveCall runs one model call: admit it, ask the budget, bound its
+// worst case, forward it and meter the answer.
+func (g *Gateway) serveCall(w http.ResponseWriter, r *http.Request, ex *execution, pr protocol, prov *provider) {
+	body, model, price, ok := g.admit(w, r, ex, pr, prov)
 	if !ok {
+		return
+	}
+	if body, ok = g.prepare(w, body, pr); !ok {
 		return
 	}
 	select {
@@ -249,22 +364,46 @@ func (g *Gateway) serveMessages(w http.ResponseWriter, r *http.Request, ex *exec
 		refuseDraining(w)
 		return
 	}
-	c := &call{g: g, ex: ex, ctx: r.Context(), model: model, price: price, start: time.Now(), id: "call_" + rand.Text()[:16]}
+	c := &call{g: g, ex: ex, pr: pr, prov: prov, ctx: r.Context(), model: model, price: price, start: time.Now(), id: "call_" + rand.Text()[:16], raw: body}
 	defer c.finish(errNoResponse) // if nothing else finished it
-	d := ex.Budget.Check()
-	if d.Level == Deny {
-		g.refuse(w, ex, d)
+	var count func() (int64, bool)
+	if _, ok := pr.(anthropicProto); ok { // the count_tokens endpoint is Anthropic's
+		count = g.counter(r.Context(), r, prov, ex, model, body)
+	}
+	var p plan
+	for {
+		p = g.plan(ex, pr, body, price, count)
+		if p.bad != nil {
+			pr.writeError(w, http.StatusBadRequest, "invalid_request_error", strings.TrimPrefix(p.bad.Error(), errBadRequest.Error()+": "))
+			c.abandon()
+			return
+		}
+		if p.d.Level != Deny {
+			break
+		}
+		g.warn(ex, p.d) // the warning always comes before the stop
+		if !p.dollars || ex.Hold == nil {
+			g.refuse(w, ex, p.d, p.note)
+			c.abandon()
+			return
+		}
+		switch g.hold(r.Context(), ex, p.d) {
+		case heldRaised:
+			continue // topped up: planned again, with the new limit
+		case heldDrained:
+			refuseDraining(w)
+			c.abandon()
+			return
+		}
+		g.refuse(w, ex, p.d, p.note)
 		c.abandon()
 		return
 	}
-	if d.Level == Warn {
-		g.warn(ex, d)
-		if b, err := injectWrapUp(body, g.cfg.WrapUp); err == nil {
-			body = b
-		}
+	if p.d.Level == Warn {
+		g.warn(ex, p.d)
 	}
-	maxUSD := price.Cost(Usage{InputTokens: int64(len(body)+3) / 4, OutputTokens: peekMaxTokens(body)})
-	if err := g.record(ex, ModelCallPayload{Phase: PhaseStart, Call: c.id, Model: model, MaxUSD: maxUSD}); err != nil {
+	c.inBound, c.inSource = p.inBound, p.inSource
+	if err := g.record(ex, ModelCallPayload{Phase: PhaseStart, Call: c.id, Model: model, MaxUSD: p.worst, InputBound: p.inBound, InputBoundSource: p.inSource}); err != nil {
 		g.emit(ex, stream.Error, errorPayload{Message: "a model call was refused: its start could not be recorded: " + err.Error(), Model: model})
 		w.Header().Set("Retry-After", strconv.Itoa(DrainRetryAfter))
 		w.Header().Set("x-should-retry", "true")
@@ -272,16 +411,197 @@ func (g *Gateway) serveMessages(w http.ResponseWriter, r *http.Request, ex *exec
 		c.abandon()
 		return
 	}
+	c.maxOut = p.maxOut
 	r = r.WithContext(context.WithValue(r.Context(), callKey{}, c))
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.ContentLength = int64(len(body))
+	r.Body = io.NopCloser(bytes.NewReader(p.body))
+	r.ContentLength = int64(len(p.body))
 	g.proxy.ServeHTTP(w, r)
+}
+
+// plan is what the gateway does with one call.
+type plan struct {
+	d       Decision // Deny: refused (or held); Warn: it carries the wrap-up
+	dollars bool     // the denial is about dollars: a top-up lifts it
+	note    string   // why a call refused for dollars is, beyond the figures
+	bad     error    // a request that cannot be bounded: answered 400
+	body    []byte   // the body to forward
+	worst   float64  // the most it can cost, in dollars
+	// inBound bounds the input tokens (wrap-up included), from inSource
+	// (BoundBytes, BoundPrefix or BoundCounted).
+	inBound  int64
+	inSource string
+	maxOut   int64 // the output cap it carries; 0 if none
+	// constrained says the input bound changed what is done with the
+	// call: refused for dollars, the output cap lowered, or warned at
+	// 90% for want of room below it. A lower bound could change it back.
+	constrained bool
+}
+
+// plan asks the budget about a call and bounds its worst case (see
+// bound.go): the body to forward has a max_tokens the dollars left can
+// pay, and carries the wrap-up instruction when the call could take
+// spend past 90% of a limit. count, if not nil, asks the provider for
+// the body's input tokens (count.go); it is called only when the byte
+// bound is all there is and it decides the call.
+func (g *Gateway) plan(ex *execution, pr protocol, body []byte, price Price, count func() (int64, bool)) plan {
+	price = price.dearest() // a long prompt's rates, if dearer: the prompt's length is not known yet
+	d := ex.Budget.Check()
+	if d.Level == Deny {
+		return plan{d: d, dollars: dollarsOnly(d)}
+	}
+	use, limited := ex.Budget.Remaining()
+	if !limited {
+		in := int64(len(body)) + g.cfg.InputMargin
+		asked, _ := pr.maxOutput(body)
+		p := plan{d: d, body: body, worst: worstCost(in, asked, price), inBound: in, inSource: BoundBytes, maxOut: asked}
+		if d.Level == Warn {
+			p.body = g.wrapUp(pr, body)
+		}
+		return p
+	}
+	// The wrap-up text may be added: its bytes are bounded too.
+	extra := int64(len(g.cfg.WrapUp)) + 64
+	in, uncounted := inputBoundOf(body, ex.recent(), g.cfg.InputMargin)
+	src := BoundPrefix
+	if uncounted == int64(len(body)) {
+		src = BoundBytes
+	}
+	p := g.bound(d, use, pr, body, price, in+extra)
+	if p.constrained && uncounted >= CountMinBytes && count != nil {
+		// What is forwarded is what was counted: the body with each
+		// top-level key once, as countBody sent it.
+		if n, ok := count(); ok && countedBound(n, g.cfg.InputMargin) < in {
+			if one, err := normalize(body); err == nil {
+				body, in, src = one, countedBound(n, g.cfg.InputMargin), BoundCounted
+				p = g.bound(d, use, pr, body, price, in+extra)
+			}
+		}
+	}
+	p.inBound, p.inSource = in+extra, src
+	return p
+}
+
+// bound plans a call under the dollar limit use (the tightest, with what
+// is left of it) given in, the bound on its input tokens.
+func (g *Gateway) bound(d Decision, use LimitUse, pr protocol, body []byte, price Price, in int64) plan {
+	d.Limits = slices.Clip(d.Limits) // planned twice when counted: each plan appends to its own
+	room := use.Max - use.Used
+	out := fit(room, in, price)
+	if out < g.cfg.MinOutput {
+		use.Level = Deny
+		return plan{d: Decide(append(d.Limits, use)...), dollars: true, constrained: true, note: fmt.Sprintf(
+			"the next call could cost up to %s (%d input tokens at most, at %s per million, and at least %d output tokens), more than the %s left",
+			fmtAmount("usd", worstCost(in, g.cfg.MinOutput, price)), in, fmtAmount("usd", price.inputPrice()), g.cfg.MinOutput, fmtAmount("usd", room))}
+	}
+	asked, ok := pr.maxOutput(body)
+	if !ok {
+		asked = math.MaxInt64 // the provider's default cap: as much as it allows
+	}
+	constrained := out < asked
+	// While a fair answer fits below the 90% mark, the call is bounded
+	// there and goes unwarned; the call that cannot is the last that can
+	// still be told to wrap up, and may use what is left to 100%.
+	if !hasLimit(d, use.Limit) {
+		below := fit(WarnAt*use.Max-use.Used, in, price)
+		if below >= min(max(asked, 1), FairAnswer) {
+			out = min(out, below)
+			constrained = constrained || below < asked
+		} else {
+			use.Level = Warn
+			d = Decide(append(d.Limits, use)...)
+			constrained = true
+		}
+	}
+	fwd, maxTokens, err := pr.capOutput(body, out)
+	if err != nil {
+		return plan{bad: err}
+	}
+	p := plan{d: d, body: fwd, worst: worstCost(in, maxTokens, price), maxOut: maxTokens, constrained: constrained}
+	if p.d.Level == Warn {
+		p.body = g.wrapUp(pr, fwd)
+	}
+	return p
+}
+
+// wrapUp adds the wrap-up instruction to body, in the protocol's own
+// message format; a body it cannot be added to goes as it is (the
+// provider refuses a malformed one).
+func (g *Gateway) wrapUp(pr protocol, body []byte) []byte {
+	if b, err := pr.wrapUp(body, g.cfg.WrapUp); err == nil {
+		return b
+	}
+	return body
+}
+
+// prepare makes sure a call's answer can be metered (protocol.prepare);
+// a body it cannot rewrite is answered 400.
+func (g *Gateway) prepare(w http.ResponseWriter, body []byte, pr protocol) ([]byte, bool) {
+	b, err := pr.prepare(body)
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, "invalid_request_error", strings.TrimPrefix(err.Error(), errBadRequest.Error()+": "))
+		return nil, false
+	}
+	return b, true
+}
+
+func hasLimit(d Decision, limit string) bool {
+	for _, u := range d.Limits {
+		if u.Limit == limit {
+			return true
+		}
+	}
+	return false
+}
+
+// dollarsOnly says whether every limit d denies is a dollar limit, so
+// that raising it lets the call go on.
+func dollarsOnly(d Decision) bool {
+	for _, u := range d.Limits {
+		if u.Level == Deny && (u.Reason != "" || u.Limit == "turns" || u.Limit == "wall_time") {
+			return false
+		}
+	}
+	return true
+}
+
+type holdResult int
+
+const (
+	heldRefused holdResult = iota // not raised: refuse
+	heldRaised                    // topped up: plan again
+	heldDrained                   // the gateway drains: the agent retries later
+)
+
+// hold asks the execution's Hold to wait for a top-up, until the agent
+// hangs up or the gateway drains.
+func (g *Gateway) hold(ctx context.Context, ex *execution, d Decision) holdResult {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g.mu.RLock()
+	drained := g.drained
+	g.mu.RUnlock()
+	go func() {
+		select {
+		case <-drained:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if ex.Hold(ctx, d) {
+		return heldRaised
+	}
+	select {
+	case <-drained:
+		return heldDrained
+	default:
+		return heldRefused
+	}
 }
 
 // admit reads the body and checks what can be checked before a call: the
 // body is JSON naming a model, the execution may use that model, and the
 // price table prices it. It answers the request itself when not ok.
-func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, ex *execution) (body []byte, model string, price Price, ok bool) {
+func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, ex *execution, pr protocol, prov *provider) (body []byte, model string, price Price, ok bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBody))
 	var tooBig *http.MaxBytesError
 	switch {
@@ -291,7 +611,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, ex *execution) (
 	case err != nil:
 		return nil, "", Price{}, false // the agent went away mid-request
 	}
-	model, ok = peekModel(body)
+	model, ok = pr.model(r, body)
 	if !ok {
 		writeAPIError(w, http.StatusBadRequest, "invalid_request_error", "request body: must be a JSON object with a model")
 		return nil, "", Price{}, false
@@ -300,8 +620,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, ex *execution) (
 		g.refuseModel(w, ex, model, fmt.Sprintf("model %q is not allowed for this execution (allowed: %s)", model, strings.Join(ex.Models, ", ")))
 		return nil, "", Price{}, false
 	}
-	if price, _, ok = g.cfg.Prices.Lookup(model); !ok {
-		g.refuseModel(w, ex, model, fmt.Sprintf("model %q has no price in the price table and there is no default entry; the call was refused", model))
+	if price, ok = g.priceOf(w, ex, prov, model); !ok {
 		return nil, "", Price{}, false
 	}
 	return body, model, price, true
@@ -331,7 +650,7 @@ func (ex *execution) allows(model string) bool {
 // not retry, and which is what the API itself answers when an account's
 // credit balance is too low; 429 and 529 would be retried for minutes.
 // x-should-retry: false says the same to clients that read it.
-func (g *Gateway) refuse(w http.ResponseWriter, ex *execution, d Decision) {
+func (g *Gateway) refuse(w http.ResponseWriter, ex *execution, d Decision, note string) {
 	var limits, reasons []string
 	for _, u := range d.Limits {
 		switch {
@@ -340,23 +659,39 @@ func (g *Gateway) refuse(w http.ResponseWriter, ex *execution, d Decision) {
 			reasons = append(reasons, u.Reason)
 		default:
 			g.emit(ex, stream.Budget, budgetPayload(u))
-			limits = append(limits, fmt.Sprintf("%s limit reached (%s of %s used)", u.Limit, fmtAmount(u.Limit, u.Used), fmtAmount(u.Limit, u.Max)))
+			reached := "reached"
+			if u.Used < u.Max {
+				reached = "nearly reached"
+			}
+			limits = append(limits, fmt.Sprintf("%s limit %s (%s of %s used)", u.Limit, reached, fmtAmount(u.Limit, u.Used), fmtAmount(u.Limit, u.Max)))
 		}
 	}
 	msg := strings.Join(reasons, "; ")
 	if len(limits) > 0 {
 		msg = strings.Join(append([]string{"Budget exceeded: " + strings.Join(limits, "; ")}, reasons...), "; ")
 	}
+	if note != "" {
+		msg += ": " + note
+	}
 	w.Header().Set("x-should-retry", "false")
 	writeAPIError(w, http.StatusBadRequest, "invalid_request_error", msg+". Model calls are refused for this execution.")
 }
 
-// warn writes a warn event for each limit newly at 90%.
+// warn writes a warn event for each limit of d newly at 90% (or past
+// it); a denied limit never warned gets its warn event first, so the
+// stream always says "warn" before it says "exceeded".
 func (g *Gateway) warn(ex *execution, d Decision) {
 	for _, u := range d.Limits {
+		if u.Reason != "" {
+			continue
+		}
+		u.Level = Warn
+		// Keyed by the limit and its figure: a limit raised by a top-up
+		// warns again as it nears its new end.
+		key := fmt.Sprintf("%s %g", u.Limit, u.Max)
 		ex.mu.Lock()
-		first := !ex.warned[u.Limit]
-		ex.warned[u.Limit] = true
+		first := !ex.warned[key]
+		ex.warned[key] = true
 		ex.mu.Unlock()
 		if first {
 			g.emit(ex, stream.Budget, budgetPayload(u))
@@ -386,6 +721,9 @@ const DrainRetryAfter = 5
 // daemon is stopping.
 func (g *Gateway) Drain(ctx context.Context) error {
 	g.mu.Lock()
+	if !g.draining {
+		close(g.drained)
+	}
 	g.draining = true
 	g.mu.Unlock()
 	done := make(chan struct{})
@@ -426,17 +764,36 @@ func refuseDraining(w http.ResponseWriter) {
 // rewrite aims a request at the upstream and swaps the token for the
 // real key. Accept-Encoding is dropped so the transport asks for gzip
 // itself and hands the meter plain bytes.
+//
+// Every header a key can travel in is dropped, whichever the agent
+// used, and the provider's own is set: x-api-key (Anthropic),
+// Authorization: Bearer (OpenAI), x-goog-api-key (Gemini); a key in the
+// URL (?key=) is dropped too.
 func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
-	pr.SetURL(g.upstream)
-	pr.Out.Header.Del("Authorization")
-	pr.Out.Header.Set("X-Api-Key", g.cfg.APIKey)
-	pr.Out.Header.Del("Accept-Encoding")
+	prov, _ := pr.In.Context().Value(providerKey{}).(*provider)
+	pr.SetURL(prov.upstream)
+	stripKey(pr.Out.URL)
+	h := pr.Out.Header
+	h.Del("Authorization")
+	h.Del("X-Api-Key")
+	h.Del("X-Goog-Api-Key")
+	h.Del("Accept-Encoding")
+	switch prov.name {
+	case ProviderOpenAI:
+		h.Set("Authorization", "Bearer "+prov.key)
+	case ProviderGemini:
+		h.Set("X-Goog-Api-Key", prov.key)
+	default:
+		h.Set("X-Api-Key", prov.key)
+	}
 }
 
-// writeAPIError answers with the API's error shape.
+// writeAPIError answers with the error shape of the request's protocol
+// (see protoWriter), Anthropic's when it has none.
 func writeAPIError(w http.ResponseWriter, status int, typ, msg string) {
-	b, _ := json.Marshal(map[string]any{"type": "error", "error": apiError{Type: typ, Message: msg}})
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(b)
+	var pr protocol = anthropicProto{}
+	if pw, ok := w.(*protoWriter); ok {
+		pr = pw.p
+	}
+	pr.writeError(w, status, typ, msg)
 }

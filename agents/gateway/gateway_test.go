@@ -39,7 +39,15 @@ type harness struct {
 
 func newHarness(t testing.TB, turns []modeltest.Turn, tweak ...func(*Config)) *harness {
 	t.Helper()
-	h := &harness{up: modeltest.New(modeltest.Config{Key: realKey, Turns: turns}), tee: &teeTransport{}}
+	return newHarnessModel(t, modeltest.Config{Turns: turns}, tweak...)
+}
+
+// newHarnessModel is newHarness with the scripted provider's whole
+// configuration (its key is set to realKey).
+func newHarnessModel(t testing.TB, model modeltest.Config, tweak ...func(*Config)) *harness {
+	t.Helper()
+	model.Key = realKey
+	h := &harness{up: modeltest.New(model), tee: &teeTransport{}}
 	if err := h.up.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -371,15 +379,19 @@ func TestRoutes(t *testing.T) {
 	}
 }
 
+// TestWrapUpAndDeny: a $1.00 limit; calls cost $0.50, $0.30 (at 80%),
+// then the third, whose worst case could pass 90%, carries the wrap-up
+// and the warn event; at 90% the fourth goes with its max_tokens lowered
+// to what is left, and the fifth, which cannot fit a minimal answer, is
+// refused: spend never passes the limit.
 func TestWrapUpAndDeny(t *testing.T) {
-	// A $1.00 limit: calls cost $0.50, $0.45 (now at 95%: warn), $0.10
-	// (now at 105%: deny).
 	cost := func(usd float64) modeltest.Usage { return modeltest.Usage{InputTokens: int(usd * 1e6 / 10)} }
 	tool := modeltest.ToolUse("Bash", map[string]string{"command": "make report"})
 	h := newHarness(t, []modeltest.Turn{
 		{Blocks: []modeltest.Block{tool}, Usage: cost(0.50)},
-		{Blocks: []modeltest.Block{modeltest.ToolUse("Bash", map[string]string{"command": "ls"})}, Usage: cost(0.45)},
+		{Blocks: []modeltest.Block{modeltest.ToolUse("Bash", map[string]string{"command": "ls"})}, Usage: cost(0.30)},
 		{Match: modeltest.LastUserContains("Budget nearly used up"), Blocks: []modeltest.Block{modeltest.Text("Wrapping up.")}, Usage: cost(0.10)},
+		{Blocks: []modeltest.Block{modeltest.Text("more")}, Usage: cost(0.05)},
 	})
 	budget := &Limits{USD: 1}
 	token := h.gw.Register(Execution{Session: "s", ID: "e", Budget: budget})
@@ -387,7 +399,7 @@ func TestWrapUpAndDeny(t *testing.T) {
 	history := `[{"role":"user","content":"write the report"},
 		{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{}}]},
 		{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"done"}]}]`
-	for i, body := range []string{request(true, hello), request(true, hello), request(true, history)} {
+	for i, body := range []string{request(true, hello), request(true, hello), request(true, history), request(true, hello)} {
 		if resp := h.post(t, token, body); resp.StatusCode != 200 {
 			t.Fatalf("call %d: status %d: %s", i+1, resp.StatusCode, readAll(t, resp))
 		} else {
@@ -395,39 +407,48 @@ func TestWrapUpAndDeny(t *testing.T) {
 		}
 	}
 	reqs := h.up.MessageRequests()
-	if len(reqs) != 3 {
-		t.Fatalf("%d calls reached the provider, want 3", len(reqs))
+	if len(reqs) != 4 {
+		t.Fatalf("%d calls reached the provider, want 4", len(reqs))
 	}
 	if strings.Contains(reqs[1].LastUserText(), DefaultWrapUp) {
 		t.Error("call 2 (at 50%) carried the wrap-up instruction")
 	}
 	last := reqs[2].Messages.Messages[2].Content
 	if len(last) != 2 || last[0].Type != "tool_result" || last[1].Type != "text" || last[1].Text != DefaultWrapUp {
-		t.Errorf("call 3 (at 95%%): last user message %+v, want the tool result then the wrap-up text", last)
+		t.Errorf("call 3 (at 80%%, could pass 90%%): last user message %+v, want the tool result then the wrap-up text", last)
 	}
-	if got := h.budgetEvents(t); len(got) != 1 || got[0].Limit != "usd" || got[0].Level != "warn" || !approx(got[0].Used, 0.95) || got[0].Max != 1 {
-		t.Errorf("budget events after the warned call: %+v, want one usd warn at 0.95", got)
+	if got := h.budgetEvents(t); len(got) != 1 || got[0].Limit != "usd" || got[0].Level != "warn" || !approx(got[0].Used, 0.80) || got[0].Max != 1 {
+		t.Errorf("budget events after the warned call: %+v, want one usd warn at 0.80", got)
+	}
+	// Call 4, at 90%: $0.10 left; its input is bounded at a token per
+	// byte plus the margins, at the cache-write price, and max_tokens is
+	// lowered to what the rest pays at $100/M (less a token against
+	// float rounding).
+	in := int64(len(request(true, hello))) + DefaultInputMargin + int64(len(DefaultWrapUp)) + 64
+	want := int64(math.Floor((0.10-float64(in)*20/1e6)*1e6/100)) - 1
+	if got := int64(reqs[3].Messages.MaxTokens); got < want-1 || got > want || want >= 1024 {
+		t.Errorf("call 4 max_tokens %d, want it lowered to %d", got, want)
 	}
 
-	// Now at $1.05: refused before the provider, with an error the CLI does
+	// Now at $0.95: $0.05 cannot pay the input bound and 256 output
+	// tokens: refused before the provider, with an error the CLI does
 	// not retry.
 	resp := h.post(t, token, request(true, hello))
 	var e struct{ Error apiError }
 	json.Unmarshal(readAll(t, resp), &e)
 	if resp.StatusCode != 400 || e.Error.Type != "invalid_request_error" || !strings.Contains(e.Error.Message, "Budget exceeded: usd limit") ||
 		resp.Header.Get("x-should-retry") != "false" {
-		t.Errorf("call 4: %d %+v x-should-retry %q; want 400 invalid_request_error, Budget exceeded, false", resp.StatusCode, e, resp.Header.Get("x-should-retry"))
+		t.Errorf("call 5: %d %+v x-should-retry %q; want 400 invalid_request_error, Budget exceeded, false", resp.StatusCode, e, resp.Header.Get("x-should-retry"))
 	}
-	if n := len(h.up.Requests()); n != 3 {
-		t.Errorf("%d calls reached the provider, want 3", n)
+	if n := len(h.up.Requests()); n != 4 {
+		t.Errorf("%d calls reached the provider, want 4", n)
 	}
 	got := h.budgetEvents(t)
-	if len(got) != 2 || got[1].Level != "exceeded" || got[1].Limit != "usd" || !approx(got[1].Used, 1.05) {
-		t.Errorf("budget events %+v: want warn then usd exceeded at 1.05", got)
+	if len(got) != 2 || got[1].Level != "exceeded" || got[1].Limit != "usd" || !approx(got[1].Used, 0.95) {
+		t.Errorf("budget events %+v: want warn then usd exceeded at 0.95", got)
 	}
-	// Spend passed the limit by no more than the one call in flight.
-	if usd, turns := budget.Spent(); usd > 1+0.10+1e-9 || turns != 3 {
-		t.Errorf("spent $%v in %d turns", usd, turns)
+	if usd, turns := budget.Spent(); usd > 1 || turns != 4 {
+		t.Errorf("spent $%v in %d turns, want at most the $1 limit in 4", usd, turns)
 	}
 }
 

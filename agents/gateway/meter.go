@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 )
 
@@ -12,6 +11,10 @@ type Usage struct {
 	OutputTokens        int64 `json:"output_tokens"`
 	CacheReadTokens     int64 `json:"cache_read_tokens"`
 	CacheCreationTokens int64 `json:"cache_creation_tokens"`
+	// ReasoningTokens is the part of OutputTokens the model spent
+	// reasoning (OpenAI's reasoning_tokens, Gemini's thoughtsTokenCount):
+	// billed as output, and already counted in OutputTokens.
+	ReasoningTokens int64 `json:"reasoning_tokens,omitempty"`
 }
 
 // usageJSON is usage as the API writes it; absent fields stay nil so a
@@ -60,6 +63,7 @@ const (
 // the provider's error if it sent one. It never changes the bytes.
 type meter struct {
 	kind int
+	p    protocol // nil: Anthropic's Messages API
 
 	// SSE parsing state (kindSSE).
 	line     []byte
@@ -142,11 +146,7 @@ func (m *meter) lineDone() {
 	switch string(field) {
 	case "event":
 		m.event = string(value)
-		// Content deltas carry no usage, but are what a cut stream's
-		// output is estimated from; other content and ping events are
-		// not even kept.
-		m.skip = m.event != "message_start" && m.event != "message_delta" &&
-			m.event != "message_stop" && m.event != "error" && m.event != "content_block_delta"
+		m.skip = !m.proto().keepEvent(m.event)
 	case "data":
 		if m.skip {
 			return
@@ -156,23 +156,6 @@ func (m *meter) lineDone() {
 		}
 		m.data = append(m.data, value...)
 	}
-}
-
-// sseEvent is the part of a Messages API event the meter reads.
-type sseEvent struct {
-	Type    string `json:"type"`
-	Message *struct {
-		ID    string     `json:"id"`
-		Model string     `json:"model"`
-		Usage *usageJSON `json:"usage"`
-	} `json:"message"`
-	Usage *usageJSON `json:"usage"`
-	Error *apiError  `json:"error"`
-	Delta *struct {
-		Text        string `json:"text"`
-		Thinking    string `json:"thinking"`
-		PartialJSON string `json:"partial_json"`
-	} `json:"delta"`
 }
 
 type apiError struct {
@@ -186,34 +169,22 @@ func (m *meter) dispatch() {
 	if skip || data == nil {
 		return
 	}
-	var ev sseEvent
-	if err := json.Unmarshal(data, &ev); err != nil {
-		m.noteProblem("malformed %s event: %v", name, err)
-		return
+	m.proto().sseEvent(m, name, data)
+}
+
+// proto is the protocol whose answers the meter reads.
+func (m *meter) proto() protocol {
+	if m.p == nil {
+		return anthropicProto{}
 	}
-	switch ev.Type {
-	case "message_start":
-		if ev.Message != nil {
-			m.id, m.model = ev.Message.ID, ev.Message.Model
-			ev.Message.Usage.apply(&m.usage)
-		}
-	case "message_delta":
-		ev.Usage.apply(&m.usage)
-		m.final = m.final || ev.Usage != nil
-	case "content_block_delta":
-		if ev.Delta != nil {
-			// A tool's input starts with an empty delta: not a token.
-			if n := int64(len(ev.Delta.Text) + len(ev.Delta.Thinking) + len(ev.Delta.PartialJSON)); n > 0 {
-				m.deltas++
-				m.content += n
-			}
-		}
-	case "message_stop":
-		m.stopped = true
-	case "error":
-		if ev.Error != nil {
-			m.errType, m.errMsg = ev.Error.Type, ev.Error.Message
-		}
+	return m.p
+}
+
+// delta counts a content delta of n bytes, if it carried any.
+func (m *meter) delta(n int) {
+	if n > 0 {
+		m.deltas++
+		m.content += int64(n)
 	}
 }
 
@@ -235,24 +206,7 @@ func (m *meter) end() {
 		m.noteProblem("a body longer than the meter reads")
 		return
 	}
-	var msg struct {
-		Type  string     `json:"type"`
-		ID    string     `json:"id"`
-		Model string     `json:"model"`
-		Usage *usageJSON `json:"usage"`
-		Error *apiError  `json:"error"`
-	}
-	if err := json.Unmarshal(m.body, &msg); err != nil {
-		m.noteProblem("malformed JSON body: %v", err)
-		return
-	}
-	if msg.Error != nil {
-		m.errType, m.errMsg = msg.Error.Type, msg.Error.Message
-	}
-	if m.kind == kindJSON && msg.Type == "message" {
-		m.id, m.model, m.stopped, m.final = msg.ID, msg.Model, true, true
-		msg.Usage.apply(&m.usage)
-	}
+	m.proto().endJSON(m, m.body)
 }
 
 // estimatedOutput is the output tokens of a message whose final usage

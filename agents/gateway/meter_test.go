@@ -86,7 +86,7 @@ func TestMeterJSON(t *testing.T) {
 	m.write([]byte(body[:10]))
 	m.write([]byte(body[10:]))
 	m.end()
-	if m.id != "msg_9" || m.usage != (Usage{7, 9, 3, 2}) || !m.stopped {
+	if m.id != "msg_9" || m.usage != (Usage{7, 9, 3, 2, 0}) || !m.stopped {
 		t.Errorf("JSON message: %+v", m)
 	}
 	m = meter{kind: kindError}

@@ -31,43 +31,52 @@ func peekMaxTokens(b []byte) int64 {
 // peekKey returns the raw value of the last top-level key name of a JSON
 // object, and whether b is shaped as an object that has it.
 func peekKey(b []byte, name string) (value []byte, ok bool) {
+	value, n := scanKey(b, name)
+	return value, n > 0
+}
+
+// scanKey returns the raw value of the last top-level key name of a
+// JSON object and how many times the key is there (escaped spellings
+// included); n is 0 when b is not shaped as an object or has no such key.
+func scanKey(b []byte, name string) (value []byte, n int) {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
-		return nil, false
+		return nil, 0
 	}
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
-		return nil, false
+		return nil, 0
 	}
 	for i < len(b) {
 		if b[i] != '"' {
-			return nil, false
+			return nil, 0
 		}
 		end := skipString(b, i)
 		key := b[i:end]
 		i = skipSpace(b, end)
 		if i >= len(b) || b[i] != ':' {
-			return nil, false
+			return nil, 0
 		}
 		start := skipSpace(b, i+1)
 		i = skipValue(b, start)
 		if isKey(key, name) {
-			value, ok = b[start:i], true
+			value = b[start:i]
+			n++
 		}
 		i = skipSpace(b, i)
 		if i >= len(b) {
-			return nil, false
+			return nil, 0
 		}
 		switch b[i] {
 		case '}':
-			return value, ok
+			return value, n
 		case ',':
 			i = skipSpace(b, i+1)
 		default:
-			return nil, false
+			return nil, 0
 		}
 	}
-	return nil, false
+	return nil, 0
 }
 
 func isKey(quoted []byte, name string) bool {

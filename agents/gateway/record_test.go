@@ -41,15 +41,17 @@ func TestRecord(t *testing.T) {
 		})
 	budget := &Limits{}
 	token := h.gw.Register(Execution{Session: "s", ID: "e", Budget: budget})
-	readAll(t, h.post(t, token, `{"model":"claude-opus-4","max_tokens":1000,"stream":true,"messages":[{"role":"user","content":"hello"}]}`))
+	const first = `{"model":"claude-opus-4","max_tokens":1000,"stream":true,"messages":[{"role":"user","content":"hello"}]}`
+	readAll(t, h.post(t, token, first))
 	mu.Lock()
 	if len(recorded) != 2 || recorded[0].Phase != PhaseStart || recorded[1].Phase != "" || recorded[0].Call == "" ||
 		recorded[0].Call != recorded[1].Call || recorded[1].OutputTokens != 5 || seenAt[0] != 0 || seenAt[1] != 1 {
 		t.Errorf("records %+v written with %v provider requests seen; want a start before the call and its finish after", recorded, seenAt)
 	}
-	// 1000 output tokens at $100/M, and the body's bytes/4 at $10/M.
-	if p := recorded[0]; p.MaxUSD < 0.1 || p.MaxUSD > 0.101 {
-		t.Errorf("start record max_usd %v, want about $0.10", p.MaxUSD)
+	// 1000 output tokens at $100/M, and a token per byte of the body
+	// plus the margin at the cache-write price, $20/M.
+	if p, want := recorded[0], (1000*100+float64(len(first)+DefaultInputMargin)*20)/1e6; !approx(p.MaxUSD, want) {
+		t.Errorf("start record max_usd %v, want %v", p.MaxUSD, want)
 	}
 	failing = true
 	mu.Unlock()

@@ -21,6 +21,7 @@ type (
 	MessagesRequest = scriptedmodel.MessagesRequest
 	Message         = scriptedmodel.Message
 	ContentBlock    = scriptedmodel.ContentBlock
+	Count           = scriptedmodel.Count
 )
 
 // DefaultKey is the API key a Server requires when Config.Key is empty.

@@ -19,12 +19,15 @@ import (
 //	    {"error": {"status": 529, "type": "overloaded_error"}},
 //	    {"match_last_user": "retry", "blocks": [{"type": "text", "text": "again"}]}
 //	  ],
-//	  "final": {"blocks": [{"type": "text", "text": "Nothing left to say."}]}
+//	  "final": {"blocks": [{"type": "text", "text": "Nothing left to say."}]},
+//	  "side_call": {"blocks": [{"type": "text", "text": "{\"complexity_score\": 5}"}]}
 //	}
 type ScriptFile struct {
 	PerConversation bool       `json:"per_conversation"`
 	Turns           []TurnFile `json:"turns"`
 	Final           *TurnFile  `json:"final,omitempty"`
+	// SideCall answers requests that offer no tools; see Config.SideCall.
+	SideCall *TurnFile `json:"side_call,omitempty"`
 }
 
 // TurnFile is a Turn in a script file.
@@ -57,6 +60,8 @@ type ErrorFile struct {
 	Status  int    `json:"status"`
 	Type    string `json:"type"`
 	Message string `json:"message,omitempty"`
+	// Code is OpenAI's error code or Gemini's status; see APIError.
+	Code string `json:"code,omitempty"`
 }
 
 var breaks = map[string]Break{"": NoBreak, "cut": Cut, "malformed": Malformed, "error_event": ErrorEvent}
@@ -91,6 +96,16 @@ func ParseScript(data []byte) (Config, error) {
 		}
 		cfg.Final = &t
 	}
+	if f.SideCall != nil {
+		t, err := f.SideCall.turn()
+		if err != nil {
+			return Config{}, fmt.Errorf("script: side_call: %w", err)
+		}
+		if t.Match != nil {
+			return Config{}, errors.New("script: side_call: match_last_user makes no sense here")
+		}
+		cfg.SideCall = &t
+	}
 	return cfg, nil
 }
 
@@ -115,7 +130,7 @@ func (tf TurnFile) turn() (Turn, error) {
 		if tf.Error.Status < 400 || tf.Error.Status > 599 || tf.Error.Type == "" {
 			return t, errors.New("error: needs a 4xx or 5xx status and a type such as overloaded_error")
 		}
-		t.Error = &APIError{Status: tf.Error.Status, Type: tf.Error.Type, Message: tf.Error.Message}
+		t.Error = &APIError{Status: tf.Error.Status, Type: tf.Error.Type, Message: tf.Error.Message, Code: tf.Error.Code}
 	}
 	for j, bf := range tf.Blocks {
 		switch bf.Type {

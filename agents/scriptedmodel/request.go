@@ -19,6 +19,13 @@ type Request struct {
 	// Messages is the parsed body of a valid POST /v1/messages; nil for
 	// other requests and for requests the server rejected.
 	Messages *MessagesRequest
+	// Responses, Chat and Gemini are the parsed body of a valid request
+	// of the other protocols: POST /v1/responses, POST
+	// /v1/chat/completions and POST /v1beta/models/M:generateContent (or
+	// :streamGenerateContent).
+	Responses *ResponsesRequest
+	Chat      *ChatRequest
+	Gemini    *GeminiRequest
 
 	Status int    // the HTTP status the server answered
 	Error  string // the error message it answered with, if any
@@ -60,7 +67,14 @@ type ContentBlock struct {
 // and the text of its tool results. It is "" for a request without a
 // parsed body.
 func (r *Request) LastUserText() string {
-	if r.Messages == nil {
+	switch {
+	case r.Responses != nil:
+		return r.Responses.lastUserText()
+	case r.Chat != nil:
+		return r.Chat.lastUserText()
+	case r.Gemini != nil:
+		return r.Gemini.lastUserText()
+	case r.Messages == nil:
 		return ""
 	}
 	ms := r.Messages.Messages
@@ -70,6 +84,37 @@ func (r *Request) LastUserText() string {
 		}
 	}
 	return ""
+}
+
+// offersTools reports whether a request offers the model any tool.
+func (r *Request) offersTools() bool {
+	switch {
+	case r.Messages != nil:
+		return len(r.Messages.Tools) > 0
+	case r.Responses != nil:
+		return len(r.Responses.Tools) > 0
+	case r.Chat != nil:
+		return len(r.Chat.Tools) > 0
+	case r.Gemini != nil:
+		return len(r.Gemini.Tools) > 0
+	}
+	return false
+}
+
+// assistantTurns counts how many answers a request's conversation has
+// had, in whichever protocol it came.
+func (r *Request) assistantTurns() int {
+	switch {
+	case r.Messages != nil:
+		return r.Messages.assistantTurns()
+	case r.Responses != nil:
+		return r.Responses.assistantTurns()
+	case r.Chat != nil:
+		return r.Chat.assistantTurns()
+	case r.Gemini != nil:
+		return r.Gemini.assistantTurns()
+	}
+	return 0
 }
 
 // assistantTurns counts the assistant messages of a request: how many
@@ -197,12 +242,52 @@ func checkMessages(r *MessagesRequest) invalid {
 	}
 	for i, item := range items {
 		m, msg := parseMessage(i, item)
+		if msg == "" && m.Role == "system" {
+			msg = checkSystemMessage(r.Model, i, m, r.Messages)
+		}
 		if msg != "" {
 			return msg
 		}
 		r.Messages = append(r.Messages, m)
 	}
 	return checkToolPairs(r.Messages)
+}
+
+// checkSystemMessage checks a role "system" message in messages (a
+// mid-conversation system message): the models from Claude Opus 4.8 on
+// take one immediately after a user message, with text content; earlier
+// models refuse the role.
+func checkSystemMessage(model string, i int, m Message, before []Message) invalid {
+	if !midConversationSystem(model) {
+		return invalidf("messages.%d.role: Input should be 'user' or 'assistant' (role 'system' is not supported on this model)", i)
+	}
+	if i == 0 || before[i-1].Role != "user" {
+		return invalidf("messages.%d: a system message must come immediately after a user message", i)
+	}
+	for j, b := range m.Content {
+		if b.Type != "text" {
+			return invalidf("messages.%d.content.%d.type: Input should be 'text'", i, j)
+		}
+	}
+	return ""
+}
+
+// olderModels are the model name prefixes of models released before
+// Claude Opus 4.8, which refuse system messages in messages. A model not
+// named here (a later one, or an alias the tests make up) takes them.
+var olderModels = []string{"claude-3", "claude-2", "claude-instant", "claude-opus-4-0", "claude-opus-4-1", "claude-opus-4-5",
+	"claude-opus-4-6", "claude-opus-4-7", "claude-opus-4-2025", "claude-sonnet-4", "claude-haiku-4"}
+
+func midConversationSystem(model string) bool {
+	if model == "claude-opus-4" {
+		return false
+	}
+	for _, p := range olderModels {
+		if strings.HasPrefix(model, p) {
+			return false
+		}
+	}
+	return true
 }
 
 func parseMessage(i int, raw json.RawMessage) (Message, invalid) {
@@ -216,8 +301,8 @@ func parseMessage(i int, raw json.RawMessage) (Message, invalid) {
 	if m.Role == nil {
 		return Message{}, invalidf("messages.%d.role: Field required", i)
 	}
-	if *m.Role != "user" && *m.Role != "assistant" {
-		return Message{}, invalidf("messages.%d.role: Input should be 'user' or 'assistant'", i)
+	if *m.Role != "user" && *m.Role != "assistant" && *m.Role != "system" {
+		return Message{}, invalidf("messages.%d.role: Input should be 'user', 'assistant' or 'system'", i)
 	}
 	if m.Content == nil {
 		return Message{}, invalidf("messages.%d.content: Field required", i)

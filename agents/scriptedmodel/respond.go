@@ -77,7 +77,9 @@ func (s *Server) message(req *MessagesRequest, turn Turn) message {
 			InputTokens:              turn.Usage.InputTokens,
 			CacheCreationInputTokens: turn.Usage.CacheCreationInputTokens,
 			CacheReadInputTokens:     turn.Usage.CacheReadInputTokens,
-			OutputTokens:             turn.Usage.OutputTokens,
+			// A provider never generates more than max_tokens: a scripted
+			// answer reports at most that many output tokens.
+			OutputTokens: min(turn.Usage.OutputTokens, req.MaxTokens),
 		},
 	}
 	for _, b := range turn.Blocks {

@@ -69,20 +69,40 @@ func ToolUse(name string, input any) Block {
 	return Block{Type: "tool_use", Name: name, Input: raw}
 }
 
-// Usage is what a scripted answer reports in usage.
+// Usage is what a scripted answer reports in usage, except that its
+// output tokens are at most the request's output cap (max_tokens,
+// max_output_tokens, max_completion_tokens, maxOutputTokens), as a
+// provider's. It means the same in every protocol: InputTokens are the
+// uncached input tokens, as Anthropic counts them; OpenAI and Gemini,
+// which count cached tokens inside their input total, are sent
+// InputTokens + CacheReadInputTokens + CacheCreationInputTokens there,
+// with CacheReadInputTokens as the cached part. OutputTokens include
+// ReasoningTokens, as OpenAI counts them (Anthropic reports no reasoning
+// figure; Gemini reports them apart, as thoughtsTokenCount, and the rest
+// as candidatesTokenCount).
 type Usage struct {
 	InputTokens              int `json:"input_tokens"`
 	OutputTokens             int `json:"output_tokens"`
 	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
 	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
+	ReasoningTokens          int `json:"reasoning_tokens,omitempty"`
 }
 
 // APIError is an error answer: HTTP status and Anthropic error type, e.g.
 // {529, "overloaded_error"}, {500, "api_error"}, {429, "rate_limit_error"}.
+// The other protocols answer it in their own shape: OpenAI's maps the
+// Anthropic types to its own type and code (overloaded_error: 503
+// server_error; rate_limit_error: type requests, code
+// rate_limit_exceeded) and sends other types as they are; Gemini's sends
+// the status named by Code, else the one that goes with the HTTP status
+// (429 RESOURCE_EXHAUSTED, 503 UNAVAILABLE ...). Both answer a 529 as 503.
 type APIError struct {
 	Status  int
 	Type    string
 	Message string // empty means a message made from Type
+	// Code is OpenAI's error code (e.g. "rate_limit_exceeded") or
+	// Gemini's status (e.g. "RESOURCE_EXHAUSTED"); Anthropic has none.
+	Code string
 }
 
 // Overloaded is the provider's 529 answer.
@@ -130,11 +150,16 @@ type script struct {
 	played          []bool
 	final           Turn
 	perConversation bool
+	sideCall        *Turn
 }
 
-// next picks the turn for r: the first unplayed reactive turn that
-// matches, else the next unplayed ordered turn, else the final turn.
+// next picks the turn for r: the side call turn for a request without
+// tools (if the script has one), else the first unplayed reactive turn
+// that matches, else the next unplayed ordered turn, else the final turn.
 func (s *script) next(r *Request) Turn {
+	if s.sideCall != nil && !r.offersTools() {
+		return *s.sideCall
+	}
 	for i := range s.turns {
 		if t := &s.turns[i]; !s.played[i] && t.Match != nil && t.Match(r) {
 			s.played[i] = true
@@ -142,7 +167,7 @@ func (s *script) next(r *Request) Turn {
 		}
 	}
 	if s.perConversation {
-		return s.inConversation(r.Messages.assistantTurns())
+		return s.inConversation(r.assistantTurns())
 	}
 	for i := range s.turns {
 		if !s.played[i] && s.turns[i].Match == nil {

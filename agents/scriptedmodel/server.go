@@ -1,6 +1,11 @@
 // Package scriptedmodel is a scripted stand-in for a model provider: an
 // HTTP server that speaks the Anthropic Messages API (POST /v1/messages,
-// JSON or SSE), checks every request strictly, plays a script of turns
+// JSON or SSE, and POST /v1/messages/count_tokens), OpenAI's Responses
+// API (POST /v1/responses) and Chat Completions (POST
+// /v1/chat/completions), and Gemini's generateContent and
+// streamGenerateContent (POST /v1beta/models/M:generateContent, SSE with
+// ?alt=sse), each in its own file with its own validation; checks every
+// request as strictly as the provider does, plays one script of turns
 // (text, tool calls, usage figures, errors, broken streams) and records
 // what it was sent. It is never a model: it answers what its script says,
 // whatever it is asked. Tests use it (through agents/modeltest) and so
@@ -42,6 +47,14 @@ type Config struct {
 	// DiscardRequests keeps no record of requests (Requests returns none),
 	// for a server that runs for long.
 	DiscardRequests bool
+	// Count says how POST /v1/messages/count_tokens is answered (count.go).
+	Count Count
+	// SideCall, if set, answers every request that offers the model no
+	// tools, in any protocol, and such a request takes no turn of the
+	// script: the side calls CLIs make besides the task (OpenCode's title,
+	// Gemini CLI's model router and loop check) then leave the script to
+	// the task. Nil means side calls take turns like any request.
+	SideCall *Turn
 }
 
 // Server is a scripted Messages API server. It is safe for concurrent
@@ -49,6 +62,7 @@ type Config struct {
 type Server struct {
 	key     string
 	discard bool
+	count   Count
 
 	mu       sync.Mutex
 	script   script
@@ -65,13 +79,14 @@ type Server struct {
 
 // New makes a Server for cfg; it does not listen until Start.
 func New(cfg Config) *Server {
-	s := &Server{key: cfg.Key, discard: cfg.DiscardRequests, prefix: strings.ToLower(rand.Text()[:8])}
+	s := &Server{key: cfg.Key, discard: cfg.DiscardRequests, count: cfg.Count, prefix: strings.ToLower(rand.Text()[:8])}
 	if s.key == "" {
 		s.key = DefaultKey
 	}
 	s.script.turns = append([]Turn(nil), cfg.Turns...)
 	s.script.played = make([]bool, len(cfg.Turns))
 	s.script.perConversation = cfg.PerConversation
+	s.script.sideCall = cfg.SideCall
 	s.script.final = Turn{Blocks: []Block{Text("Done.")}}
 	if cfg.Final != nil {
 		s.script.final = *cfg.Final
@@ -150,6 +165,10 @@ const maxBody = 32 << 20
 // ServeHTTP answers one request: it validates, records, picks a turn and
 // plays it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := protocolFor(r.URL.Path); p != nil { // OpenAI's and Gemini's APIs
+		s.serveProtocol(w, r, p)
+		return
+	}
 	rec := Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone()}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	rec.Body = body
@@ -163,6 +182,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if status, typ, msg := s.checkHTTP(r); status != 0 {
 		s.reject(w, &rec, status, typ, msg)
+		return
+	}
+	if r.URL.Path == countPath {
+		s.serveCount(w, &rec, body)
 		return
 	}
 	req, msg := parseMessages(body)
@@ -185,7 +208,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // checkHTTP checks what is not in the body: route, method, query, key,
 // version and content type. It returns a zero status when all is well.
 func (s *Server) checkHTTP(r *http.Request) (status int, typ, msg string) {
-	if r.URL.Path != "/v1/messages" {
+	if r.URL.Path != "/v1/messages" && r.URL.Path != countPath {
 		return http.StatusNotFound, "not_found_error", "Not Found"
 	}
 	if r.Method != http.MethodPost {

@@ -222,3 +222,62 @@ func (s *Store) CreditEntries(ctx context.Context, execution string) ([]CreditEn
 	}
 	return out, nil
 }
+
+// Carve moves usd (> 0) of a parent execution's outstanding reservation
+// to a child it delegates to, in one transaction: a released entry for
+// the parent and a reserved entry for the child, each noting the other.
+// The balance's available credits do not change: the child's budget is
+// set aside out of the root's, never taken from the balance again. With
+// less than usd outstanding for the parent it fails with
+// ErrInsufficientCredits.
+func (s *Store) Carve(ctx context.Context, parent, child string, usd float64) error {
+	m, err := wholeAmount("carve credits for "+child, usd)
+	if err != nil {
+		return err
+	}
+	return s.creditTx(ctx, "carve credits for "+child+" from "+parent, child, false, func(ctx context.Context, tx *sql.Tx) error {
+		held, err := outstanding(ctx, tx, parent)
+		if err != nil {
+			return err
+		}
+		if held < m {
+			return fmt.Errorf("%w: the parent %s holds $%.6f of credits, $%.6f asked", ErrInsufficientCredits, parent, toUSD(held), usd)
+		}
+		return moveReservation(ctx, tx, parent, child, m)
+	})
+}
+
+// GiveBack moves the rest of a child's reservation back to its parent's
+// when the child ends (the other way of Carve): what the child did not
+// spend is the parent's again, not the balance's. With nothing reserved
+// it records nothing.
+func (s *Store) GiveBack(ctx context.Context, child, parent string) error {
+	return s.creditTx(ctx, "give credits of "+child+" back to "+parent, child, true, func(ctx context.Context, tx *sql.Tx) error {
+		held, err := outstanding(ctx, tx, child)
+		if err != nil || held <= 0 {
+			return err
+		}
+		return moveReservation(ctx, tx, child, parent, held)
+	})
+}
+
+func moveReservation(ctx context.Context, tx *sql.Tx, from, to string, micros int64) error {
+	now := time.Now().UnixNano()
+	_, err := tx.ExecContext(ctx, `INSERT INTO credit_entries (time, kind, execution_id, micros, note) VALUES (?, ?, ?, ?, ?), (?, ?, ?, ?, ?)`,
+		now, CreditReleased, from, micros, "moved to "+to, now, CreditReserved, to, micros, "moved from "+from)
+	return err
+}
+
+// Reserved is what remains of an execution's reservations.
+func (s *Store) Reserved(ctx context.Context, execution string) (float64, error) {
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return 0, fmt.Errorf("reserved credits of %s: %w", execution, err)
+	}
+	defer tx.Rollback()
+	held, err := outstanding(ctx, tx, execution)
+	if err != nil {
+		return 0, fmt.Errorf("reserved credits of %s: %w", execution, err)
+	}
+	return toUSD(held), nil
+}

@@ -1,5 +1,6 @@
 // Package store is the durable record of agent work: sessions, executions,
-// the events of each execution's stream, and the appliance's credit ledger,
+// the events of each execution's stream, the appliance's credit ledger,
+// and the advisory leases executions hold on workspace paths (claims),
 // kept in one SQLite file (pure-Go driver, WAL, foreign keys on, schema
 // migrations embedded in the binary).
 //

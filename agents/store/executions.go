@@ -18,17 +18,19 @@ type Kind string
 
 const (
 	Run    Kind = "run"    // a new task
-	Resume Kind = "resume" // continues Parent's conversation in the same session
-	Retry  Kind = "retry"  // runs Parent's task again after it failed
+	Resume Kind = "resume" // continues Previous's conversation in the same session
+	Retry  Kind = "retry"  // runs Previous's task again after it failed
 )
 
-// Status is where an execution is in its life: Pending, then Running, then
+// Status is where an execution is in its life: Pending, then Running
+// (and AwaitingBudget, back and forth, while it waits for a top-up), then
 // one of the terminal statuses.
 type Status string
 
 const (
 	Pending        Status = "pending"
 	Running        Status = "running"
+	AwaitingBudget Status = "awaiting_budget" // paused at a dollar limit, its model call held, until a top-up
 	Completed      Status = "completed"
 	Failed         Status = "failed"
 	BudgetExceeded Status = "budget_exceeded"
@@ -40,14 +42,15 @@ const (
 // next lists the statuses each status may move to; terminal statuses have
 // none.
 var next = map[Status][]Status{
-	Pending: {Running, Failed, Cancelled, Interrupted},
-	Running: {Completed, Failed, BudgetExceeded, TimedOut, Cancelled, Interrupted},
+	Pending:        {Running, Failed, Cancelled, Interrupted},
+	Running:        {AwaitingBudget, Completed, Failed, BudgetExceeded, TimedOut, Cancelled, Interrupted},
+	AwaitingBudget: {Running, Completed, Failed, BudgetExceeded, TimedOut, Cancelled, Interrupted},
 }
 
 // Valid reports whether s is one of the statuses above.
 func (s Status) Valid() bool {
 	switch s {
-	case Pending, Running, Completed, Failed, BudgetExceeded, TimedOut, Cancelled, Interrupted:
+	case Pending, Running, AwaitingBudget, Completed, Failed, BudgetExceeded, TimedOut, Cancelled, Interrupted:
 		return true
 	}
 	return false
@@ -65,7 +68,17 @@ type Limits struct {
 	USD      float64       `json:"usd,omitempty"`
 	Turns    int           `json:"turns,omitempty"`
 	WallTime time.Duration `json:"wall_time,omitempty"`
+	// OnBudget is what reaching the USD limit does: OnBudgetStop or
+	// OnBudgetPause; "" (an execution recorded before it was kept) is the
+	// runner's default.
+	OnBudget string `json:"on_budget,omitempty"`
 }
+
+// What reaching an execution's USD limit does (Limits.OnBudget).
+const (
+	OnBudgetStop  = "stop"
+	OnBudgetPause = "pause"
+)
 
 // Tokens counts the model tokens an execution used.
 type Tokens struct {
@@ -81,8 +94,14 @@ type Execution struct {
 	Session string `json:"session"`
 	Agent   string `json:"agent"`
 	Kind    Kind   `json:"kind"`
-	Parent  string `json:"parent,omitempty"` // the execution resumed or retried
-	Prompt  string `json:"prompt"`
+	// Previous is the execution resumed or retried.
+	Previous string `json:"previous,omitempty"`
+	// Parent is the execution that delegated this one ("" for a root) and
+	// Depth the number of delegations from the root (0 for a root); the
+	// store sets Depth from the parent's.
+	Parent string `json:"parent,omitempty"`
+	Depth  int    `json:"depth"`
+	Prompt string `json:"prompt"`
 	// PromptTruncated says Prompt is a preview (ExecutionFilter.PromptPreview).
 	PromptTruncated bool   `json:"prompt_truncated,omitempty"`
 	Status          Status `json:"status"`
@@ -98,6 +117,13 @@ type Execution struct {
 	Result  string   `json:"result,omitempty"`
 	Error   string   `json:"error,omitempty"`
 	Outputs []string `json:"outputs,omitempty"` // workspace paths of the files matched
+
+	// TotalUSD and TotalTokens are USD and Tokens plus every
+	// descendant's (the executions it delegated to, and theirs): the
+	// store adds each change of an execution's figures to its ancestors'
+	// in the same transaction. UpdateExecution ignores changes to them.
+	TotalUSD    float64 `json:"total_usd"`
+	TotalTokens Tokens  `json:"total_tokens"`
 }
 
 func (e *Execution) validateNew() error {
@@ -111,8 +137,8 @@ func (e *Execution) validateNew() error {
 		return bad("a new execution is pending, not %q", e.Status)
 	case e.Kind != Run && e.Kind != Resume && e.Kind != Retry:
 		return bad("unknown kind %q", e.Kind)
-	case (e.Kind == Run) != (e.Parent == ""):
-		return bad("a %s has a parent execution exactly when it is a resume or a retry", e.Kind)
+	case (e.Kind == Run) != (e.Previous == ""):
+		return bad("a %s has a previous execution exactly when it is a resume or a retry", e.Kind)
 	}
 	return e.validateValues()
 }
@@ -125,6 +151,9 @@ func (e *Execution) validateValues() error {
 	if err := CheckUSD(e.Limits.USD); err != nil {
 		return fmt.Errorf("execution %s: %w: limits.usd %w", e.ID, ErrInvalid, err)
 	}
+	if l := e.Limits.OnBudget; l != "" && l != OnBudgetStop && l != OnBudgetPause {
+		return fmt.Errorf("execution %s: %w: limits.on_budget %q is neither %q nor %q", e.ID, ErrInvalid, l, OnBudgetStop, OnBudgetPause)
+	}
 	if err := CheckUSD(e.USD); err != nil && !(e.USD > 0 && e.USD < MinUSD) {
 		return fmt.Errorf("execution %s: %w: usd %w", e.ID, ErrInvalid, err)
 	}
@@ -134,8 +163,11 @@ func (e *Execution) validateValues() error {
 // CreateExecution records a new pending execution in an existing session.
 // An empty ID is generated; an empty Kind is Run; an empty Agent is the
 // session's (another agent's is ErrInvalid); an unset Created is now. A
-// resume's parent must be in the same session. Unknown session or parent
-// is ErrNotFound. It also makes the execution the session's last one, and
+// resume's previous execution must be in the same session. Unknown
+// session, previous or parent execution
+// is ErrNotFound. A Parent (the delegating execution) must exist and not
+// have ended (ErrInvalid); the execution's Depth is its parent's plus
+// one. It also makes the execution the session's last one, and
 // returns the execution as stored.
 func (s *Store) CreateExecution(ctx context.Context, e Execution) (Execution, error) {
 	if e.Kind == "" {
@@ -172,7 +204,8 @@ func (s *Store) CreateExecution(ctx context.Context, e Execution) (Execution, er
 	return e, nil
 }
 
-// checkLineage checks e's session and parent, and fills in e.Agent.
+// checkLineage checks e's session, previous and parent executions, and
+// fills in e.Agent and e.Depth.
 func checkLineage(ctx context.Context, tx *sql.Tx, e *Execution) error {
 	var agent string
 	err := tx.QueryRowContext(ctx, "SELECT agent FROM sessions WHERE id = ?", e.Session).Scan(&agent)
@@ -186,18 +219,35 @@ func checkLineage(ctx context.Context, tx *sql.Tx, e *Execution) error {
 	} else if e.Agent != agent {
 		return fmt.Errorf("create execution: %w: agent %s in session %s of agent %s", ErrInvalid, e.Agent, e.Session, agent)
 	}
-	if e.Parent == "" {
+	e.Depth = 0
+	if e.Parent != "" {
+		var (
+			depth  int
+			status Status
+		)
+		err = tx.QueryRowContext(ctx, "SELECT depth, status FROM executions WHERE id = ?", e.Parent).Scan(&depth, &status)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("create execution: parent %s: %w", e.Parent, ErrNotFound)
+		} else if err != nil {
+			return fmt.Errorf("create execution: parent %s: %w", e.Parent, err)
+		}
+		if status.Terminal() {
+			return fmt.Errorf("create execution: %w: parent %s has ended (%s): only a running execution delegates", ErrInvalid, e.Parent, status)
+		}
+		e.Depth = depth + 1
+	}
+	if e.Previous == "" {
 		return nil
 	}
-	var parentSession string
-	err = tx.QueryRowContext(ctx, "SELECT session_id FROM executions WHERE id = ?", e.Parent).Scan(&parentSession)
+	var prevSession string
+	err = tx.QueryRowContext(ctx, "SELECT session_id FROM executions WHERE id = ?", e.Previous).Scan(&prevSession)
 	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("create execution: parent %s: %w", e.Parent, ErrNotFound)
+		return fmt.Errorf("create execution: previous %s: %w", e.Previous, ErrNotFound)
 	} else if err != nil {
-		return fmt.Errorf("create execution: parent %s: %w", e.Parent, err)
+		return fmt.Errorf("create execution: previous %s: %w", e.Previous, err)
 	}
-	if e.Kind == Resume && parentSession != e.Session {
-		return fmt.Errorf("create execution: %w: resume of %s (session %s) in session %s", ErrInvalid, e.Parent, parentSession, e.Session)
+	if e.Kind == Resume && prevSession != e.Session {
+		return fmt.Errorf("create execution: %w: resume of %s (session %s) in session %s", ErrInvalid, e.Previous, prevSession, e.Session)
 	}
 	return nil
 }
@@ -212,10 +262,10 @@ func insertExecution(ctx context.Context, tx *sql.Tx, e *Execution) error {
 		if generate {
 			e.ID = NewExecutionID()
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO executions (id, session_id, agent, kind, parent_id, prompt,
-			status, created, limit_usd_micros, limit_turns, limit_wall_ms, outputs) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
-			e.ID, e.Session, e.Agent, e.Kind, sql.NullString{String: e.Parent, Valid: e.Parent != ""}, e.Prompt,
-			e.Status, e.Created.UnixNano(), toMicros(e.Limits.USD), e.Limits.Turns, e.Limits.WallTime.Milliseconds(), outputs)
+		_, err := tx.ExecContext(ctx, `INSERT INTO executions (id, session_id, agent, kind, previous_id, parent_id, depth,
+			prompt, status, created, limit_usd_micros, limit_turns, limit_wall_ms, on_budget, outputs) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+			e.ID, e.Session, e.Agent, e.Kind, sql.NullString{String: e.Previous, Valid: e.Previous != ""},
+			sql.NullString{String: e.Parent, Valid: e.Parent != ""}, e.Depth, e.Prompt, e.Status, e.Created.UnixNano(), toMicros(e.Limits.USD), e.Limits.Turns, e.Limits.WallTime.Milliseconds(), e.Limits.OnBudget, outputs)
 		switch {
 		case err == nil:
 			return nil
@@ -236,27 +286,32 @@ func encodeOutputs(outputs []string) (string, error) {
 	return string(b), err
 }
 
-const executionColumns = `id, session_id, agent, kind, parent_id, prompt, status, created, started, ended,
-	limit_usd_micros, limit_turns, limit_wall_ms, turns, input_tokens, output_tokens, cache_read_tokens,
-	cache_creation_tokens, usd_micros, result, error, outputs`
+const executionColumns = `id, session_id, agent, kind, previous_id, parent_id, depth, prompt, status, created,
+	started, ended, limit_usd_micros, limit_turns, limit_wall_ms, turns, input_tokens, output_tokens,
+	cache_read_tokens, cache_creation_tokens, usd_micros, result, error, outputs, total_usd_micros,
+	total_input_tokens, total_output_tokens, total_cache_read_tokens, total_cache_creation_tokens, on_budget`
 
 func scanExecution(row scanner) (Execution, error) {
 	var (
 		e                      Execution
-		parent                 sql.NullString
+		previous, parent       sql.NullString
+		totalMicros            int64
 		created                int64
 		started, ended         sql.NullInt64
 		limitMicros, usdMicros int64
 		limitWallMS            int64
 		outputs                string
 	)
-	err := row.Scan(&e.ID, &e.Session, &e.Agent, &e.Kind, &parent, &e.Prompt, &e.Status, &created, &started, &ended,
-		&limitMicros, &e.Limits.Turns, &limitWallMS, &e.Turns, &e.Tokens.Input, &e.Tokens.Output, &e.Tokens.CacheRead,
-		&e.Tokens.CacheCreation, &usdMicros, &e.Result, &e.Error, &outputs)
+	t := &e.TotalTokens
+	err := row.Scan(&e.ID, &e.Session, &e.Agent, &e.Kind, &previous, &parent, &e.Depth, &e.Prompt, &e.Status, &created,
+		&started, &ended, &limitMicros, &e.Limits.Turns, &limitWallMS, &e.Turns, &e.Tokens.Input, &e.Tokens.Output,
+		&e.Tokens.CacheRead, &e.Tokens.CacheCreation, &usdMicros, &e.Result, &e.Error, &outputs, &totalMicros,
+		&t.Input, &t.Output, &t.CacheRead, &t.CacheCreation, &e.Limits.OnBudget)
 	if err != nil {
 		return Execution{}, err
 	}
-	e.Parent = parent.String
+	e.Previous, e.Parent = previous.String, parent.String
+	e.TotalUSD = toUSD(totalMicros)
 	e.Created = time.Unix(0, created).UTC()
 	e.Started, e.Ended = fromNanos(started), fromNanos(ended)
 	e.Limits.USD = toUSD(limitMicros)
@@ -298,8 +353,9 @@ func getExecution(ctx context.Context, db queryRower, id string) (Execution, err
 // UpdateExecution changes an execution atomically: it reads the record,
 // lets fn change it, checks the change and writes it. The status may only
 // move forward (Status.CanBecome; otherwise ErrInvalidTransition); ID,
-// Session, Agent, Kind, Parent, Prompt and Created cannot change
-// (ErrInvalid). Started is set when the status becomes Running and Ended
+// Session, Agent, Kind, Previous, Parent, Depth, Prompt and Created
+// cannot change (ErrInvalid). A change of USD or Tokens is added to
+// TotalUSD and TotalTokens, the execution's and every ancestor's. Started is set when the status becomes Running and Ended
 // when it becomes terminal, unless fn set them. An error from fn aborts
 // the update and is returned. fn runs inside the store's write
 // transaction: it must be quick and must not call the Store.
@@ -320,6 +376,7 @@ func (s *Store) UpdateExecution(ctx context.Context, id string, fn func(*Executi
 	if err != nil {
 		return Execution{}, err
 	}
+	stored := old // what the database has, totals included
 	if k, ok := s.keptEnded(id); ok {
 		old = k
 	}
@@ -331,7 +388,11 @@ func (s *Store) UpdateExecution(ctx context.Context, id string, fn func(*Executi
 	if err := checkUpdate(old, &e, time.Now().UTC()); err != nil {
 		return Execution{}, err
 	}
+	micros, tokens := withTotals(stored, &e)
 	err = writeExecution(ctx, tx, &e)
+	if err == nil {
+		err = addTotals(ctx, tx, e.ID, micros, tokens)
+	}
 	if err == nil {
 		err = tx.Commit()
 	}
@@ -350,8 +411,9 @@ func (s *Store) UpdateExecution(ctx context.Context, id string, fn func(*Executi
 // a status change.
 func checkUpdate(old Execution, e *Execution, now time.Time) error {
 	if e.ID != old.ID || e.Session != old.Session || e.Agent != old.Agent || e.Kind != old.Kind ||
-		e.Parent != old.Parent || e.Prompt != old.Prompt || !e.Created.Equal(old.Created) {
-		return fmt.Errorf("update execution %s: %w: id, session, agent, kind, parent, prompt and created are fixed", old.ID, ErrInvalid)
+		e.Previous != old.Previous || e.Parent != old.Parent || e.Depth != old.Depth || e.Prompt != old.Prompt ||
+		!e.Created.Equal(old.Created) {
+		return fmt.Errorf("update execution %s: %w: id, session, agent, kind, previous, parent, depth, prompt and created are fixed", old.ID, ErrInvalid)
 	}
 	if !e.Status.Valid() {
 		return fmt.Errorf("update execution %s: %w: unknown status %q", old.ID, ErrInvalid, e.Status)
@@ -378,10 +440,10 @@ func writeExecution(ctx context.Context, tx *sql.Tx, e *Execution) error {
 		return fmt.Errorf("update execution %s: outputs: %w", e.ID, err)
 	}
 	_, err = tx.ExecContext(ctx, `UPDATE executions SET status = ?, started = ?, ended = ?, limit_usd_micros = ?,
-		limit_turns = ?, limit_wall_ms = ?, turns = ?, input_tokens = ?, output_tokens = ?, cache_read_tokens = ?,
+		limit_turns = ?, limit_wall_ms = ?, on_budget = ?, turns = ?, input_tokens = ?, output_tokens = ?, cache_read_tokens = ?,
 		cache_creation_tokens = ?, usd_micros = ?, result = ?, error = ?, outputs = ? WHERE id = ?`,
 		e.Status, nanos(e.Started), nanos(e.Ended), toMicros(e.Limits.USD), e.Limits.Turns,
-		e.Limits.WallTime.Milliseconds(), e.Turns, e.Tokens.Input, e.Tokens.Output, e.Tokens.CacheRead,
+		e.Limits.WallTime.Milliseconds(), e.Limits.OnBudget, e.Turns, e.Tokens.Input, e.Tokens.Output, e.Tokens.CacheRead,
 		e.Tokens.CacheCreation, toMicros(e.USD), e.Result, e.Error, outputs, e.ID)
 	if err != nil {
 		return fmt.Errorf("update execution %s: %w", e.ID, err)
@@ -393,6 +455,7 @@ func writeExecution(ctx context.Context, tx *sql.Tx, e *Execution) error {
 // select all.
 type ExecutionFilter struct {
 	Session string
+	Parent  string // the executions this one delegated to (its children)
 	Agent   string
 	Status  []Status // any of these
 	Before  string   // an execution id: only executions created before it (the next page); unknown gives none
@@ -415,6 +478,9 @@ func (s *Store) ListExecutions(ctx context.Context, f ExecutionFilter) ([]Execut
 	}
 	if f.Agent != "" {
 		add("agent = ?", f.Agent)
+	}
+	if f.Parent != "" {
+		add("parent_id = ?", f.Parent)
 	}
 	if len(f.Status) > 0 {
 		marks := strings.TrimSuffix(strings.Repeat("?,", len(f.Status)), ",")
@@ -486,22 +552,23 @@ func (s *Store) queryExecutions(ctx context.Context, db querier, q string, args 
 	return out, nil
 }
 
-// InterruptRunning marks every execution still pending or running as
+// InterruptRunning marks every execution still pending, running or
+// awaiting a top-up as
 // Interrupted, with Ended now and an Error saying why, and releases their
 // credit reservations. The daemon calls it once at start-up, before it
 // starts executions: any execution in those states was left by a daemon
 // that died. Their events are kept. It returns the executions changed,
 // so the caller can append a status event to each stream. Executions
 // named in keep (their agents still run and are taken up again) are left
-// as they are.
+// as they are; the others' leases on paths (claims) are let go.
 func (s *Store) InterruptRunning(ctx context.Context, keep ...string) ([]Execution, error) {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("interrupt running executions: %w", err)
 	}
 	defer tx.Rollback()
-	list, err := s.queryExecutions(ctx, tx, "SELECT "+executionColumns+" FROM executions WHERE status IN (?, ?) ORDER BY n",
-		Pending, Running)
+	list, err := s.queryExecutions(ctx, tx, "SELECT "+executionColumns+" FROM executions WHERE status IN (?, ?, ?) ORDER BY n",
+		Pending, Running, AwaitingBudget)
 	if err != nil {
 		return nil, fmt.Errorf("interrupt running executions: %w", err)
 	}
@@ -519,9 +586,66 @@ func (s *Store) InterruptRunning(ctx context.Context, keep ...string) ([]Executi
 		if _, err := release(ctx, tx, e.ID, now); err != nil {
 			return nil, err
 		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM claims WHERE holder = ?", e.ID); err != nil {
+			return nil, err
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("interrupt running executions: %w", err)
 	}
+	return list, nil
+}
+
+// minus is t - o, field by field.
+func (t Tokens) minus(o Tokens) Tokens {
+	return Tokens{t.Input - o.Input, t.Output - o.Output, t.CacheRead - o.CacheRead, t.CacheCreation - o.CacheCreation}
+}
+
+// withTotals sets e's totals to old's plus the change of its own figures
+// from old, which it returns (what addTotals adds up the tree).
+func withTotals(old Execution, e *Execution) (micros int64, d Tokens) {
+	micros, d = toMicros(e.USD)-toMicros(old.USD), e.Tokens.minus(old.Tokens)
+	e.TotalUSD = toUSD(toMicros(old.TotalUSD) + micros)
+	t := old.TotalTokens
+	e.TotalTokens = Tokens{t.Input + d.Input, t.Output + d.Output, t.CacheRead + d.CacheRead, t.CacheCreation + d.CacheCreation}
+	return micros, d
+}
+
+// addTotals adds a change of an execution's own figures to the totals of
+// it and of every ancestor, in tx. A tree is a chain of a few parents
+// (the runner bounds its depth), walked up one row at a time.
+func addTotals(ctx context.Context, tx *sql.Tx, exec string, micros int64, d Tokens) error {
+	if micros == 0 && d == (Tokens{}) {
+		return nil
+	}
+	for id, seen := exec, 0; id != ""; seen++ {
+		if seen > maxTreeDepth {
+			return fmt.Errorf("update execution %s: the chain of parents is longer than %d", exec, maxTreeDepth)
+		}
+		var parent sql.NullString
+		err := tx.QueryRowContext(ctx, `UPDATE executions SET total_usd_micros = total_usd_micros + ?,
+			total_input_tokens = total_input_tokens + ?, total_output_tokens = total_output_tokens + ?,
+			total_cache_read_tokens = total_cache_read_tokens + ?, total_cache_creation_tokens = total_cache_creation_tokens + ?
+			WHERE id = ? RETURNING parent_id`, micros, d.Input, d.Output, d.CacheRead, d.CacheCreation, id).Scan(&parent)
+		if err != nil {
+			return fmt.Errorf("update execution %s: totals of %s: %w", exec, id, err)
+		}
+		id = parent.String
+	}
+	return nil
+}
+
+// maxTreeDepth bounds the walk up a tree; the runner's depth limit is far
+// below it.
+const maxTreeDepth = 1000
+
+// Children returns the executions id delegated to, oldest first (at most
+// 10000).
+func (s *Store) Children(ctx context.Context, id string) ([]Execution, error) {
+	list, err := s.ListExecutions(ctx, ExecutionFilter{Parent: id, Limit: 10000})
+	if err != nil {
+		return nil, err
+	}
+	slices.Reverse(list)
 	return list, nil
 }

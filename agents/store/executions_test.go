@@ -88,14 +88,14 @@ func TestCreateExecution(t *testing.T) {
 		e    Execution
 		want error
 	}{
-		{"resume", Execution{Session: first.Session, Kind: Resume, Parent: first.ID}, nil},
-		{"retry in another session", Execution{Session: other.ID, Kind: Retry, Parent: first.ID}, nil},
+		{"resume", Execution{Session: first.Session, Kind: Resume, Previous: first.ID}, nil},
+		{"retry in another session", Execution{Session: other.ID, Kind: Retry, Previous: first.ID}, nil},
 		{"with limits", Execution{Session: first.Session, Limits: Limits{USD: 2.5, Turns: 10, WallTime: time.Minute}}, nil},
 		{"unknown session", Execution{Session: "session-000000"}, ErrNotFound},
-		{"unknown parent", Execution{Session: first.Session, Kind: Retry, Parent: "exec-00000000"}, ErrNotFound},
-		{"resume in another session", Execution{Session: other.ID, Kind: Resume, Parent: first.ID}, ErrInvalid},
-		{"resume without parent", Execution{Session: first.Session, Kind: Resume}, ErrInvalid},
-		{"run with parent", Execution{Session: first.Session, Parent: first.ID}, ErrInvalid},
+		{"unknown previous", Execution{Session: first.Session, Kind: Retry, Previous: "exec-00000000"}, ErrNotFound},
+		{"resume in another session", Execution{Session: other.ID, Kind: Resume, Previous: first.ID}, ErrInvalid},
+		{"resume without previous", Execution{Session: first.Session, Kind: Resume}, ErrInvalid},
+		{"run with previous", Execution{Session: first.Session, Previous: first.ID}, ErrInvalid},
 		{"other agent", Execution{Session: first.Session, Agent: "writer"}, ErrInvalid},
 		{"not pending", Execution{Session: first.Session, Status: Running}, ErrInvalid},
 		{"negative limit", Execution{Session: first.Session, Limits: Limits{USD: -1}}, ErrInvalid},
@@ -114,7 +114,7 @@ func TestCreateExecution(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if stored.Limits != tc.e.Limits || stored.Parent != tc.e.Parent || !stored.Created.Equal(got.Created) {
+			if stored.Limits != tc.e.Limits || stored.Previous != tc.e.Previous || !stored.Created.Equal(got.Created) {
 				t.Errorf("GetExecution = %+v, want %+v", stored, got)
 			}
 		})
@@ -389,5 +389,51 @@ func TestListExecutionsPromptPreview(t *testing.T) {
 	}
 	if e, err := s.GetExecution(ctx, el.ID); err != nil || e.Prompt != long || e.PromptTruncated {
 		t.Errorf("GetExecution = %d bytes, %v; want the whole prompt", len(e.Prompt), err)
+	}
+}
+
+// TestExecutionOnBudget: what reaching the dollar limit does is kept
+// with the execution (so a daemon taking it up after a restart goes on
+// with it), read back from a fresh open, kept by updates; a value that
+// is neither stop nor pause is refused, by the store and by the schema.
+func TestExecutionOnBudget(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hearth.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := s.CreateSession(ctx, Session{Agent: "analyst"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := s.CreateExecution(ctx, Execution{Session: sess.ID, Prompt: "go", Limits: Limits{USD: 1, OnBudget: OnBudgetPause}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateExecution(ctx, e.ID, func(e *Execution) error { e.Status, e.Limits.USD = Running, 3; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateExecution(ctx, Execution{Session: sess.ID, Prompt: "go", Limits: Limits{OnBudget: "later"}}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("CreateExecution with on_budget later = %v, want ErrInvalid", err)
+	}
+	if _, err := s.UpdateExecution(ctx, e.ID, func(e *Execution) error { e.Limits.OnBudget = "later"; return nil }); !errors.Is(err, ErrInvalid) {
+		t.Errorf("UpdateExecution to on_budget later = %v, want ErrInvalid", err)
+	}
+	if _, err := s.w.Exec("UPDATE executions SET on_budget = 'later' WHERE id = ?", e.ID); err == nil {
+		t.Error("the schema took on_budget = 'later'")
+	}
+	s.Close()
+	s, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got, err := s.GetExecution(ctx, e.ID)
+	if err != nil || got.Limits != (Limits{USD: 3, OnBudget: OnBudgetPause}) {
+		t.Errorf("after a reopen: limits %+v, %v; want $3 and pause", got.Limits, err)
+	}
+	list, err := s.ListExecutions(ctx, ExecutionFilter{Session: sess.ID})
+	if err != nil || len(list) != 1 || list[0].Limits.OnBudget != OnBudgetPause {
+		t.Errorf("ListExecutions = %+v, %v; want the one execution, pause", list, err)
 	}
 }

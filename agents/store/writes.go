@@ -271,7 +271,11 @@ func (s *Store) writeEnded(ctx context.Context, e Execution) error {
 	if !old.Status.CanBecome(e.Status) {
 		return nil
 	}
+	micros, tokens := withTotals(old, &e)
 	if err := writeExecution(ctx, tx, &e); err != nil {
+		return err
+	}
+	if err := addTotals(ctx, tx, e.ID, micros, tokens); err != nil {
 		return err
 	}
 	return s.wrote(tx.Commit())

@@ -22,7 +22,12 @@ const (
 	Budget     Type = "budget"      // {"limit": usd|turns|wall_time|credits, "used", "max", "level": warn|exceeded}
 	Error      Type = "error"       // {"message", ...}
 	Output     Type = "output"      // a plain command's line: {"stream": stdout|stderr, "line"}
+	Claim      Type = "claim"       // a lease on a workspace path: {"op": claimed|renewed|released|taken_over|expired, "path", "holder", "expires", "previous", "by"}
 	Network    Type = "network"     // one request through the egress proxy, when it ends: {"host", "port", "method", "allowed", "rule", "reason", "status", "bytes_up", "bytes_down", ...}
+	Warning    Type = "warning"     // something the execution goes on with that its owner should know: {"message", "model", "price_used", "pattern"}
+	Retry      Type = "retry"       // the agent's CLI retries a failed model call: {"attempt", "max_retries", "status", "delay_ms", "error"}
+	System     Type = "system"      // another notice the agent's CLI printed: {"subtype", "payload", "truncated"}
+	Child      Type = "child"       // a child this execution delegated to started (status pending) or ended: {"execution", "session", "agent", "status", "usd", "tokens", "error"}; usd and tokens include its descendants
 )
 
 // Event is one entry of an execution's stream. Seq numbers the events of

@@ -85,6 +85,7 @@ func (e ExecutionKind) Valid() bool {
 
 // Defines values for ExecutionStatus.
 const (
+	ExecutionStatusAwaitingBudget ExecutionStatus = "awaiting_budget"
 	ExecutionStatusBudgetExceeded ExecutionStatus = "budget_exceeded"
 	ExecutionStatusCancelled      ExecutionStatus = "cancelled"
 	ExecutionStatusCompleted      ExecutionStatus = "completed"
@@ -98,6 +99,8 @@ const (
 // Valid indicates whether the value is a known member of the ExecutionStatus enum.
 func (e ExecutionStatus) Valid() bool {
 	switch e {
+	case ExecutionStatusAwaitingBudget:
+		return true
 	case ExecutionStatusBudgetExceeded:
 		return true
 	case ExecutionStatusCancelled:
@@ -137,6 +140,42 @@ func (e JobState) Valid() bool {
 	case JobStateFailed:
 		return true
 	case JobStateRunning:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for LimitsOnBudget.
+const (
+	Pause LimitsOnBudget = "pause"
+	Stop  LimitsOnBudget = "stop"
+)
+
+// Valid indicates whether the value is a known member of the LimitsOnBudget enum.
+func (e LimitsOnBudget) Valid() bool {
+	switch e {
+	case Pause:
+		return true
+	case Stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PriceTableUnpriced.
+const (
+	Fallback PriceTableUnpriced = "fallback"
+	Refuse   PriceTableUnpriced = "refuse"
+)
+
+// Valid indicates whether the value is a known member of the PriceTableUnpriced enum.
+func (e PriceTableUnpriced) Valid() bool {
+	switch e {
+	case Fallback:
+		return true
+	case Refuse:
 		return true
 	default:
 		return false
@@ -193,20 +232,25 @@ type AddCreditsRequest struct {
 
 // AgentDefinition defines model for AgentDefinition.
 type AgentDefinition struct {
-	Description string `json:"description,omitempty,omitzero"`
+	Context     []ContextFile `json:"context,omitempty,omitzero"`
+	Description string        `json:"description,omitempty,omitzero"`
 
 	// Image The runtime image its machine boots.
 	Image string `json:"image"`
 
 	// Limits What one execution may use; 0 or absent means no limit of that kind. A task may only tighten its agent's limits.
-	Limits  Limits   `json:"limits"`
-	Model   string   `json:"model"`
-	Name    string   `json:"name"`
-	Network []string `json:"network,omitempty,omitzero"`
+	Limits Limits `json:"limits"`
+
+	// McpServers Its own MCP servers: name and command or url (env and headers are not shown).
+	McpServers []MCPServer `json:"mcp_servers,omitempty,omitzero"`
+	Model      string      `json:"model"`
+	Name       string      `json:"name"`
+	Network    []string    `json:"network,omitempty,omitzero"`
 
 	// Outputs Globs under outputs/ naming what a task produces.
 	Outputs  []string `json:"outputs,omitempty,omitzero"`
 	Schedule string   `json:"schedule,omitempty,omitzero"`
+	Skills   []string `json:"skills,omitempty,omitzero"`
 }
 
 // AgentReload defines model for AgentReload.
@@ -256,6 +300,33 @@ type Checkpoint struct {
 type CheckpointRequest struct {
 	// Name 1-63 lowercase letters, digits or '-'; default cp-YYYYMMDD-HHMMSS (UTC).
 	Name string `json:"name,omitempty,omitzero"`
+}
+
+// Claim defines model for Claim.
+type Claim struct {
+	Acquired time.Time `json:"acquired"`
+	Expires  time.Time `json:"expires"`
+
+	// Holder The execution holding it.
+	Holder string `json:"holder"`
+
+	// Path Relative to /workspace/agents, e.g. "session-a8f3e2/outputs/part-1.md".
+	Path string `json:"path"`
+
+	// Session The holder's session.
+	Session string `json:"session"`
+}
+
+// ContextFile defines model for ContextFile.
+type ContextFile struct {
+	// File A file relative to the agents directory.
+	File string `json:"file,omitempty,omitzero"`
+
+	// Text The content itself, instead of file; at most 1 MiB.
+	Text string `json:"text,omitempty,omitzero"`
+
+	// To Where it goes: relative to the working directory (default CLAUDE.md), or ~/... in the home.
+	To string `json:"to,omitempty,omitzero"`
 }
 
 // CreateSandboxRequest defines model for CreateSandboxRequest.
@@ -335,11 +406,17 @@ type Credits struct {
 type DelegateRequest struct {
 	Agent string `json:"agent"`
 
+	// Context Files placed for the agent before its CLI starts, besides its definition's.
+	Context []ContextFile `json:"context,omitempty,omitzero"`
+
 	// Inputs Files put in the session's inputs/, by plain file name, as base64; at most 16 MiB in all (413 too_large).
 	Inputs map[string][]byte `json:"inputs,omitempty,omitzero"`
 
 	// Limits What one execution may use; 0 or absent means no limit of that kind. A task may only tighten its agent's limits.
 	Limits Limits `json:"limits,omitempty,omitzero"`
+
+	// McpServers MCP servers added to the agent's own for this execution; checked as a definition's are (a url's host must be in the agent's network list; the name hearth is reserved).
+	McpServers []MCPServer `json:"mcp_servers,omitempty,omitzero"`
 
 	// Outputs Globs under outputs/ replacing the agent's.
 	Outputs []string `json:"outputs,omitempty,omitzero"`
@@ -349,6 +426,9 @@ type DelegateRequest struct {
 
 	// Session An existing session to work in (a resume: the agent keeps its conversation); default a new one.
 	Session string `json:"session,omitempty,omitzero"`
+
+	// Skills Skill directories added to the agent's: relative to the agents directory (skills/review), or session:SESSION/path in a session's files; each with a SKILL.md.
+	Skills []string `json:"skills,omitempty,omitzero"`
 
 	// Wait Answer when the execution has ended rather than when it is accepted.
 	Wait bool `json:"wait,omitempty,omitzero"`
@@ -378,7 +458,7 @@ type ErrorResponse struct {
 type Event struct {
 	Execution string `json:"execution"`
 
-	// Payload Depends on the type: status {status, error, ...}; text {text}; tool_call {id, name, input}; tool_result {id, output, is_error}; model_call {model, input_tokens, output_tokens, usd, latency_ms, status, ...}; file {op, path}; budget {limit, used, max, level}; error {message}.
+	// Payload Depends on the type: status {status, error, ...}; text {text}; tool_call {id, name, input}; tool_result {id, output, is_error}; model_call {model, input_tokens, output_tokens, usd, latency_ms, status, ...}; retry (the agent's CLI retries a failed model call) {attempt, max_retries, status, delay_ms, error}; file {op, path}; budget {limit (usd, turns: model calls, wall_time, credits), used, max, level}; warning {message, model, price_used, pattern}; error {message}; system (another notice of the agent's CLI) {subtype, payload, truncated}; child {execution, session, agent, status, usd, tokens, error}: a child it delegated to started (pending) or ended, usd and tokens with the child's descendants.
 	Payload json.RawMessage `json:"payload"`
 
 	// Seq Numbers an execution's events from 1, without gaps.
@@ -386,7 +466,7 @@ type Event struct {
 	Session string    `json:"session"`
 	Time    time.Time `json:"time"`
 
-	// Type status, text, tool_call, tool_result, model_call, file, budget, error or output.
+	// Type status, text, tool_call, tool_result, model_call, retry, file, budget, warning, error, output, network, system or child.
 	Type string `json:"type"`
 }
 
@@ -442,9 +522,15 @@ type ExecStarted struct {
 
 // Execution defines model for Execution.
 type Execution struct {
-	Agent   string     `json:"agent"`
-	Created time.Time  `json:"created"`
-	Ended   *time.Time `json:"ended,omitempty"`
+	Agent string `json:"agent"`
+
+	// Children The executions this one delegated to, oldest first; in GET /v1/executions/{id} only (list with ?parent=ID).
+	Children []string  `json:"children,omitempty,omitzero"`
+	Created  time.Time `json:"created"`
+
+	// Depth Delegations from the root: 0 for a root, its parent's + 1 for a child.
+	Depth int        `json:"depth"`
+	Ended *time.Time `json:"ended,omitempty"`
 
 	// Error Why it did not complete.
 	Error string        `json:"error,omitempty,omitzero"`
@@ -457,8 +543,11 @@ type Execution struct {
 	// Outputs Files its output patterns matched when it ended, relative to the session.
 	Outputs []string `json:"outputs,omitempty,omitzero"`
 
-	// Parent The execution a resume or retry follows.
+	// Parent The execution that delegated this one (its delegate_task); absent for a root.
 	Parent string `json:"parent,omitempty,omitzero"`
+
+	// Previous The execution a resume or retry follows.
+	Previous string `json:"previous,omitempty,omitzero"`
 
 	// Prompt Whole from GET /v1/executions/{id}; in lists, its first 200 characters.
 	Prompt string `json:"prompt"`
@@ -471,17 +560,23 @@ type Execution struct {
 	Session string     `json:"session"`
 	Started *time.Time `json:"started,omitempty"`
 
-	// Status interrupted means the daemon stopped (or died) while it ran; its events and partial outputs are kept.
-	Status ExecutionStatus `json:"status"`
-	Tokens Tokens          `json:"tokens"`
-	Turns  int             `json:"turns"`
-	Usd    float64         `json:"usd"`
+	// Status awaiting_budget means it reached its dollar limit with on_budget pause and waits for a top-up (POST /v1/executions/{id}/topup), its agent stopped; interrupted means the daemon stopped (or died) while it ran; its events and partial outputs are kept.
+	Status      ExecutionStatus `json:"status"`
+	Tokens      Tokens          `json:"tokens"`
+	TotalTokens Tokens          `json:"total_tokens"`
+
+	// TotalUsd usd plus every descendant's (its children's, theirs, ...).
+	TotalUsd float64 `json:"total_usd"`
+
+	// Turns Model calls made (what limits.turns counts; the name is kept for compatibility).
+	Turns int     `json:"turns"`
+	Usd   float64 `json:"usd"`
 }
 
 // ExecutionKind defines model for Execution.Kind.
 type ExecutionKind string
 
-// ExecutionStatus interrupted means the daemon stopped (or died) while it ran; its events and partial outputs are kept.
+// ExecutionStatus awaiting_budget means it reached its dollar limit with on_budget pause and waits for a top-up (POST /v1/executions/{id}/topup), its agent stopped; interrupted means the daemon stopped (or died) while it ran; its events and partial outputs are kept.
 type ExecutionStatus string
 
 // ExitStatus defines model for ExitStatus.
@@ -514,6 +609,9 @@ type FileWritten struct {
 
 // Health defines model for Health.
 type Health struct {
+	// Prices Absent when the price table in force is the price file on disk (or the built-in one); else why the file's last change was not taken (the table before it stays in force).
+	Prices string `json:"prices,omitempty,omitzero"`
+
 	// Store "ok", or "write failed: ..." with the database's reason.
 	Store string `json:"store"`
 
@@ -611,7 +709,10 @@ type JobRequest struct {
 
 // Limits What one execution may use; 0 or absent means no limit of that kind. A task may only tighten its agent's limits.
 type Limits struct {
-	// Turns Model answers.
+	// OnBudget What reaching the USD limit does; stop ends the execution budget_exceeded, pause makes it await a top-up. In a request, absent means the agent's, else the appliance's default. On an execution, the choice it runs with, kept with it (a daemon that takes it up after a restart goes on with it); absent only on an execution recorded before it was kept.
+	OnBudget LimitsOnBudget `json:"on_budget,omitempty,omitzero"`
+
+	// Turns Model calls: each call the gateway forwarded that the provider answered with a message counts one (an error answer, such as a 529 the CLI retries, counts none). The field keeps its old name, turns; the CLI's own num_turns counts something else.
 	Turns int `json:"turns,omitempty,omitzero"`
 
 	// Usd Dollars of metered model spend.
@@ -619,6 +720,27 @@ type Limits struct {
 
 	// WallTime Go duration, e.g. "10m".
 	WallTime string `json:"wall_time,omitempty,omitzero"`
+}
+
+// LimitsOnBudget What reaching the USD limit does; stop ends the execution budget_exceeded, pause makes it await a top-up. In a request, absent means the agent's, else the appliance's default. On an execution, the choice it runs with, kept with it (a daemon that takes it up after a restart goes on with it); absent only on an execution recorded before it was kept.
+type LimitsOnBudget string
+
+// MCPServer defines model for MCPServer.
+type MCPServer struct {
+	// Command A stdio server's argv, run inside the machine by the agent's CLI: a program in the image or the session.
+	Command []string `json:"command,omitempty,omitzero"`
+
+	// Env A stdio server's environment.
+	Env map[string]string `json:"env,omitempty,omitzero"`
+
+	// Headers Sent with each request to url. They enter the machine: the agent can read them.
+	Headers map[string]string `json:"headers,omitempty,omitzero"`
+
+	// Name 1-64 of a-z, 0-9, _ and -; not hearth.
+	Name string `json:"name"`
+
+	// Url An HTTP MCP server outside, reached through the egress proxy: its host must be in the agent's network list.
+	Url string `json:"url,omitempty,omitzero"`
 }
 
 // OutputFile defines model for OutputFile.
@@ -638,6 +760,45 @@ type Package struct {
 	Version string `json:"version"`
 }
 
+// PriceEntry defines model for PriceEntry.
+type PriceEntry struct {
+	// CacheRead USD per million input tokens read from the prompt cache.
+	CacheRead float64 `json:"cache_read"`
+
+	// CacheWrite USD per million input tokens written to the prompt cache (5-minute writes).
+	CacheWrite float64 `json:"cache_write"`
+
+	// Input USD per million uncached input tokens.
+	Input float64 `json:"input"`
+
+	// Output USD per million output tokens.
+	Output float64 `json:"output"`
+
+	// Pattern A model name, which also prices its dated snapshots and [1m]-style variants, and the models that continue it after a "-" (as a fallback); a glob; or "default".
+	Pattern string `json:"pattern"`
+
+	// Source "built-in" or the price file.
+	Source string `json:"source"`
+}
+
+// PriceTable defines model for PriceTable.
+type PriceTable struct {
+	// Entries The entries by pattern; "default", if present, last.
+	Entries []PriceEntry `json:"entries"`
+
+	// Problem Why the price file's last change was not taken; the table shown stays in force until the file is fixed. Absent when there is none.
+	Problem string `json:"problem,omitempty,omitzero"`
+
+	// Source "built-in", or the price file ([model] prices in the config) the table was read from.
+	Source string `json:"source"`
+
+	// Unpriced What the gateway does with a model priced only by a family's entry or the default one ([model] unpriced): meter it at that price with a warning event, or refuse it.
+	Unpriced PriceTableUnpriced `json:"unpriced"`
+}
+
+// PriceTableUnpriced What the gateway does with a model priced only by a family's entry or the default one ([model] unpriced): meter it at that price with a warning event, or refuse it.
+type PriceTableUnpriced string
+
 // Quota defines model for Quota.
 type Quota struct {
 	Bytes  int64 `json:"Bytes"`
@@ -652,14 +813,22 @@ type RestoreRequest struct {
 
 // ResumeRequest defines model for ResumeRequest.
 type ResumeRequest struct {
-	Inputs map[string][]byte `json:"inputs,omitempty,omitzero"`
+	// Context Files placed for the agent before its CLI starts, besides its definition's.
+	Context []ContextFile     `json:"context,omitempty,omitzero"`
+	Inputs  map[string][]byte `json:"inputs,omitempty,omitzero"`
 
 	// Limits What one execution may use; 0 or absent means no limit of that kind. A task may only tighten its agent's limits.
 	Limits Limits `json:"limits,omitempty,omitzero"`
 
+	// McpServers MCP servers added to the agent's own for this execution; checked as a definition's are (a url's host must be in the agent's network list; the name hearth is reserved).
+	McpServers []MCPServer `json:"mcp_servers,omitempty,omitzero"`
+
 	// Prompt At most 1 MiB, without NUL bytes, as in DelegateRequest.
 	Prompt string `json:"prompt"`
-	Wait   bool   `json:"wait,omitempty,omitzero"`
+
+	// Skills Skill directories added to the agent's: relative to the agents directory (skills/review), or session:SESSION/path in a session's files; each with a SKILL.md.
+	Skills []string `json:"skills,omitempty,omitzero"`
+	Wait   bool     `json:"wait,omitempty,omitzero"`
 }
 
 // RetryRequest defines model for RetryRequest.
@@ -825,6 +994,12 @@ type Tokens struct {
 	Output        int64 `json:"output"`
 }
 
+// TopUpRequest defines model for TopUpRequest.
+type TopUpRequest struct {
+	// Usd Dollars to add to the execution's USD limit.
+	Usd float64 `json:"usd"`
+}
+
 // Usage What the sandbox uses now, as the host measures it; absent when it is stopped or its machine tier cannot say. Limits of 0 mean none.
 type Usage struct {
 	// CpuTime CPU time used since it started, as a Go duration ("1.52s").
@@ -872,10 +1047,22 @@ type ScheduleID = string
 // Failure defines model for Failure.
 type Failure = ErrorResponse
 
+// ListClaimsParams defines parameters for ListClaims.
+type ListClaimsParams struct {
+	// Prefix Only paths at or under it, relative to /workspace/agents ("session-a8f3e2/outputs").
+	Prefix string `form:"prefix,omitempty" json:"prefix,omitempty,omitzero"`
+
+	// Holder Only the leases of this execution.
+	Holder string `form:"holder,omitempty" json:"holder,omitempty,omitzero"`
+}
+
 // ListExecutionsParams defines parameters for ListExecutions.
 type ListExecutionsParams struct {
 	Agent   string `form:"agent,omitempty" json:"agent,omitempty,omitzero"`
 	Session string `form:"session,omitempty" json:"session,omitempty,omitzero"`
+
+	// Parent The executions this one delegated to (its children).
+	Parent string `form:"parent,omitempty" json:"parent,omitempty,omitzero"`
 
 	// Status Any of these statuses (repeat the parameter).
 	Status []string `form:"status,omitempty" json:"status,omitempty,omitzero"`
@@ -971,6 +1158,9 @@ type DelegateTaskJSONRequestBody = DelegateRequest
 
 // RetryExecutionJSONRequestBody defines body for RetryExecution for application/json ContentType.
 type RetryExecutionJSONRequestBody = RetryRequest
+
+// TopUpExecutionJSONRequestBody defines body for TopUpExecution for application/json ContentType.
+type TopUpExecutionJSONRequestBody = TopUpRequest
 
 // CreateSandboxJSONRequestBody defines body for CreateSandbox for application/json ContentType.
 type CreateSandboxJSONRequestBody = CreateSandboxRequest
@@ -1094,6 +1284,16 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/agents/reload (the `ReloadAgents` operationId).
 	ReloadAgents(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListClaims The advisory leases on workspace paths now in force (agents take them so that two do not do the same work), by path. Expired leases are not listed.
+	//
+	// Corresponds with GET /v1/claims (the `ListClaims` operationId).
+	ListClaims(ctx context.Context, params *ListClaimsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleaseClaim Release a lease whoever holds it, as an operator (a claim event in the holder's stream says so).
+	//
+	// Corresponds with DELETE /v1/claims/{path} (the `ReleaseClaim` operationId).
+	ReleaseClaim(ctx context.Context, path string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetCredits The credit balance and the newest ledger entries.
 	//
 	// Corresponds with GET /v1/credits (the `GetCredits` operationId).
@@ -1152,7 +1352,7 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/executions (the `DelegateTask` operationId).
 	DelegateTask(ctx context.Context, body DelegateTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetExecution Describe an execution; while it runs, turns, tokens and cost are what the gateway metered so far.
+	// GetExecution Describe an execution; while it runs, model calls (turns), tokens and cost are what the gateway metered so far.
 	//
 	// Corresponds with GET /v1/executions/{id} (the `GetExecution` operationId).
 	GetExecution(ctx context.Context, id ExecutionID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1202,6 +1402,24 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/executions/{id}/retry (the `RetryExecution` operationId).
 	RetryExecution(ctx context.Context, id ExecutionID, body RetryExecutionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// TopUpExecutionWithBody Raise a running or paused execution's dollar limit; one awaiting budget goes on.
+	//
+	// The amount is added to the execution's USD limit (reserved from the credit balance first when credits are on: 402 if there is not enough). An execution awaiting budget (on_budget pause) resumes: its held model call goes on under the new limit. An execution that has ended is a 409; one without a dollar limit, a 400.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/executions/{id}/topup (the `TopUpExecution` operationId).
+	TopUpExecutionWithBody(ctx context.Context, id ExecutionID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TopUpExecution Raise a running or paused execution's dollar limit; one awaiting budget goes on.
+	//
+	// The amount is added to the execution's USD limit (reserved from the credit balance first when credits are on: 402 if there is not enough). An execution awaiting budget (on_budget pause) resumes: its held model call goes on under the new limit. An execution that has ended is a 409; one without a dollar limit, a 400.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/executions/{id}/topup (the `TopUpExecution` operationId).
+	TopUpExecution(ctx context.Context, id ExecutionID, body TopUpExecutionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetHealth What the running daemon knows is wrong with its own state (hearth doctor shows it).
 	//
 	// Corresponds with GET /v1/health (the `GetHealth` operationId).
@@ -1230,6 +1448,11 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/images/{name}/build (the `BuildImage` operationId).
 	BuildImage(ctx context.Context, name ImageName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetPrices The model price table in force (hearth prices), read again first if its file changed.
+	//
+	// Corresponds with GET /v1/prices (the `GetPrices` operationId).
+	GetPrices(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListSandboxes List the sandboxes, oldest first.
 	//
@@ -1641,6 +1864,36 @@ func (c *Client) ReloadAgents(ctx context.Context, reqEditors ...RequestEditorFn
 	return c.Client.Do(req)
 }
 
+// ListClaims The advisory leases on workspace paths now in force (agents take them so that two do not do the same work), by path. Expired leases are not listed.
+//
+// Corresponds with GET /v1/claims (the `ListClaims` operationId).
+func (c *Client) ListClaims(ctx context.Context, params *ListClaimsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListClaimsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleaseClaim Release a lease whoever holds it, as an operator (a claim event in the holder's stream says so).
+//
+// Corresponds with DELETE /v1/claims/{path} (the `ReleaseClaim` operationId).
+func (c *Client) ReleaseClaim(ctx context.Context, path string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleaseClaimRequest(c.Server, path)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetCredits The credit balance and the newest ledger entries.
 //
 // Corresponds with GET /v1/credits (the `GetCredits` operationId).
@@ -1759,7 +2012,7 @@ func (c *Client) DelegateTask(ctx context.Context, body DelegateTaskJSONRequestB
 	return c.Client.Do(req)
 }
 
-// GetExecution Describe an execution; while it runs, turns, tokens and cost are what the gateway metered so far.
+// GetExecution Describe an execution; while it runs, model calls (turns), tokens and cost are what the gateway metered so far.
 //
 // Corresponds with GET /v1/executions/{id} (the `GetExecution` operationId).
 func (c *Client) GetExecution(ctx context.Context, id ExecutionID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1879,6 +2132,44 @@ func (c *Client) RetryExecution(ctx context.Context, id ExecutionID, body RetryE
 	return c.Client.Do(req)
 }
 
+// TopUpExecutionWithBody Raise a running or paused execution's dollar limit; one awaiting budget goes on.
+//
+// The amount is added to the execution's USD limit (reserved from the credit balance first when credits are on: 402 if there is not enough). An execution awaiting budget (on_budget pause) resumes: its held model call goes on under the new limit. An execution that has ended is a 409; one without a dollar limit, a 400.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/executions/{id}/topup (the `TopUpExecution` operationId).
+func (c *Client) TopUpExecutionWithBody(ctx context.Context, id ExecutionID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTopUpExecutionRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TopUpExecution Raise a running or paused execution's dollar limit; one awaiting budget goes on.
+//
+// The amount is added to the execution's USD limit (reserved from the credit balance first when credits are on: 402 if there is not enough). An execution awaiting budget (on_budget pause) resumes: its held model call goes on under the new limit. An execution that has ended is a 409; one without a dollar limit, a 400.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/executions/{id}/topup (the `TopUpExecution` operationId).
+func (c *Client) TopUpExecution(ctx context.Context, id ExecutionID, body TopUpExecutionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTopUpExecutionRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetHealth What the running daemon knows is wrong with its own state (hearth doctor shows it).
 //
 // Corresponds with GET /v1/health (the `GetHealth` operationId).
@@ -1948,6 +2239,21 @@ func (c *Client) InspectImage(ctx context.Context, name ImageName, reqEditors ..
 // Corresponds with POST /v1/images/{name}/build (the `BuildImage` operationId).
 func (c *Client) BuildImage(ctx context.Context, name ImageName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewBuildImageRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetPrices The model price table in force (hearth prices), read again first if its file changed.
+//
+// Corresponds with GET /v1/prices (the `GetPrices` operationId).
+func (c *Client) GetPrices(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetPricesRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -2869,6 +3175,98 @@ func NewReloadAgentsRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListClaimsRequest constructs an http.Request for the ListClaims method
+func NewListClaimsRequest(server string, params *ListClaimsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/claims")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "prefix", params.Prefix, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "holder", params.Holder, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewReleaseClaimRequest constructs an http.Request for the ReleaseClaim method
+func NewReleaseClaimRequest(server string, path string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "path", path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/claims/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetCreditsRequest constructs an http.Request for the GetCredits method
 func NewGetCreditsRequest(server string) (*http.Request, error) {
 	var err error
@@ -2973,6 +3371,14 @@ func NewListExecutionsRequest(server string, params *ListExecutionsParams) (*htt
 		}
 
 		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "session", params.Session, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "parent", params.Parent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 			return nil, err
 		} else {
 			for _, qp := range strings.Split(queryFrag, "&") {
@@ -3330,6 +3736,53 @@ func NewRetryExecutionRequestWithBody(server string, id ExecutionID, contentType
 	return req, nil
 }
 
+// NewTopUpExecutionRequest calls the generic TopUpExecution builder with application/json body
+func NewTopUpExecutionRequest(server string, id ExecutionID, body TopUpExecutionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewTopUpExecutionRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewTopUpExecutionRequestWithBody constructs an http.Request for the TopUpExecution method, with any body, and a specified content type
+func NewTopUpExecutionRequestWithBody(server string, id ExecutionID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/executions/%s/topup", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewGetHealthRequest constructs an http.Request for the GetHealth method
 func NewGetHealthRequest(server string) (*http.Request, error) {
 	var err error
@@ -3479,6 +3932,33 @@ func NewBuildImageRequest(server string, name ImageName) (*http.Request, error) 
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetPricesRequest constructs an http.Request for the GetPrices method
+func NewGetPricesRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/prices")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -5118,6 +5598,20 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/agents/reload (the `ReloadAgents` operationId).
 	ReloadAgentsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReloadAgentsResponse, error)
 
+	// ListClaimsWithResponse The advisory leases on workspace paths now in force (agents take them so that two do not do the same work), by path. Expired leases are not listed.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/claims (the `ListClaims` operationId).
+	ListClaimsWithResponse(ctx context.Context, params *ListClaimsParams, reqEditors ...RequestEditorFn) (*ListClaimsResponse, error)
+
+	// ReleaseClaimWithResponse Release a lease whoever holds it, as an operator (a claim event in the holder's stream says so).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/claims/{path} (the `ReleaseClaim` operationId).
+	ReleaseClaimWithResponse(ctx context.Context, path string, reqEditors ...RequestEditorFn) (*ReleaseClaimResponse, error)
+
 	// GetCreditsWithResponse The credit balance and the newest ledger entries.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -5180,7 +5674,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/executions (the `DelegateTask` operationId).
 	DelegateTaskWithResponse(ctx context.Context, body DelegateTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*DelegateTaskResponse, error)
 
-	// GetExecutionWithResponse Describe an execution; while it runs, turns, tokens and cost are what the gateway metered so far.
+	// GetExecutionWithResponse Describe an execution; while it runs, model calls (turns), tokens and cost are what the gateway metered so far.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5240,6 +5734,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/executions/{id}/retry (the `RetryExecution` operationId).
 	RetryExecutionWithResponse(ctx context.Context, id ExecutionID, body RetryExecutionJSONRequestBody, reqEditors ...RequestEditorFn) (*RetryExecutionResponse, error)
 
+	// TopUpExecutionWithBodyWithResponse Raise a running or paused execution's dollar limit; one awaiting budget goes on.
+	//
+	// The amount is added to the execution's USD limit (reserved from the credit balance first when credits are on: 402 if there is not enough). An execution awaiting budget (on_budget pause) resumes: its held model call goes on under the new limit. An execution that has ended is a 409; one without a dollar limit, a 400.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/executions/{id}/topup (the `TopUpExecution` operationId).
+	TopUpExecutionWithBodyWithResponse(ctx context.Context, id ExecutionID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TopUpExecutionResponse, error)
+
+	// TopUpExecutionWithResponse Raise a running or paused execution's dollar limit; one awaiting budget goes on.
+	//
+	// The amount is added to the execution's USD limit (reserved from the credit balance first when credits are on: 402 if there is not enough). An execution awaiting budget (on_budget pause) resumes: its held model call goes on under the new limit. An execution that has ended is a 409; one without a dollar limit, a 400.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/executions/{id}/topup (the `TopUpExecution` operationId).
+	TopUpExecutionWithResponse(ctx context.Context, id ExecutionID, body TopUpExecutionJSONRequestBody, reqEditors ...RequestEditorFn) (*TopUpExecutionResponse, error)
+
 	// GetHealthWithResponse What the running daemon knows is wrong with its own state (hearth doctor shows it).
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -5278,6 +5790,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/images/{name}/build (the `BuildImage` operationId).
 	BuildImageWithResponse(ctx context.Context, name ImageName, reqEditors ...RequestEditorFn) (*BuildImageResponse, error)
+
+	// GetPricesWithResponse The model price table in force (hearth prices), read again first if its file changed.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/prices (the `GetPrices` operationId).
+	GetPricesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetPricesResponse, error)
 
 	// ListSandboxesWithResponse List the sandboxes, oldest first.
 	//
@@ -5799,6 +6318,102 @@ func (r ReloadAgentsResponse) ContentType() string {
 	return ""
 }
 
+type ListClaimsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]Claim
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListClaimsResponse) GetJSON200() *[]Claim {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListClaimsResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListClaimsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListClaimsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListClaimsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListClaimsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ReleaseClaimResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Claim
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReleaseClaimResponse) GetJSON200() *Claim {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ReleaseClaimResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ReleaseClaimResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReleaseClaimResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReleaseClaimResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReleaseClaimResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetCreditsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -6293,6 +6908,54 @@ func (r RetryExecutionResponse) ContentType() string {
 	return ""
 }
 
+type TopUpExecutionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Execution
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r TopUpExecutionResponse) GetJSON200() *Execution {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r TopUpExecutionResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r TopUpExecutionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r TopUpExecutionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TopUpExecutionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TopUpExecutionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetHealthResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -6520,6 +7183,54 @@ func (r BuildImageResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r BuildImageResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetPricesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PriceTable
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetPricesResponse) GetJSON200() *PriceTable {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetPricesResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetPricesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetPricesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetPricesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetPricesResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -8261,6 +8972,32 @@ func (c *ClientWithResponses) ReloadAgentsWithResponse(ctx context.Context, reqE
 	return ParseReloadAgentsResponse(rsp)
 }
 
+// ListClaimsWithResponse The advisory leases on workspace paths now in force (agents take them so that two do not do the same work), by path. Expired leases are not listed.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/claims (the `ListClaims` operationId).
+func (c *ClientWithResponses) ListClaimsWithResponse(ctx context.Context, params *ListClaimsParams, reqEditors ...RequestEditorFn) (*ListClaimsResponse, error) {
+	rsp, err := c.ListClaims(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListClaimsResponse(rsp)
+}
+
+// ReleaseClaimWithResponse Release a lease whoever holds it, as an operator (a claim event in the holder's stream says so).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/claims/{path} (the `ReleaseClaim` operationId).
+func (c *ClientWithResponses) ReleaseClaimWithResponse(ctx context.Context, path string, reqEditors ...RequestEditorFn) (*ReleaseClaimResponse, error) {
+	rsp, err := c.ReleaseClaim(ctx, path, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleaseClaimResponse(rsp)
+}
+
 // GetCreditsWithResponse The credit balance and the newest ledger entries.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -8359,7 +9096,7 @@ func (c *ClientWithResponses) DelegateTaskWithResponse(ctx context.Context, body
 	return ParseDelegateTaskResponse(rsp)
 }
 
-// GetExecutionWithResponse Describe an execution; while it runs, turns, tokens and cost are what the gateway metered so far.
+// GetExecutionWithResponse Describe an execution; while it runs, model calls (turns), tokens and cost are what the gateway metered so far.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -8461,6 +9198,36 @@ func (c *ClientWithResponses) RetryExecutionWithResponse(ctx context.Context, id
 	return ParseRetryExecutionResponse(rsp)
 }
 
+// TopUpExecutionWithBodyWithResponse Raise a running or paused execution's dollar limit; one awaiting budget goes on.
+//
+// The amount is added to the execution's USD limit (reserved from the credit balance first when credits are on: 402 if there is not enough). An execution awaiting budget (on_budget pause) resumes: its held model call goes on under the new limit. An execution that has ended is a 409; one without a dollar limit, a 400.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/executions/{id}/topup (the `TopUpExecution` operationId).
+func (c *ClientWithResponses) TopUpExecutionWithBodyWithResponse(ctx context.Context, id ExecutionID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*TopUpExecutionResponse, error) {
+	rsp, err := c.TopUpExecutionWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTopUpExecutionResponse(rsp)
+}
+
+// TopUpExecutionWithResponse Raise a running or paused execution's dollar limit; one awaiting budget goes on.
+//
+// The amount is added to the execution's USD limit (reserved from the credit balance first when credits are on: 402 if there is not enough). An execution awaiting budget (on_budget pause) resumes: its held model call goes on under the new limit. An execution that has ended is a 409; one without a dollar limit, a 400.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/executions/{id}/topup (the `TopUpExecution` operationId).
+func (c *ClientWithResponses) TopUpExecutionWithResponse(ctx context.Context, id ExecutionID, body TopUpExecutionJSONRequestBody, reqEditors ...RequestEditorFn) (*TopUpExecutionResponse, error) {
+	rsp, err := c.TopUpExecution(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTopUpExecutionResponse(rsp)
+}
+
 // GetHealthWithResponse What the running daemon knows is wrong with its own state (hearth doctor shows it).
 //
 // Returns a wrapper object for the known response body format(s).
@@ -8528,6 +9295,19 @@ func (c *ClientWithResponses) BuildImageWithResponse(ctx context.Context, name I
 		return nil, err
 	}
 	return ParseBuildImageResponse(rsp)
+}
+
+// GetPricesWithResponse The model price table in force (hearth prices), read again first if its file changed.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/prices (the `GetPrices` operationId).
+func (c *ClientWithResponses) GetPricesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetPricesResponse, error) {
+	rsp, err := c.GetPrices(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetPricesResponse(rsp)
 }
 
 // ListSandboxesWithResponse List the sandboxes, oldest first.
@@ -9307,6 +10087,72 @@ func ParseReloadAgentsResponse(rsp *http.Response) (*ReloadAgentsResponse, error
 	return response, nil
 }
 
+// ParseListClaimsResponse parses an HTTP response from a ListClaimsWithResponse call
+func ParseListClaimsResponse(rsp *http.Response) (*ListClaimsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListClaimsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []Claim
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseReleaseClaimResponse parses an HTTP response from a ReleaseClaimWithResponse call
+func ParseReleaseClaimResponse(rsp *http.Response) (*ReleaseClaimResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReleaseClaimResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Claim
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseGetCreditsResponse parses an HTTP response from a GetCreditsWithResponse call
 func ParseGetCreditsResponse(rsp *http.Response) (*GetCreditsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -9654,6 +10500,39 @@ func ParseRetryExecutionResponse(rsp *http.Response) (*RetryExecutionResponse, e
 	return response, nil
 }
 
+// ParseTopUpExecutionResponse parses an HTTP response from a TopUpExecutionWithResponse call
+func ParseTopUpExecutionResponse(rsp *http.Response) (*TopUpExecutionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TopUpExecutionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Execution
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseGetHealthResponse parses an HTTP response from a GetHealthWithResponse call
 func ParseGetHealthResponse(rsp *http.Response) (*GetHealthResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -9800,6 +10679,39 @@ func ParseBuildImageResponse(rsp *http.Response) (*BuildImageResponse, error) {
 	}
 
 	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetPricesResponse parses an HTTP response from a GetPricesWithResponse call
+func ParseGetPricesResponse(rsp *http.Response) (*GetPricesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetPricesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PriceTable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Failure
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -10987,6 +11899,12 @@ type ServerInterface interface {
 	// ReloadAgents Read the agent definitions again (hearth agents reload, or SIGHUP to the daemon).
 	// (POST /v1/agents/reload)
 	ReloadAgents(w http.ResponseWriter, r *http.Request)
+	// ListClaims The advisory leases on workspace paths now in force (agents take them so that two do not do the same work), by path. Expired leases are not listed.
+	// (GET /v1/claims)
+	ListClaims(w http.ResponseWriter, r *http.Request, params ListClaimsParams)
+	// ReleaseClaim Release a lease whoever holds it, as an operator (a claim event in the holder's stream says so).
+	// (DELETE /v1/claims/{path})
+	ReleaseClaim(w http.ResponseWriter, r *http.Request, path string)
 	// GetCredits The credit balance and the newest ledger entries.
 	// (GET /v1/credits)
 	GetCredits(w http.ResponseWriter, r *http.Request)
@@ -10999,7 +11917,7 @@ type ServerInterface interface {
 	// DelegateTask Delegate a task to an agent, in a new session or an existing one.
 	// (POST /v1/executions)
 	DelegateTask(w http.ResponseWriter, r *http.Request)
-	// GetExecution Describe an execution; while it runs, turns, tokens and cost are what the gateway metered so far.
+	// GetExecution Describe an execution; while it runs, model calls (turns), tokens and cost are what the gateway metered so far.
 	// (GET /v1/executions/{id})
 	GetExecution(w http.ResponseWriter, r *http.Request, id ExecutionID)
 	// CancelExecution Stop a running execution (TERM, then KILL after the grace period); it ends cancelled, partial outputs kept.
@@ -11017,6 +11935,9 @@ type ServerInterface interface {
 	// RetryExecution Run an ended execution's task again from the start, in the same session, as a new execution.
 	// (POST /v1/executions/{id}/retry)
 	RetryExecution(w http.ResponseWriter, r *http.Request, id ExecutionID)
+	// TopUpExecution Raise a running or paused execution's dollar limit; one awaiting budget goes on.
+	// (POST /v1/executions/{id}/topup)
+	TopUpExecution(w http.ResponseWriter, r *http.Request, id ExecutionID)
 	// GetHealth What the running daemon knows is wrong with its own state (hearth doctor shows it).
 	// (GET /v1/health)
 	GetHealth(w http.ResponseWriter, r *http.Request)
@@ -11032,6 +11953,9 @@ type ServerInterface interface {
 	// BuildImage Build an image and the parents it needs (free when cached), streaming progress.
 	// (POST /v1/images/{name}/build)
 	BuildImage(w http.ResponseWriter, r *http.Request, name ImageName)
+	// GetPrices The model price table in force (hearth prices), read again first if its file changed.
+	// (GET /v1/prices)
+	GetPrices(w http.ResponseWriter, r *http.Request)
 	// ListSandboxes List the sandboxes, oldest first.
 	// (GET /v1/sandboxes)
 	ListSandboxes(w http.ResponseWriter, r *http.Request)
@@ -11179,6 +12103,78 @@ func (siw *ServerInterfaceWrapper) ReloadAgents(w http.ResponseWriter, r *http.R
 	handler.ServeHTTP(w, r)
 }
 
+// ListClaims operation middleware
+func (siw *ServerInterfaceWrapper) ListClaims(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListClaimsParams
+
+	// ------------- Optional query parameter "prefix" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "prefix", r.URL.Query(), &params.Prefix, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "prefix"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "prefix", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "holder" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "holder", r.URL.Query(), &params.Holder, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "holder"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "holder", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListClaims(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ReleaseClaim operation middleware
+func (siw *ServerInterfaceWrapper) ReleaseClaim(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "path" -------------
+	var path string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "path", r.PathValue("path"), &path, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReleaseClaim(w, r, path)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetCredits operation middleware
 func (siw *ServerInterfaceWrapper) GetCredits(w http.ResponseWriter, r *http.Request) {
 
@@ -11238,6 +12234,19 @@ func (siw *ServerInterfaceWrapper) ListExecutions(w http.ResponseWriter, r *http
 			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "session"})
 		} else {
 			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "session", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "parent" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "parent", r.URL.Query(), &params.Parent, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "parent"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "parent", Err: err})
 		}
 		return
 	}
@@ -11521,6 +12530,32 @@ func (siw *ServerInterfaceWrapper) RetryExecution(w http.ResponseWriter, r *http
 	handler.ServeHTTP(w, r)
 }
 
+// TopUpExecution operation middleware
+func (siw *ServerInterfaceWrapper) TopUpExecution(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ExecutionID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.TopUpExecution(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetHealth operation middleware
 func (siw *ServerInterfaceWrapper) GetHealth(w http.ResponseWriter, r *http.Request) {
 
@@ -11618,6 +12653,20 @@ func (siw *ServerInterfaceWrapper) BuildImage(w http.ResponseWriter, r *http.Req
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.BuildImage(w, r, name)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetPrices operation middleware
+func (siw *ServerInterfaceWrapper) GetPrices(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetPrices(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -12829,6 +13878,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/executions/{id}", wrapper.GetExecution)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/executions/{id}/events", wrapper.ExecutionEvents)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/executions/{id}/cancel", wrapper.CancelExecution)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/executions/{id}/topup", wrapper.TopUpExecution)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/executions/{id}/retry", wrapper.RetryExecution)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/executions/{id}/outputs", wrapper.ListOutputs)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/executions/{id}/outputs/{path}", wrapper.DownloadOutput)
@@ -12836,6 +13886,9 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sessions/{id}/resume", wrapper.ResumeSession)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/credits", wrapper.GetCredits)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/credits", wrapper.AddCredits)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/prices", wrapper.GetPrices)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/claims", wrapper.ListClaims)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/claims/{path}", wrapper.ReleaseClaim)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/health", wrapper.GetHealth)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules", wrapper.ListSchedules)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules", wrapper.AddSchedule)

@@ -365,7 +365,7 @@ func (l *live) completed(id string) {
 		t.Fatal(err)
 	}
 	cells := eval[[]string](t, l.list, `[...`+l.row(id)+`.cells].map(c => c.innerText)`)
-	want := []string{e.Id, "analyst", e.Session, "completed", "turn 2/20", cents(e.Usd) + " of $5.00"}
+	want := []string{e.Id, "analyst", e.Session, "completed", "call 2/20", cents(e.Usd) + " of $5.00"}
 	if len(cells) != 7 || strings.Join(cells[:6], "|") != strings.Join(want, "|") || !strings.HasSuffix(cells[6], "s") {
 		t.Errorf("list row = %q, want %q and the elapsed time", cells, want)
 	}
@@ -424,9 +424,16 @@ func (l *live) cancelAndRetry(id string) string {
 	l.open(id)
 	waitFor(t, l.page, 60*time.Second, "its sleep running", `document.querySelector('#events [data-type="tool_call"]') && document.querySelector('#cancel')`)
 	// The totals follow the model calls while it runs.
-	waitFor(t, l.page, 5*time.Second, "the running totals", `document.querySelector('#summary .f-turns')?.innerText === 'turn 1/20' && `+
+	waitFor(t, l.page, 5*time.Second, "the running totals", `document.querySelector('#summary .f-calls')?.innerText === 'call 1/20' && `+
 		`document.querySelector('#summary .f-tokens')?.innerText === '100 in / 0 out' && document.querySelector('#summary .f-cost')?.innerText === '$0.0003 of $5.00'`)
 	screenshot(t, l.page, "running.png")
+	// Top up: $1.50 more raises its limit to $6.50.
+	eval[bool](t, l.page, `(document.querySelector('#topup-usd').value = '1.5', true)`)
+	do(t, l.page, 10*time.Second, "click Top up", chromedp.Click(chromedp.CSS("#topup")))
+	waitFor(t, l.page, 10*time.Second, "the raised limit", `document.querySelector('#summary .f-limits')?.innerText.startsWith('$6.50')`)
+	if e, err := l.c.Execution(context.Background(), id); err != nil || e.Limits.Usd != 6.5 {
+		t.Fatalf("after Top up the API says %+v, %v; want the limit at $6.50", e.Limits, err)
+	}
 	do(t, l.page, 10*time.Second, "click Cancel", chromedp.Click(chromedp.CSS("#cancel")))
 	waitFor(t, l.page, 30*time.Second, "the execution cancelled", `document.querySelector('#summary [data-status]')?.dataset.status === 'cancelled'`)
 	e, err := l.c.Execution(context.Background(), id)
@@ -440,7 +447,7 @@ func (l *live) cancelAndRetry(id string) string {
 	waitFor(t, l.page, 20*time.Second, "the retry's page", `location.hash.startsWith('#/execution/') && !location.hash.endsWith(`+js(id)+`)`)
 	retry := strings.TrimPrefix(eval[string](t, l.page, `decodeURIComponent(location.hash)`), "#/execution/")
 	r, err := l.c.Execution(context.Background(), retry)
-	if err != nil || r.Kind != "retry" || r.Parent != id || r.Session != e.Session {
+	if err != nil || r.Kind != "retry" || r.Previous != id || r.Session != e.Session {
 		t.Fatalf("the page went to %s: %+v, %v; want a retry of %s", retry, r, err, id)
 	}
 	waitFor(t, l.page, 120*time.Second, "the retry completed", `document.querySelector('#summary [data-status]')?.dataset.status === 'completed' && `+

@@ -40,7 +40,7 @@ func TestFormats(t *testing.T) {
 	])`)
 	want := []string{"$0.00", "$0.0045", "$0.25", "$0.10", "$1.24", "$1,234.50",
 		"0.8s", "42s", "3m 42s", "1h 05m",
-		"turn 12/50", "turn 3", "$1.24 of $10.00", "$0.0045",
+		"call 12/50", "call 3", "$1.24 of $10.00", "$0.0045",
 		"3m 42s", "not started",
 		"512 B", "786 kB", "537 MB", "62500", "NaN",
 		"false", "true"}
@@ -71,6 +71,14 @@ func TestEventRows(t *testing.T) {
 	  add(ev(9, 'network', {method: 'GET', host: 'denied.test', port: 80, allowed: false, reason: 'not in the network list'}));
 	  add(ev(10, 'status', {status: 'failed', error: 'exit status 1'}));
 	  add(ev(11, 'mystery', {x: 1}));
+	  add(ev(12, 'retry', {attempt: 1, max_retries: 10, status: 529, delay_ms: 609, error: 'overloaded'}));
+	  add(ev(13, 'warning', {message: 'model "claude-opus-4-9" has no price of its own', model: 'claude-opus-4-9'}));
+	  add(ev(14, 'system', {subtype: 'compact_boundary', payload: {trigger: '<img src=x onerror="window.__pwned=1">'}}));
+	  add(ev(15, 'status', {status: 'agent_finished', outcome: 'completed', num_turns: 4}));
+	  add(ev(16, 'child', {execution: 'exec-0000000a', session: 's2', agent: '<b>x</b>', status: 'pending', usd: 0}));
+	  add(ev(17, 'child', {execution: 'exec-0000000a', session: 's2', agent: 'writer', status: 'budget_exceeded', usd: 0.15, error: '<img src=x onerror="window.__pwned=1">'}));
+	  add(ev(18, 'claim', {op: 'taken_over', path: 's1/<img src=x onerror="window.__pwned=1">.md', holder: 'exec-2', previous: 'exec-1', expires: '2026-11-22T10:10:00Z'}));
+	  add(ev(19, 'claim', {op: 'released', path: 's1/outputs/a.md', holder: 'exec-2', by: 'end'}));
 	  return [...box.children].map(r => ({seq: r.dataset.seq, cls: r.className, text: r.innerText.replace(/\s+/g, ' ').trim(), imgs: String(r.querySelectorAll('img').length)}));
 	})`)
 	want := []struct{ seq, cls, text string }{
@@ -78,12 +86,20 @@ func TestEventRows(t *testing.T) {
 		{"2", "event t-tool_call", "TOOL Write /w/outputs/a.md input"},
 		{"4", "event t-tool_result bad", "RESULT error: no such file (+1 lines)"},
 		{"5", "event t-budget warn", "BUDGET usd at $0.90 of $1.00: the agent is told to wrap up"},
-		{"6", "event t-budget bad", "BUDGET turns limit reached (20 of 20): model calls refused, the agent is stopped"},
+		{"6", "event t-budget bad", "BUDGET model calls limit reached (20 of 20): model calls refused, the agent is stopped"},
 		{"7", "event t-model_call bad", "MODEL claude-haiku-4-5: 1,200 in / 34 out tokens, $0.0014, 1.5s (HTTP 529: Overloaded)"},
 		{"8", "event t-error bad", "ERROR the agent crashed"},
 		{"9", "event t-network warn", "NETWORK GET denied.test:80: refused (not in the network list)"},
 		{"10", "event t-status bad", "STATUS failed: exit status 1"},
 		{"11", "event t-mystery", `MYSTERY {"x":1}`},
+		{"12", "event t-retry warn", "RETRY the CLI retries a model call (HTTP 529 overloaded): attempt 1 of 10 in 609ms"},
+		{"13", "event t-warning warn", `WARNING model "claude-opus-4-9" has no price of its own`},
+		{"14", "event t-system", `SYSTEM compact_boundary {"trigger":"<img src=x onerror=\"window.__pwned=1\">"}`},
+		{"15", "event t-status", "STATUS the agent finished: completed (CLI turns: 4)"},
+		{"16", "event t-child", "CHILD exec-0000000a (<b>x</b>) started"},
+		{"17", "event t-child warn", `CHILD exec-0000000a (writer) budget exceeded, $0.15: <img src=x onerror="window.__pwned=1">`},
+		{"18", "event t-claim warn", `CLAIM taken over s1/<img src=x onerror="window.__pwned=1">.md until `},
+		{"19", "event t-claim", "CLAIM released s1/outputs/a.md as the execution ended"},
 	}
 	if len(rows) != len(want) {
 		t.Fatalf("%d rows, want %d (the result of a shown call goes under it): %v", len(rows), len(want), rows)

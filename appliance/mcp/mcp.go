@@ -1,6 +1,6 @@
 // Package mcp serves Hearth over the Model Context Protocol, so that an
 // MCP client (an IDE, another agent) can delegate tasks to Hearth's
-// agents: tools to delegate a task, follow and cancel its execution, list
+// agents: tools to delegate a task, follow, top up and cancel its execution, list
 // agent sessions and read their outputs, and every session's outputs as
 // resources (hearth://sessions/{session}/outputs/{path}).
 //

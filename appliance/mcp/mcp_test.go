@@ -174,7 +174,10 @@ type execution struct {
 	Outputs                                   []string
 	Turns                                     int
 	USD                                       float64
-	Limits                                    struct{ USD float64 }
+	Limits                                    struct {
+		USD      float64
+		OnBudget string `json:"on_budget"`
+	}
 }
 
 type output struct {
@@ -232,7 +235,7 @@ func TestMCP(t *testing.T) {
 			names = append(names, tool.Name)
 		}
 		slices.Sort(names)
-		if want := []string{"cancel_execution", "delegate_task", "get_execution", "list_agents", "list_sessions", "read_output"}; !slices.Equal(names, want) {
+		if want := []string{"cancel_execution", "delegate_task", "get_execution", "list_agents", "list_sessions", "read_output", "topup_execution"}; !slices.Equal(names, want) {
 			t.Errorf("%s: tools %v, want %v", name, names, want)
 		}
 		var agents struct{ Agents []struct{ Name string } }
@@ -245,10 +248,11 @@ func TestMCP(t *testing.T) {
 	// Over stdio, waiting.
 	var first execution
 	call(t, stdio, "delegate_task", map[string]any{"agent": "analyst", "prompt": "Analyze Q2 sales", "wait": true,
-		"inputs": map[string]string{"q2.csv": "region,revenue\nnorth,10\nsouth,20\n"}, "limits": map[string]any{"usd": 2}}, &first)
+		"inputs": map[string]string{"q2.csv": "region,revenue\nnorth,10\nsouth,20\n"}, "limits": map[string]any{"usd": 2, "on_budget": "pause"},
+		"context": []map[string]any{{"text": "Be brief.", "to": "~/.claude/CLAUDE.md"}}}, &first)
 	t.Logf("first: %+v", first)
 	if first.Status != "completed" || !first.Ended || first.Result != "Wrote outputs/report.md" || first.Turns != 2 ||
-		!slices.Contains(first.Outputs, "outputs/report.md") || first.USD <= 0 || first.Limits.USD != 2 {
+		!slices.Contains(first.Outputs, "outputs/report.md") || first.USD <= 0 || first.Limits.USD != 2 || first.Limits.OnBudget != "pause" {
 		t.Fatalf("delegate_task with wait = %+v, want it completed with its result, report, turns, cost and the tighter limit", first)
 	}
 
@@ -263,8 +267,8 @@ func TestMCP(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 		call(t, local, "get_execution", map[string]any{"id": second.ID}, &second)
 	}
-	if second.Status != "completed" || second.Result != "Wrote outputs/summary.md" {
-		t.Fatalf("polled execution = %+v, want it completed", second)
+	if second.Status != "completed" || second.Result != "Wrote outputs/summary.md" || second.Limits.OnBudget != "stop" {
+		t.Fatalf("polled execution = %+v, want it completed, with the default on_budget stop", second)
 	}
 
 	// Outputs, as tool results and as resources.
@@ -374,6 +378,15 @@ func checkBadCalls(t *testing.T, cs *mcpsdk.ClientSession, first execution) {
 		{"id not a string", "get_execution", map[string]any{"id": 42}, "id"},
 		{"no id", "cancel_execution", map[string]any{}, "id"},
 		{"cancel ended", "cancel_execution", map[string]any{"id": first.ID}, "already ended"},
+		{"top up ended", "topup_execution", map[string]any{"id": first.ID, "usd": 1}, "already ended"},
+		{"top up nothing", "topup_execution", map[string]any{"id": first.ID, "usd": 0}, "positive number of dollars"},
+		{"top up with a string", "topup_execution", map[string]any{"id": first.ID, "usd": "5"}, "usd"},
+		{"bad on_budget", "delegate_task", map[string]any{"agent": "analyst", "prompt": "go", "limits": map[string]any{"on_budget": "later"}}, "on_budget"},
+		{"mcp server outside the network", "delegate_task", map[string]any{"agent": "analyst", "prompt": "go",
+			"mcp_servers": []map[string]any{{"name": "web", "url": "https://mcp.example.com/mcp"}}}, "add mcp.example.com to network"},
+		{"skill leaving the agents directory", "delegate_task", map[string]any{"agent": "analyst", "prompt": "go", "skills": []string{"../secrets"}}, "clean path"},
+		{"context file and text", "delegate_task", map[string]any{"agent": "analyst", "prompt": "go",
+			"context": []map[string]any{{"file": "context/CLAUDE.md", "text": "x"}}}, "not both"},
 		{"traversal", "read_output", map[string]any{"session": first.Session, "path": "../inputs/q2.csv"}, "under outputs/"},
 		{"traversal inside", "read_output", map[string]any{"execution": first.ID, "path": "outputs/a/../../../etc/passwd"}, "under outputs/"},
 		{"absolute path", "read_output", map[string]any{"execution": first.ID, "path": "/etc/passwd"}, "under outputs/"},

@@ -1,5 +1,7 @@
 // Command hearth-scripted-model is a scripted stand-in for the Anthropic
-// Messages API, for demos and tests on machines that reach no model
+// Messages API (and OpenAI's Responses and Chat Completions APIs and
+// Gemini's generateContent, on their own paths, playing the same script),
+// for demos and tests on machines that reach no model
 // provider. It is not a model: it answers every request with the next
 // turn of a script (its built-in demo, or a JSON file), whatever it is
 // asked. It checks each request as the real API does (route, API key,
@@ -32,14 +34,18 @@ const usage = `hearth-scripted-model: a scripted stand-in for the Anthropic Mess
 It is NOT a model. It answers every POST /v1/messages with the next turn of
 a script, whatever it is asked, for demos and tests on machines that reach
 no model provider. Requests are checked as the real API checks them (route,
-x-api-key, anthropic-version, body); malformed ones are refused.
+x-api-key, anthropic-version, body); malformed ones are refused. The same
+script plays over OpenAI's APIs (POST /v1/responses, /v1/chat/completions,
+with Authorization: Bearer KEY) and Gemini's (POST
+/v1beta/models/MODEL:generateContent or :streamGenerateContent?alt=sse,
+with x-goog-api-key: KEY), each checked as its provider checks it.
 
 The built-in demo script plays, in each conversation: look at inputs/ with
 the Bash tool, write outputs/report.md (rows and column totals of each CSV
 file, computed by awk in the agent's machine), answer with a summary.
 
 Usage:
-  hearth-scripted-model [--listen ADDR] [--key KEY | --key-file FILE] [--script FILE.json]
+  hearth-scripted-model [--listen ADDR] [--key KEY | --key-file FILE] [--script FILE.json] [--record DIR]
   hearth-scripted-model --print-demo      print the demo script as JSON, to copy and edit
 
 Flags:
@@ -47,6 +53,8 @@ Flags:
   --key KEY          the API key requests must carry (default sk-scripted-demo)
   --key-file FILE    read the key from FILE instead
   --script FILE      play this JSON script instead of the demo (see --print-demo)
+  --record DIR       write each request's body to DIR as NNNN-PATH.json, to keep
+                     what a real CLI sends (DIR must exist)
 
 Then, in hearth.toml:
   [model]
@@ -72,6 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 	keyFile := fl.String("key-file", "", "")
 	script := fl.String("script", "", "")
 	printDemo := fl.Bool("print-demo", false, "")
+	record := fl.String("record", "", "")
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
@@ -90,8 +99,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready fun
 		return 0
 	}
 	cfg, err := load(*script, *key, *keyFile)
+	if err == nil && *record != "" {
+		if fi, serr := os.Stat(*record); serr != nil || !fi.IsDir() {
+			err = fmt.Errorf("--record %s: not a directory; create it first", *record)
+		}
+	}
 	if err == nil {
-		err = serve(ctx, *listen, cfg, orDemo(*script), stderr, ready)
+		err = serve(ctx, *listen, cfg, orDemo(*script), *record, stderr, ready)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "hearth-scripted-model: %v\n", err)
@@ -139,14 +153,18 @@ func orDemo(script string) string {
 
 // serve answers requests on addr until ctx is done, logging one line
 // per request.
-func serve(ctx context.Context, addr string, cfg scriptedmodel.Config, what string, stderr io.Writer, ready func(string)) error {
+func serve(ctx context.Context, addr string, cfg scriptedmodel.Config, what, record string, stderr io.Writer, ready func(string)) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
 	logger := log.New(stderr, "hearth-scripted-model: ", log.LstdFlags)
-	srv := &http.Server{Handler: logRequests(scriptedmodel.New(cfg), logger), ReadHeaderTimeout: 10 * time.Second}
-	logger.Printf("a scripted stand-in for the Anthropic Messages API (not a model) on http://%s, playing %s", ln.Addr(), what)
+	var h http.Handler = scriptedmodel.New(cfg)
+	if record != "" {
+		h = recordRequests(h, record, logger)
+	}
+	srv := &http.Server{Handler: logRequests(h, logger), ReadHeaderTimeout: 10 * time.Second}
+	logger.Printf("a scripted stand-in for the Anthropic, OpenAI and Gemini APIs (not a model) on http://%s, playing %s", ln.Addr(), what)
 	if ready != nil {
 		ready(ln.Addr().String())
 	}

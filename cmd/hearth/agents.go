@@ -20,9 +20,10 @@ import (
 func agentsCmd() *command {
 	return &command{name: "agents", aliases: []string{"agent"}, subs: []*command{
 		{name: "run", args: `AGENT "PROMPT"`, min: 2, max: 2, names: agentNames, setup: agentRun,
-			summary: "delegate a task; streams it, ends with the result,\noutputs, turns, tokens and cost"},
-		{name: "list", aliases: []string{"ls"}, summary: "one line per execution, newest first", setup: agentList},
-		{name: "show", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentShow, summary: "an execution's details"},
+			summary: "delegate a task; streams it, ends with the result,\noutputs, model calls, tokens and cost"},
+		{name: "list", aliases: []string{"ls"}, summary: "one line per execution, newest first (--tree: children\nunder their parent)", setup: agentList},
+		{name: "show", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentShow,
+			summary: "an execution's details, its parent and its children"},
 		{name: "execution", aliases: []string{"logs"}, args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentExecution,
 			summary: "its event log with timestamps (logs is the same)"},
 		{name: "outputs", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentOutputs,
@@ -31,6 +32,8 @@ func agentsCmd() *command {
 		{name: "resume", args: `SESSION "PROMPT"`, min: 2, max: 2, names: agentSessionIDs, setup: agentResume,
 			summary: "continue a session; the agent keeps its conversation"},
 		{name: "cancel", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentCancel, summary: "stop it (partial outputs are kept)"},
+		{name: "topup", args: "EXECUTION USD", min: 2, max: 2, names: executionIDs, setup: agentTopUp,
+			summary: "raise its dollar limit; one awaiting budget goes on"},
 		{name: "definitions", aliases: []string{"defs"}, setup: agentDefinitions, summary: "the agents the daemon knows"},
 		{name: "reload", setup: agentReload, summary: "read the agent definitions again (or SIGHUP the daemon)"},
 		{name: "sessions", setup: agentSessions, summary: "agent sessions, newest first"},
@@ -65,7 +68,9 @@ func agentList(fl *flag.FlagSet) action {
 	fl.StringVar(&f.Agent, "agent", "", "only this agent's executions")
 	fl.StringVar(&f.Session, "session", "", "only this session's executions")
 	fl.StringVar(&status, "status", "", "only these statuses (comma-separated: running,pending)")
+	fl.StringVar(&f.Parent, "parent", "", "only the executions this one delegated to")
 	fl.IntVar(&f.Limit, "limit", 50, "at most this many, newest first")
+	tree := fl.Bool("tree", false, "print each execution's children under it, indented (those on this page)")
 	return func(inv *env) error {
 		c, err := inv.client()
 		if err != nil {
@@ -78,19 +83,59 @@ func agentList(fl *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
+		indent := map[string]string{}
+		if *tree && !*asJSON {
+			list, indent = asTree(list)
+		}
 		return printList(inv.stdout, *asJSON, list, "no executions: start one with 'hearth agents run AGENT \"PROMPT\"'",
 			func(e client.Execution) []string {
-				return []string{e.Id, e.Agent, e.Session, string(e.Status), turnsOf(e), spendOf(e), ranFor(e, time.Now())}
+				return []string{indent[e.Id] + e.Id, e.Agent, e.Session, string(e.Status), turnsOf(e), spendOf(e), ranFor(e, time.Now())}
 			})
 	}
 }
 
-// turnsOf is "turn 12/50", or "turn 12" without a turn limit.
+// asTree orders a page of executions (newest first) as trees: each root
+// (or execution whose parent is not on the page) in the page's order,
+// followed by its children, oldest first, each indented under its
+// parent.
+func asTree(list []client.Execution) ([]client.Execution, map[string]string) {
+	on := map[string]bool{}
+	for _, e := range list {
+		on[e.Id] = true
+	}
+	kids := map[string][]client.Execution{}
+	for i := len(list) - 1; i >= 0; i-- { // oldest first
+		if e := list[i]; e.Parent != "" && on[e.Parent] {
+			kids[e.Parent] = append(kids[e.Parent], e)
+		}
+	}
+	out := make([]client.Execution, 0, len(list))
+	indent := map[string]string{}
+	var walk func(e client.Execution, depth int)
+	walk = func(e client.Execution, depth int) {
+		out = append(out, e)
+		if depth > 0 {
+			indent[e.Id] = strings.Repeat("  ", depth-1) + "└ "
+		}
+		for _, k := range kids[e.Id] {
+			walk(k, depth+1)
+		}
+	}
+	for _, e := range list {
+		if e.Parent == "" || !on[e.Parent] {
+			walk(e, 0)
+		}
+	}
+	return out, indent
+}
+
+// turnsOf is the model calls made: "call 12/50", or "call 12" without a
+// limit (limits.turns, which counts model calls).
 func turnsOf(e client.Execution) string {
 	if e.Limits.Turns > 0 {
-		return fmt.Sprintf("turn %d/%d", e.Turns, e.Limits.Turns)
+		return fmt.Sprintf("call %d/%d", e.Turns, e.Limits.Turns)
 	}
-	return fmt.Sprintf("turn %d", e.Turns)
+	return fmt.Sprintf("call %d", e.Turns)
 }
 
 // spendOf is "$1.24 of $10.00", or "$1.24" without a budget.
@@ -154,12 +199,18 @@ func agentShow(fl *flag.FlagSet) action {
 		if *asJSON {
 			return printJSON(inv.stdout, e)
 		}
-		printExecution(inv.stdout, e)
+		var kids []client.Execution
+		if len(e.Children) > 0 {
+			if kids, err = c.Executions(context.Background(), client.ExecutionFilter{Parent: e.Id, Limit: 10000}); err != nil {
+				return err
+			}
+		}
+		printExecution(inv.stdout, e, kids)
 		return nil
 	}
 }
 
-func printExecution(w io.Writer, e client.Execution) {
+func printExecution(w io.Writer, e client.Execution, children []client.Execution) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, v string) {
 		if v != "" {
@@ -167,10 +218,13 @@ func printExecution(w io.Writer, e client.Execution) {
 		}
 	}
 	kind := string(e.Kind)
-	if e.Parent != "" {
-		kind += " of " + e.Parent
+	if e.Previous != "" {
+		kind += " of " + e.Previous
 	}
 	row("execution", e.Id+" ("+kind+")")
+	if e.Parent != "" {
+		row("parent", fmt.Sprintf("%s (depth %d)", e.Parent, e.Depth))
+	}
 	row("agent", e.Agent)
 	row("session", e.Session)
 	row("status", string(e.Status))
@@ -179,19 +233,36 @@ func printExecution(w io.Writer, e client.Execution) {
 	row("ran", ranFor(e, time.Now()))
 	row("limits", limitsOf(e.Limits))
 	row("used", spentOf(e))
+	if e.Parent != "" || len(e.Children) > 0 || e.TotalUsd != e.Usd {
+		row("with children", fmt.Sprintf("%s in / %s out tokens, %s", humanize.Comma(e.TotalTokens.Input),
+			humanize.Comma(e.TotalTokens.Output), usd(e.TotalUsd)))
+	}
 	row("result", oneLine(e.Result, 500))
 	row("error", e.Error)
 	row("outputs", strings.Join(e.Outputs, ", "))
+	// Newest first from the list: shown oldest first, as delegated.
+	for i := len(children) - 1; i >= 0; i-- {
+		k := children[i]
+		label := ""
+		if i == len(children)-1 {
+			label = "children"
+		}
+		row(label, fmt.Sprintf("%s  %s  %s  %s", k.Id, k.Agent, k.Status, usd(k.TotalUsd)))
+	}
 	tw.Flush()
 }
 
 func limitsOf(l client.Limits) string {
 	var parts []string
 	if l.Usd > 0 {
-		parts = append(parts, usd(l.Usd))
+		if l.OnBudget != "" {
+			parts = append(parts, usd(l.Usd)+" ("+string(l.OnBudget)+" at the limit)")
+		} else {
+			parts = append(parts, usd(l.Usd))
+		}
 	}
 	if l.Turns > 0 {
-		parts = append(parts, plural(l.Turns, "turn"))
+		parts = append(parts, plural(l.Turns, "model call"))
 	}
 	if l.WallTime != "" {
 		parts = append(parts, shortDuration(l.WallTime))
@@ -218,14 +289,14 @@ func shortDuration(s string) string {
 }
 
 func spentOf(e client.Execution) string {
-	s := fmt.Sprintf("%s, %s in / %s out tokens", plural(e.Turns, "turn"), humanize.Comma(e.Tokens.Input), humanize.Comma(e.Tokens.Output))
+	s := fmt.Sprintf("%s, %s in / %s out tokens", plural(e.Turns, "model call"), humanize.Comma(e.Tokens.Input), humanize.Comma(e.Tokens.Output))
 	if e.Tokens.CacheRead > 0 || e.Tokens.CacheCreation > 0 {
 		s += fmt.Sprintf(" (cache: %s read, %s written)", humanize.Comma(e.Tokens.CacheRead), humanize.Comma(e.Tokens.CacheCreation))
 	}
 	return s + ", " + usd(e.Usd)
 }
 
-// plural is "1 turn", "2 turns".
+// plural is "1 model call", "2 model calls".
 func plural(n int, what string) string {
 	if n == 1 {
 		return "1 " + what
@@ -262,6 +333,25 @@ func agentCancel(*flag.FlagSet) action {
 			fmt.Fprintf(inv.stdout, "; partial outputs kept: %s", safe(strings.Join(e.Outputs, ", ")))
 		}
 		fmt.Fprintln(inv.stdout)
+		return nil
+	}
+}
+
+func agentTopUp(*flag.FlagSet) action {
+	return func(inv *env) error {
+		amount, err := parseUSD(inv.args[1])
+		if err != nil {
+			return err
+		}
+		c, err := inv.client()
+		if err != nil {
+			return err
+		}
+		e, err := c.TopUp(context.Background(), inv.args[0], amount)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(inv.stdout, "%s %s: limit now %s (%s spent)\n", e.Id, e.Status, usd(e.Limits.Usd), usd(e.Usd))
 		return nil
 	}
 }

@@ -116,25 +116,90 @@ func describe(ev client.Event) (string, string) {
 		return "network", fmt.Sprintf("%s %s: %v %s", str("method"), str("host"), p["allowed"], str("reason"))
 	case "output":
 		return str("stream"), oneLine(str("line"), 200)
+	case "retry":
+		return "retry", describeRetry(str, num)
+	case "warning":
+		return "warning", oneLine(str("message"), 300)
+	case "system":
+		b, _ := json.Marshal(p["payload"])
+		if p["truncated"] == true {
+			b = []byte(str("snippet"))
+		}
+		return "system", oneLine(str("subtype")+" "+string(b), 200)
+	case "child":
+		if str("status") == "pending" {
+			return "child", fmt.Sprintf("%s (%s) started in %s", str("execution"), str("agent"), str("session"))
+		}
+		line := fmt.Sprintf("%s (%s) %s, %s", str("execution"), str("agent"), str("status"), usd(num("usd")))
+		if e := str("error"); e != "" {
+			line += ": " + oneLine(e, 200)
+		}
+		return "child", line
+	case "claim":
+		return "claim", describeClaim(str)
 	}
 	return ev.Type, oneLine(string(ev.Payload), 200)
+}
+
+// describeClaim is a lease's event: "claimed s1/outputs/a.md until 15:04:05".
+func describeClaim(str func(string) string) string {
+	s := strings.ReplaceAll(str("op"), "_", " ") + " " + str("path")
+	switch str("op") {
+	case "claimed", "renewed", "taken_over":
+		if t, err := time.Parse(time.RFC3339Nano, str("expires")); err == nil {
+			s += " until " + t.Local().Format("15:04:05")
+		}
+	}
+	switch {
+	case str("op") == "taken_over":
+		s += fmt.Sprintf(" by %s (%s's lease had expired)", str("holder"), str("previous"))
+	case str("by") == "operator":
+		s += " by an operator"
+	case str("by") == "end":
+		s += " as the execution ended"
+	}
+	return s
 }
 
 func describeStatus(p map[string]any) string {
 	status, _ := p["status"].(string)
 	switch status {
 	case "running":
+		if p["resumed"] == true {
+			return "running again after a top-up"
+		}
 		return fmt.Sprintf("running agent %v with %v", p["agent"], p["model"])
+	case "awaiting_budget":
+		used, _ := p["used"].(float64)
+		max, _ := p["max"].(float64)
+		return fmt.Sprintf("awaiting budget: %s of %s spent; its model call is held and the agent stopped for up to %v: raise the limit with 'hearth agents topup EXECUTION USD'",
+			usd(used), usd(max), p["wait"])
 	case "agent_started":
 		return fmt.Sprintf("the agent started (%v, claude code %v)", p["model"], p["claude_code_version"])
 	case "agent_finished":
+		// num_turns is the CLI's own count, not the model calls the
+		// limit counts: shown under its own name.
 		n, _ := p["num_turns"].(float64)
-		return fmt.Sprintf("the agent finished: %v after %s", p["outcome"], plural(int(n), "turn"))
+		return fmt.Sprintf("the agent finished: %v (CLI turns: %d)", p["outcome"], int(n))
 	}
 	if e, _ := p["error"].(string); e != "" && e != status {
 		return status + ": " + oneLine(e, 300)
 	}
 	return status
+}
+
+// describeRetry is the CLI's api_retry line: which attempt, after what,
+// how long it waits.
+func describeRetry(str func(string) string, num func(string) float64) string {
+	why := str("error")
+	if st := num("status"); st > 0 {
+		why = strings.TrimSpace(fmt.Sprintf("HTTP %d %s", int(st), why))
+	}
+	if why == "" {
+		why = "no answer"
+	}
+	return fmt.Sprintf("the CLI retries a model call (%s): attempt %d of %d in %s", oneLine(why, 120), int(num("attempt")), int(num("max_retries")),
+		latency(time.Duration(num("delay_ms"))*time.Millisecond))
 }
 
 func describeCall(p map[string]any, str func(string) string, num func(string) float64) string {
@@ -167,10 +232,21 @@ func describeBudget(limit, level string, used, max float64) string {
 		}
 		return fmt.Sprint(v)
 	}
-	if level == "exceeded" {
-		return fmt.Sprintf("%s limit reached (%s of %s): model calls refused, the agent is stopped", limit, amount(used), amount(max))
+	name := limit
+	if limit == "turns" {
+		name = "model calls" // the turns limit counts model calls
 	}
-	return fmt.Sprintf("%s at %s of %s: the agent is told to wrap up", limit, amount(used), amount(max))
+	switch level {
+	case "exceeded":
+		could := ""
+		if limit == "usd" || limit == "credits" { // the hard cap stops before a call that could pass it
+			could = ", or the next call could pass it"
+		}
+		return fmt.Sprintf("%s limit reached (%s of %s%s): model calls refused, the agent is stopped", name, amount(used), amount(max), could)
+	case "topped_up":
+		return fmt.Sprintf("%s limit raised to %s (%s spent)", name, amount(max), amount(used))
+	}
+	return fmt.Sprintf("%s at %s of %s: the agent is told to wrap up", name, amount(used), amount(max))
 }
 
 // toolInput shows what a tool was asked: a command, a path, or its JSON.

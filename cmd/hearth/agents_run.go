@@ -32,31 +32,54 @@ func (f *inputFlag) Set(v string) error { *f = append(*f, v); return nil }
 
 // runFlags are what run and resume share.
 type runFlags struct {
-	inputs  inputFlag
-	budget  usdFlag
-	turns   positiveInt
-	timeout positiveDuration
-	detach  bool
-	asJSON  bool
-	outputs inputFlag
-	session string
+	inputs   inputFlag
+	budget   usdFlag
+	onBudget onBudgetFlag
+	turns    positiveInt
+	// oldTurns says --max-turns, the deprecated name of --max-calls,
+	// was given.
+	oldTurns bool
+	timeout  positiveDuration
+	detach   bool
+	asJSON   bool
+	outputs  inputFlag
+	session  string
+	// What the task adds to the agent's own context.
+	skills   inputFlag
+	contexts inputFlag
+	servers  inputFlag
 }
 
 func (rf *runFlags) add(fl *flag.FlagSet, session bool) {
 	fl.Var(&rf.inputs, "input", fmt.Sprintf("a file for the agent's inputs/ (repeatable; at most %s in all, streamed)", humanize.IBytes(client.MaxInputFiles)))
 	fl.Var(&rf.budget, "budget", "most dollars of model spend (only lower than the agent's; at least 0.000001)")
-	fl.Var(&rf.turns, "max-turns", "most model answers (only lower than the agent's)")
+	fl.Var(&rf.onBudget, "on-budget", "at the dollar limit: stop, or pause and wait for 'hearth agents topup'")
+	rf.addCalls(fl, "")
 	fl.Var(&rf.timeout, "timeout", "most wall time, like 10m (only shorter than the agent's)")
 	fl.BoolVar(&rf.detach, "detach", false, "print the execution id and leave it running")
 	fl.BoolVar(&rf.asJSON, "json", false, "print the execution as JSON instead of the stream")
+	fl.Var(&rf.skills, "skill", "a skill directory to add, relative to the daemon's agents directory, or session:SESSION/path (repeatable)")
+	fl.Var(&rf.contexts, "context", "FILE[:TO]: place this local file for the agent, at TO in its working directory or ~/... in its home; default CLAUDE.md (repeatable)")
+	fl.Var(&rf.servers, "mcp-server", "NAME=URL (an HTTP MCP server its network list allows) or 'NAME=PROGRAM ARG...' (a stdio server in the machine) to add (repeatable)")
 	if session {
 		fl.Var(&rf.outputs, "output", "a glob under outputs/ replacing the agent's (repeatable)")
 		fl.StringVar(&rf.session, "session", "", "work in this existing session (the agent keeps its conversation)")
 	}
 }
 
-func (rf *runFlags) limits() client.Limits {
-	l := client.Limits{Usd: float64(rf.budget), Turns: int(rf.turns)}
+// addCalls adds --max-calls, and --max-turns, its old name, which still
+// works and says it is deprecated.
+func (rf *runFlags) addCalls(fl *flag.FlagSet, per string) {
+	fl.Var(&rf.turns, "max-calls", "most model calls"+per+" (only lower than the agent's)")
+	fl.Var(&deprecatedName{&rf.turns, &rf.oldTurns}, "max-turns", "deprecated: the old name of --max-calls (it always counted model calls)")
+}
+
+// limits are the flags' limits; w is told if a deprecated flag named one.
+func (rf *runFlags) limits(w io.Writer) client.Limits {
+	if rf.oldTurns {
+		fmt.Fprintln(w, "hearth: --max-turns is deprecated: use --max-calls (the same limit: the most model calls)")
+	}
+	l := client.Limits{Usd: float64(rf.budget), Turns: int(rf.turns), OnBudget: client.LimitsOnBudget(rf.onBudget)}
 	if rf.timeout > 0 {
 		l.WallTime = time.Duration(rf.timeout).String()
 	}
@@ -93,6 +116,38 @@ func (rf *runFlags) inputFiles() (map[string]string, error) {
 	return out, nil
 }
 
+// agentContext reads --skill, --context and --mcp-server; the daemon
+// checks them against the agent's definition.
+func (rf *runFlags) agentContext() (servers []client.MCPServer, skills []string, files []client.ContextFile, err error) {
+	for _, v := range rf.servers {
+		name, spec, ok := strings.Cut(v, "=")
+		if !ok || name == "" || strings.TrimSpace(spec) == "" {
+			return nil, nil, nil, usageError{fmt.Sprintf("--mcp-server %q: write NAME=URL or 'NAME=PROGRAM ARG...'", v)}
+		}
+		if strings.HasPrefix(spec, "http://") || strings.HasPrefix(spec, "https://") {
+			servers = append(servers, client.MCPServer{Name: name, Url: spec})
+		} else {
+			servers = append(servers, client.MCPServer{Name: name, Command: strings.Fields(spec)})
+		}
+	}
+	for _, v := range rf.contexts {
+		file, to, _ := strings.Cut(v, ":")
+		fi, err := os.Stat(file)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("--context: %w", err)
+		}
+		if !fi.Mode().IsRegular() || fi.Size() > 1<<20 {
+			return nil, nil, nil, usageError{fmt.Sprintf("--context %s: give a regular file of at most 1 MiB", file)}
+		}
+		text, err := os.ReadFile(file)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("--context: %w", err)
+		}
+		files = append(files, client.ContextFile{Text: string(text), To: to})
+	}
+	return servers, rf.skills, files, nil
+}
+
 func agentRun(fl *flag.FlagSet) action {
 	var rf runFlags
 	rf.add(fl, true)
@@ -105,7 +160,10 @@ func agentRun(fl *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
-		req := client.DelegateRequest{Agent: inv.args[0], Prompt: inv.args[1], Limits: rf.limits(), Outputs: rf.outputs, Session: rf.session}
+		req := client.DelegateRequest{Agent: inv.args[0], Prompt: inv.args[1], Limits: rf.limits(inv.stderr), Outputs: rf.outputs, Session: rf.session}
+		if req.McpServers, req.Skills, req.Context, err = rf.agentContext(); err != nil {
+			return err
+		}
 		return startAndFollow(c, rf, inv.stdout, inv.stderr, func(ctx context.Context) (client.Execution, error) {
 			if len(files) > 0 {
 				return c.DelegateFiles(ctx, req, files)
@@ -127,7 +185,10 @@ func agentResume(fl *flag.FlagSet) action {
 		if err != nil {
 			return err
 		}
-		req := client.ResumeRequest{Prompt: inv.args[1], Limits: rf.limits()}
+		req := client.ResumeRequest{Prompt: inv.args[1], Limits: rf.limits(inv.stderr)}
+		if req.McpServers, req.Skills, req.Context, err = rf.agentContext(); err != nil {
+			return err
+		}
 		return startAndFollow(c, rf, inv.stdout, inv.stderr, func(ctx context.Context) (client.Execution, error) {
 			if len(files) > 0 {
 				return c.ResumeFiles(ctx, inv.args[0], req, files)

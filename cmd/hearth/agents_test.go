@@ -79,7 +79,7 @@ var execIDRe = regexp.MustCompile(`exec-[0-9a-f]{8}`)
 // TestAgentsRunCommand runs a task with the CLI: the stream shows the
 // tool call, its result, the file written, the model calls with tokens
 // and dollars and the answer; the summary the status, the result, the
-// outputs, turns, tokens and cost; the exit status says whether it
+// outputs, model calls, tokens and cost; the exit status says whether it
 // completed. Then the read commands, retry, resume, credits.
 func TestAgentsRunCommand(t *testing.T) {
 	c, cfg := agentDaemon(t, modeltest.Config{Turns: []modeltest.Turn{
@@ -106,7 +106,7 @@ func TestAgentsRunCommand(t *testing.T) {
 		"text    Wrote outputs/report.md",
 		"status  completed",
 		"\ncompleted after ",
-		"2 turns, 2,000 in / 200 out tokens, $0.009 of $2.00",
+		"2 model calls, 2,000 in / 200 out tokens, $0.009 of $2.00",
 		"result: Wrote outputs/report.md",
 		"outputs:\n  outputs/report.md (2 B)",
 	} {
@@ -117,7 +117,7 @@ func TestAgentsRunCommand(t *testing.T) {
 	first := execIDRe.FindString(out)
 	session := regexp.MustCompile(`session-[0-9a-f]{6}`).FindString(out)
 
-	out, errOut, code = hearthIn(t, "", "agents", "run", "analyst", "This one fails", c)
+	out, errOut, code = hearthIn(t, "", "agents", "run", "analyst", "This one fails", "--max-calls", "4", c)
 	t.Logf("failing run:\n%s%s", out, errOut)
 	if code != exitError || !strings.Contains(out, "\nfailed after ") || !strings.Contains(out, "scripted failure") {
 		t.Errorf("a failing run = %d, stdout %q; want exit 1 and the failure", code, out)
@@ -126,17 +126,22 @@ func TestAgentsRunCommand(t *testing.T) {
 
 	dl := t.TempDir()
 	runSteps(t, []step{
-		{args: []string{"agents", "list", c}, wantOut: first + "  analyst  " + session + "  completed  turn 2/20  $0.009 of $2.00"},
+		{args: []string{"agents", "list", c}, wantOut: first + "  analyst  " + session + "  completed  call 2/20  $0.009 of $2.00"},
 		{args: []string{"agents", "show", first, c}, wantOut: "result     Wrote outputs/report.md"},
+		{args: []string{"agents", "show", first, c}, wantOut: "limits     $2.00 (stop at the limit), 20 model calls"},
 		{args: []string{"agents", "execution", first, c}, wantOut: "  tool    Bash: mkdir -p outputs"},
 		{args: []string{"agents", "logs", first, "--follow", c}, wantOut: "  status  completed"},
 		{args: []string{"agents", "outputs", first, c}, wantOut: "outputs/report.md  2 B"},
 		{args: []string{"agents", "outputs", first, "--download", dl, c}, wantErr: "downloaded 1 file (2 B) to " + dl},
-		{args: []string{"agents", "definitions", c}, wantOut: "analyst  claude-sonnet-4-5  claude-code  $5.00, 20 turns  Analyses data."},
+		{args: []string{"agents", "definitions", c}, wantOut: "analyst  claude-sonnet-4-5  claude-code  $5.00, 20 model calls  Analyses data."},
 		{args: []string{"agents", "sessions", c}, wantOut: session},
 		{args: []string{"agents", "retry", failed, c}, wantOut: "result: retried fine"},
-		{args: []string{"agents", "resume", session, "And a summary", c}, wantOut: "result: resumed fine"},
+		{args: []string{"agents", "resume", session, "And a summary", "--max-turns", "3", c}, wantOut: "result: resumed fine",
+			wantErr: "--max-turns is deprecated: use --max-calls"},
 		{args: []string{"agents", "cancel", first, c}, wantCode: exitError, wantErr: "already ended"},
+		{args: []string{"agents", "topup", first, "2", c}, wantCode: exitError, wantErr: "already ended"},
+		{args: []string{"agents", "topup", first, "lots", c}, wantCode: exitError, wantErr: "not a number of dollars"},
+		{args: []string{"agents", "run", "analyst", "go", "--on-budget", "later", c}, wantCode: exitUsage},
 		{args: []string{"agents", "run", "nobody", "go", c}, wantCode: exitNotFound, wantErr: `no agent "nobody"`},
 		{args: []string{"agents", "run", "analyst", "go", "--budget", "50", c}, wantCode: exitError, wantErr: "may only tighten"},
 		{args: []string{"agents", "run", "analyst", c}, wantCode: exitUsage},
@@ -213,7 +218,7 @@ func TestAgentsDemoScript(t *testing.T) {
 		}
 		session := regexp.MustCompile(`session-[0-9a-f]{6}`).FindString(out)
 		report, err := os.ReadFile(filepath.Join(cfg.Workspace.Mount, session, "outputs", "report.md"))
-		if code != 0 || !strings.Contains(out, "outputs/report.md") || !strings.Contains(out, "3 turns") || err != nil ||
+		if code != 0 || !strings.Contains(out, "outputs/report.md") || !strings.Contains(out, "3 model calls") || err != nil ||
 			!strings.Contains(string(report), "## q2.csv\n\n- 2 rows\n- revenue: total 30.5, mean 15.25\n- units: total 7, mean 3.5\n") {
 			t.Fatalf("demo run %d = %d, stdout %q, stderr %q; report %q, %v", i, code, out, errOut, report, err)
 		}
@@ -235,4 +240,37 @@ func TestShortDuration(t *testing.T) {
 			t.Errorf("shortDuration(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// TestAgentsRunContextFlags: --skill, --context and --mcp-server add to
+// the agent's own for one task; a bad flag is a usage error, and a server
+// the agent's network list does not allow is refused by the daemon.
+func TestAgentsRunContextFlags(t *testing.T) {
+	c, cfg := agentDaemon(t, modeltest.Config{Turns: []modeltest.Turn{
+		bash("ls ~/.claude/skills | tr '\\n' ' '; grep -o 'tools/quits.js' ~/.hearth/mcp-agent.json | tr -d '\\n'; cat CLAUDE.md ~/.claude/NOTES.md | tr -d '\\n'"), say("done")}}, false)
+	skill := filepath.Join(cfg.Agents.Dir, "skills", "probe")
+	os.MkdirAll(skill, 0o755)
+	os.WriteFile(filepath.Join(skill, "SKILL.md"), []byte("---\nname: flag-skill\ndescription: Given by a flag.\n---\n"), 0o644)
+	local := t.TempDir()
+	os.WriteFile(filepath.Join(local, "team.md"), []byte("Team rule from a flag.\n"), 0o644)
+	os.WriteFile(filepath.Join(local, "notes.md"), []byte("Notes from a flag.\n"), 0o644)
+	// A stdio MCP server (that quits at once), placed by a --context flag.
+	os.WriteFile(filepath.Join(local, "quits.js"), []byte("process.exit(0);\n"), 0o644)
+	out, errOut, code := hearthIn(t, "", "agents", "run", "analyst", "go", "--skill", "skills/probe",
+		"--context", filepath.Join(local, "team.md"), "--context", filepath.Join(local, "notes.md")+":~/.claude/NOTES.md",
+		"--context", filepath.Join(local, "quits.js")+":tools/quits.js", "--mcp-server", "quits=node tools/quits.js --stdio", c)
+	if code != 0 {
+		t.Fatalf("agents run with the flags = %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{"flag-skill", "tools/quits.js", "Team rule from a flag.Notes from a flag."} {
+		if !strings.Contains(out, want) {
+			t.Errorf("agents run output lacks %q:\n%s", want, out)
+		}
+	}
+	runSteps(t, []step{
+		{args: []string{"agents", "run", "analyst", "go", "--mcp-server", "web=https://mcp.example.com/mcp", c}, wantCode: exitError, wantErr: "add mcp.example.com to network"},
+		{args: []string{"agents", "run", "analyst", "go", "--mcp-server", "novalue", c}, wantCode: exitUsage, wantErr: "NAME=URL"},
+		{args: []string{"agents", "run", "analyst", "go", "--context", filepath.Join(local, "none.md"), c}, wantCode: exitError, wantErr: "none.md"},
+		{args: []string{"agents", "run", "analyst", "go", "--context", local + "/team.md:outputs/x.md", c}, wantCode: exitError, wantErr: "not in outputs/"},
+	})
 }

@@ -23,7 +23,7 @@ func TestCompletion(t *testing.T) {
 		words []string
 		want  string
 	}{
-		{[]string{""}, "agents completion credits doctor help images mcp sandboxes schedules up workspace"},
+		{[]string{""}, "agents claims completion credits doctor help images mcp prices sandboxes schedules up workspace"},
 		{[]string{"ag"}, "agents"},
 		{[]string{"agents", "r"}, "reload resume retry run"},
 		{[]string{"agents", "run", "analyst", "--b"}, "--budget"},

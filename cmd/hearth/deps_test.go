@@ -80,6 +80,12 @@ func TestImportRules(t *testing.T) {
 			if pkg == mcpServer && strings.HasPrefix(imp, "hearth/") && !mcpImports[imp] {
 				t.Errorf("%s imports %s: the MCP server reaches Hearth only through the API, with hearth/client", pkg, imp)
 			}
+			// The hearth MCP server agents reach from inside acts through
+			// the Platform the appliance gives it: it imports neither the
+			// runner nor the appliance.
+			if pkg == "hearth/agents/inside" && (imp == "hearth/agents" || under(imp, "hearth/appliance")) {
+				t.Errorf("%s imports %s: the inside MCP server acts only through its Platform", pkg, imp)
+			}
 			if pkg == dashboard && strings.HasPrefix(imp, "hearth/") {
 				t.Errorf("%s imports %s: the dashboard reaches Hearth only through the API, from the browser", pkg, imp)
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -26,6 +27,19 @@ func (f *usdFlag) Set(v string) error {
 		return err
 	}
 	*f = usdFlag(usd)
+	return nil
+}
+
+// onBudgetFlag is --on-budget: stop or pause.
+type onBudgetFlag string
+
+func (f *onBudgetFlag) String() string { return string(*f) }
+
+func (f *onBudgetFlag) Set(v string) error {
+	if v != "stop" && v != "pause" {
+		return fmt.Errorf("%q: use stop (end the execution at the limit) or pause (wait for 'hearth agents topup')", v)
+	}
+	*f = onBudgetFlag(v)
 	return nil
 }
 
@@ -61,7 +75,7 @@ func (d *positiveDuration) Set(v string) error {
 	return nil
 }
 
-// positiveInt is --max-turns: a count above zero.
+// positiveInt is --max-calls: a count above zero.
 type positiveInt int
 
 func (n *positiveInt) String() string { return strconv.Itoa(int(*n)) }
@@ -76,4 +90,23 @@ func (n *positiveInt) Set(v string) error {
 	}
 	*n = positiveInt(i)
 	return nil
+}
+
+// deprecatedName is a flag's old name: it sets the same value, and
+// notes that it was used so the command can say it is deprecated.
+type deprecatedName struct {
+	v    flag.Value
+	used *bool
+}
+
+func (d *deprecatedName) String() string {
+	if d.v == nil {
+		return ""
+	}
+	return d.v.String()
+}
+
+func (d *deprecatedName) Set(v string) error {
+	*d.used = true
+	return d.v.Set(v)
 }

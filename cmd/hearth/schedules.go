@@ -26,7 +26,7 @@ func schedulesCmd() *command {
 func scheduleAdd(fl *flag.FlagSet) action {
 	var rf runFlags
 	fl.Var(&rf.budget, "budget", "most dollars of model spend per run (only lower than the agent's; at least 0.000001)")
-	fl.Var(&rf.turns, "max-turns", "most model answers per run (only lower than the agent's)")
+	rf.addCalls(fl, " per run")
 	fl.Var(&rf.timeout, "timeout", "most wall time per run, like 10m (only shorter than the agent's)")
 	overlap := fl.String("overlap", "skip", "when a run is due while one is going: skip, queue or allow")
 	catchUp := fl.String("catch-up", "none", "runs missed while the daemon was down: none or once")
@@ -36,7 +36,7 @@ func scheduleAdd(fl *flag.FlagSet) action {
 			return err
 		}
 		s, err := c.AddSchedule(context.Background(), client.ScheduleRequest{Id: inv.args[0], Spec: inv.args[1], Agent: inv.args[2], Prompt: inv.args[3],
-			Limits: rf.limits(), Overlap: *overlap, CatchUp: *catchUp})
+			Limits: rf.limits(inv.stderr), Overlap: *overlap, CatchUp: *catchUp})
 		if err != nil {
 			return err
 		}

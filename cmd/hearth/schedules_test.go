@@ -133,6 +133,7 @@ func TestFlagsRefuseBadNumbers(t *testing.T) {
 		{[]string{"agents", "run", "analyst", "go", "--timeout", "-1s"}, "-timeout: -1s: give a positive duration"},
 		{[]string{"agents", "run", "analyst", "go", "--timeout", "0s"}, "-timeout: 0s: give a positive duration"},
 		{[]string{"agents", "run", "analyst", "go", "--max-turns", "-3"}, "-max-turns: -3: give a positive number"},
+		{[]string{"agents", "run", "analyst", "go", "--max-calls", "0"}, "-max-calls: 0: give a positive number"},
 		{[]string{"agents", "resume", "session-x", "go", "--budget", "nan"}, "-budget: NaN is not a number of dollars"},
 		{[]string{"schedules", "add", "x", "@daily", "analyst", "go", "--budget", "1e-9"}, "less than the ledger's unit"},
 		{[]string{"schedules", "add", "x", "@daily", "analyst", "go", "--timeout", "-5m"}, "-timeout: -5m0s"},

@@ -22,10 +22,11 @@ export function duration(ms) {
   return `${Math.floor(s / 3600)}h ${pad(Math.floor(s / 60) % 60)}m`;
 }
 
-// turnsOf is "turn 12/50", or "turn 12" without a turn limit.
+// turnsOf is the model calls made: "call 12/50", or "call 12" without a
+// limit (limits.turns, which counts model calls).
 export function turnsOf(e) {
   const max = e.limits && e.limits.turns;
-  return max ? `turn ${e.turns}/${max}` : `turn ${e.turns}`;
+  return max ? `call ${e.turns}/${max}` : `call ${e.turns}`;
 }
 
 // spendOf is "$1.24 of $10.00", or "$1.24" without a budget.

@@ -58,6 +58,18 @@ function describe(type, p) {
       return ['network', `${p.method || ''} ${p.host}${p.port ? ':' + p.port : ''}: ${p.allowed ? 'allowed' : 'refused'}${p.reason ? ' (' + p.reason + ')' : ''}`, p.allowed ? '' : 'warn'];
     case 'output':
       return [p.stream || 'output', h('span', { class: 'line' }, p.line)];
+    case 'retry':
+      return ['retry', retry(p), 'warn'];
+    case 'warning':
+      return ['warning', p.message || JSON.stringify(p), 'warn'];
+    case 'system':
+      return ['system', [h('strong', {}, p.subtype || ''), ' ', h('code', {}, p.truncated ? (p.snippet || '') + '…' : JSON.stringify(p.payload ?? {}))]];
+    case 'child':
+      return ['child', [h('a', { href: `#/execution/${encodeURIComponent(p.execution || '')}` }, p.execution), ` (${p.agent}) `,
+        p.status === 'pending' ? 'started' : `${String(p.status).replace('_', ' ')}, ${usd(p.usd)}${p.error ? ': ' + p.error : ''}`],
+      p.status === 'pending' || p.status === 'completed' ? '' : 'warn'];
+    case 'claim':
+      return ['claim', claim(p), p.op === 'taken_over' ? 'warn' : ''];
   }
   return [type, h('code', {}, JSON.stringify(p))];
 }
@@ -69,7 +81,8 @@ function status(p) {
     case 'agent_started':
       return `the agent started (${p.model ?? ''}${p.claude_code_version ? ', claude code ' + p.claude_code_version : ''})`;
     case 'agent_finished':
-      return `the agent finished: ${p.outcome ?? ''} after ${p.num_turns ?? 0} turn${p.num_turns === 1 ? '' : 's'}`;
+      // num_turns is the CLI's own count, not the model calls the limit counts.
+      return `the agent finished: ${p.outcome ?? ''} (CLI turns: ${p.num_turns ?? 0})`;
   }
   return p.error && p.error !== p.status ? `${p.status}: ${p.error}` : p.status;
 }
@@ -99,11 +112,30 @@ function modelCall(p) {
   return s;
 }
 
+// retry is the CLI's api_retry line: which attempt, after what, how long it waits.
+function retry(p) {
+  const why = p.status ? `HTTP ${p.status}${p.error ? ' ' + p.error : ''}` : p.error || 'no answer';
+  const wait = (p.delay_ms ?? 0) < 1000 ? `${p.delay_ms ?? 0}ms` : duration(p.delay_ms);
+  return `the CLI retries a model call (${oneLine(why, 120)}): attempt ${p.attempt ?? 0} of ${p.max_retries ?? 0} in ${wait}`;
+}
+
+// claim is a lease's event: "claimed s1/outputs/a.md until 15:04:05".
+function claim(p) {
+  let s = `${String(p.op || '').replace('_', ' ')} ${p.path}`;
+  if (['claimed', 'renewed', 'taken_over'].includes(p.op) && p.expires) s += ` until ${clock(p.expires)}`;
+  if (p.op === 'taken_over') s += ` by ${p.holder} (${p.previous}'s lease had expired)`;
+  else if (p.by === 'operator') s += ' by an operator';
+  else if (p.by === 'end') s += ' as the execution ended';
+  return s;
+}
+
 function budget(p) {
   const money = p.limit === 'usd' || p.limit === 'credits';
   const amount = (x) => (money ? usd(x) : String(x));
+  const limit = p.limit === 'turns' ? 'model calls' : p.limit; // the turns limit counts model calls
   if (p.level === 'exceeded') {
-    return `${p.limit} limit reached (${amount(p.used)} of ${amount(p.max)}): model calls refused, the agent is stopped`;
+    return `${limit} limit reached (${amount(p.used)} of ${amount(p.max)}): model calls refused, the agent is stopped`;
   }
-  return `${p.limit} at ${amount(p.used)} of ${amount(p.max)}: the agent is told to wrap up`;
+  if (p.level === 'topped_up') return `${limit} limit raised to ${amount(p.max)} (${amount(p.used)} spent)`;
+  return `${limit} at ${amount(p.used)} of ${amount(p.max)}: the agent is told to wrap up`;
 }

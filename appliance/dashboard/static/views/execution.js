@@ -3,21 +3,23 @@
 // Events from the API, resumed with Last-Event-ID if the connection
 // drops).
 
-import { get, post, executionPath, outputURL, authFetch, sessionQuery } from '../api.js';
+import { get, post, executionPath, outputURL, authFetch, sessionQuery, query } from '../api.js';
 import { h, replace, badge, poll, errorBox } from '../dom.js';
 import { usd, turnsOf, spendOf, ranFor, terminal, bytes, count, when, oneLine } from '../format.js';
 import { renderEvent, attachResult } from './events.js';
 
 // eventTypes are the SSE event names the API sends (one per event type).
-const eventTypes = ['status', 'text', 'tool_call', 'tool_result', 'model_call', 'file', 'budget', 'error', 'output', 'network'];
+const eventTypes = ['status', 'text', 'tool_call', 'tool_result', 'model_call', 'retry', 'file', 'budget', 'warning', 'error', 'output', 'network', 'system', 'child', 'claim'];
 
 export function mount(el, id) {
   const v = {
     id,
     exec: null,
     summary: h('section', { class: 'summary', id: 'summary' }),
+    tree: h('section', { class: 'tree', id: 'tree' }),
     actions: h('div', { class: 'actions', id: 'actions' }),
     outputs: h('section', { class: 'outputs', id: 'outputs' }),
+    claims: h('section', { class: 'claims', id: 'claims', hidden: true }),
     viewer: h('section', { class: 'viewer', id: 'viewer', hidden: true }),
     events: h('div', { class: 'events', id: 'events' }),
     lastSeq: 0,
@@ -26,24 +28,30 @@ export function mount(el, id) {
     h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Executions'), ' / ', id),
     h('div', { class: 'head' }, h('h1', {}, id), v.actions),
     v.summary,
+    v.tree,
+    v.claims,
     h('h2', {}, 'Output files'), v.outputs, v.viewer,
     h('h2', {}, 'Events'), v.events,
   );
   const refresh = debounce(() => loadExecution(v), 150);
   const refreshOutputs = debounce(() => loadOutputs(v), 500);
+  const refreshClaims = debounce(() => loadClaims(v), 300);
   const stopPoll = poll(async () => {
     if (!v.exec || !terminal(v.exec.status)) await loadExecution(v);
   }, 2000);
   loadOutputs(v);
+  loadClaims(v);
   const source = follow(v, (ev) => {
-    if (['model_call', 'status', 'budget', 'tool_call'].includes(ev.type)) refresh();
+    if (['model_call', 'status', 'budget', 'tool_call', 'child'].includes(ev.type)) refresh();
     if (ev.type === 'file' || ev.type === 'status') refreshOutputs();
+    if (ev.type === 'claim' || ev.type === 'status') refreshClaims();
   });
   return () => {
     source.close();
     stopPoll();
     refresh.cancel();
     refreshOutputs.cancel();
+    refreshClaims.cancel();
   };
 }
 
@@ -97,6 +105,32 @@ async function loadExecution(v) {
   }
   showSummary(v);
   showActions(v);
+  await loadTree(v);
+}
+
+// loadTree shows the executions this one delegated to: each with its
+// status and what it cost with its own children.
+async function loadTree(v) {
+  const e = v.exec;
+  if (!e.children || e.children.length === 0) {
+    replace(v.tree);
+    return;
+  }
+  let kids;
+  try {
+    kids = await get(`/v1/executions${query({ parent: e.id, limit: 10000 })}`);
+  } catch (err) {
+    replace(v.tree, errorBox(err));
+    return;
+  }
+  kids.reverse(); // oldest first, as delegated
+  replace(v.tree, h('h2', {}, `Children (${kids.length})`), h('table', { class: 'list children' },
+    h('thead', {}, h('tr', {}, ['execution', 'agent', 'status', 'cost with its children'].map((c) => h('th', {}, c)))),
+    h('tbody', {}, kids.map((k) => h('tr', { dataset: { id: k.id, status: k.status } },
+      h('td', {}, h('a', { href: `#/execution/${encodeURIComponent(k.id)}` }, k.id)),
+      h('td', {}, k.agent),
+      h('td', {}, badge(k.status)),
+      h('td', { class: 'c-total' }, usd(k.total_usd)))))));
 }
 
 function showSummary(v) {
@@ -106,30 +140,33 @@ function showSummary(v) {
     ['status', badge(e.status)],
     ['agent', e.agent],
     ['session', e.session],
-    ['kind', e.parent ? [e.kind, ' of ', h('a', { href: `#/execution/${encodeURIComponent(e.parent)}` }, e.parent)] : e.kind],
+    ['kind', e.previous ? [e.kind, ' of ', h('a', { href: `#/execution/${encodeURIComponent(e.previous)}` }, e.previous)] : e.kind],
+    ['parent', e.parent ? [h('a', { href: `#/execution/${encodeURIComponent(e.parent)}`, id: 'parent-link' }, e.parent), ` (depth ${e.depth})`] : null],
     ['prompt', h('span', { class: 'prompt' }, e.prompt)],
     ['created', when(e.created)],
     ['elapsed', ranFor(e)],
-    ['turns', turnsOf(e)],
+    ['calls', turnsOf(e)],
     ['tokens', `${count(t.input)} in / ${count(t.output)} out` + (t.cache_read || t.cache_creation ? ` (cache ${count(t.cache_read)} read, ${count(t.cache_creation)} written)` : '')],
     ['cost', spendOf(e)],
+    ['with children', e.parent || (e.children && e.children.length) || e.total_usd !== e.usd ? `${usd(e.total_usd)}, ${count((e.total_tokens || {}).input)} in / ${count((e.total_tokens || {}).output)} out tokens` : null],
     ['limits', limitsOf(e.limits)],
     ['result', e.result ? h('span', { class: 'result' }, e.result) : null],
     ['error', e.error ? h('span', { class: 'error' }, e.error) : null],
   ];
   replace(v.summary, h('dl', {}, rows.filter(([, val]) => val !== null && val !== '' && val !== undefined)
-    .map(([k, val]) => [h('dt', {}, k), h('dd', { class: `f-${k}` }, val)])));
+    .map(([k, val]) => [h('dt', {}, k), h('dd', { class: `f-${k.replace(/ /g, '-')}` }, val)])));
 }
 
 function limitsOf(l = {}) {
   const parts = [];
   if (l.usd) parts.push(usd(l.usd));
-  if (l.turns) parts.push(`${l.turns} turns`);
+  if (l.turns) parts.push(`${l.turns} model calls`);
   if (l.wall_time) parts.push(l.wall_time);
   return parts.join(', ') || 'none';
 }
 
-// showActions offers Cancel while it runs and Retry once it failed or
+// showActions offers Cancel while it runs (and Top up when it has a
+// dollar limit: one awaiting budget goes on) and Retry once it failed or
 // was stopped.
 function showActions(v) {
   const e = v.exec;
@@ -140,6 +177,15 @@ function showActions(v) {
       await post(`${executionPath(e.id)}/cancel`);
       await loadExecution(v);
     }) }, 'Cancel'));
+    if (e.limits && e.limits.usd) {
+      const amount = h('input', { id: 'topup-usd', type: 'number', min: '0.01', step: '0.01', value: '1', 'aria-label': 'dollars to add' });
+      buttons.push(amount, h('button', { id: 'topup', onclick: (ev) => act(ev.target, msg, 'Topping up…', async () => {
+        const add = Number(amount.value);
+        if (!(add > 0)) throw new Error('give a positive number of dollars to add');
+        await post(`${executionPath(e.id)}/topup`, { usd: add });
+        await loadExecution(v);
+      }) }, e.status === 'awaiting_budget' ? 'Top up and resume' : 'Top up'));
+    }
   } else if (e.status !== 'completed') {
     buttons.push(h('button', { id: 'retry', onclick: (ev) => act(ev.target, msg, 'Retrying…', async () => {
       const next = await post(`${executionPath(e.id)}/retry`, {});
@@ -148,7 +194,7 @@ function showActions(v) {
   }
   // Keep the buttons shown if they are the same: a button replaced
   // between mouse down and up loses the click.
-  const key = buttons.map((b) => b.id).join(',');
+  const key = buttons.map((b) => b.id).join(',') + (e.status === 'awaiting_budget' ? ',awaiting' : '');
   if (v.actions.dataset.key === key) return;
   v.actions.dataset.key = key;
   replace(v.actions, ...buttons, msg);
@@ -187,6 +233,23 @@ async function loadOutputs(v) {
       h('td', {}, when(f.modified)),
       h('td', {}, h('button', { class: 'link open', onclick: () => openFile(v, f) }, 'open')),
       h('td', {}, h('a', { class: 'download', href: '#', dataset: { url: outputURL(v.id, f.path) }, onclick: (e) => download(e, f) }, 'download')))))));
+}
+
+// loadClaims shows the leases on workspace paths the execution holds, if
+// any: a small list, hidden when there are none.
+async function loadClaims(v) {
+  let list;
+  try {
+    list = await get(`/v1/claims${query({ holder: v.id })}`);
+  } catch (e) {
+    v.claims.hidden = false;
+    replace(v.claims, errorBox(e));
+    return;
+  }
+  v.claims.hidden = list.length === 0;
+  replace(v.claims, h('h2', {}, 'Leases held'),
+    h('ul', { class: 'claims-list' }, list.map((c) => h('li', { dataset: { path: c.path } },
+      h('code', {}, c.path), h('span', { class: 'muted' }, ` until ${when(c.expires)}`)))));
 }
 
 // download saves an output: fetched with the session (a plain link

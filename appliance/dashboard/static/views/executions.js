@@ -13,7 +13,7 @@ export function mount(el) {
     h('h1', {}, 'Executions'),
     status,
     h('table', { class: 'list' },
-      h('thead', {}, h('tr', {}, ['execution', 'agent', 'session', 'status', 'turns', 'spent', 'elapsed'].map((c) => h('th', {}, c)))),
+      h('thead', {}, h('tr', {}, ['execution', 'agent', 'session', 'status', 'calls', 'spent', 'elapsed'].map((c) => h('th', {}, c)))),
       list),
     h('h2', {}, 'Sessions'),
     h('table', { class: 'list' },
@@ -65,7 +65,7 @@ function fill(tr, e) {
     spendOf(e),
     ranFor(e),
   ];
-  const names = ['id', 'agent', 'session', 'status', 'turns', 'spent', 'elapsed'];
+  const names = ['id', 'agent', 'session', 'status', 'calls', 'spent', 'elapsed'];
   // Rewrite the row only when it changed, so that a click on it is not lost.
   const key = JSON.stringify([e.status, e.turns, e.usd, cells[6]]);
   if (tr.dataset.key === key) return;
