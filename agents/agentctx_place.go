@@ -285,6 +285,9 @@ func (ru *run) place(req TaskRequest, uid, gid uint32) ([]string, error) {
 		return nil, fmt.Errorf("clear the skills: %w", err)
 	}
 	if entries := append(slices.Clone(def.Skills), req.Skills...); len(entries) > 0 {
+		if !ru.cli.skills() {
+			return nil, fmt.Errorf("skills: agent %s runs a CLI that Hearth cannot give skills to (only claude-code loads them): remove skills from the agent and the task", def.Name)
+		}
 		if err := ru.placeSkills(entries, uid, gid, root); err != nil {
 			return nil, err
 		}
@@ -298,6 +301,10 @@ func (ru *run) place(req TaskRequest, uid, gid uint32) ([]string, error) {
 		return nil, fmt.Errorf("clear the MCP configuration: %w", err)
 	}
 	servers := append(slices.Clone(def.MCPServers), req.MCPServers...)
+	if _, claude := ru.cli.(claudeCLI); !claude {
+		ru.mcpServers = servers // the CLI writes them in its own configuration (clis.go)
+		return nil, nil
+	}
 	if len(servers) == 0 {
 		return nil, nil
 	}

@@ -30,6 +30,13 @@ type Definition struct {
 	// Image is the runtime image the agent's machine boots (e.g.
 	// "claude-code").
 	Image string `toml:"image"`
+	// CLI is the agent CLI that runs the task (CLIs: "claude-code",
+	// "codex", "opencode", "gemini" or "command"); empty means the one
+	// the image names.
+	CLI string `toml:"cli"`
+	// Command is the argv of cli = "command": a program in the image or
+	// the session, the prompt on its stdin.
+	Command []string `toml:"command"`
 	// Model is the model the agent asks for; the gateway prices it.
 	Model string `toml:"model"`
 	// Prompt is a text/template rendered with a Task: {{.Prompt}},
@@ -257,6 +264,24 @@ func (d *Definition) validate() error {
 	}
 	if d.Model == "" {
 		return errors.New("model: missing (e.g. model = \"claude-sonnet-4-5\")")
+	}
+	if err := CheckCLI(d.CLI); err != nil {
+		return err
+	}
+	switch {
+	case d.CLI == CLICommand && len(d.Command) == 0:
+		return errors.New("command: missing: cli = \"command\" runs it (e.g. command = [\"python3\", \"/opt/agent.py\"])")
+	case d.CLI != CLICommand && len(d.Command) > 0:
+		return errors.New("command: only cli = \"command\" runs one: set that, or remove command")
+	case len(d.Command) > 0 && strings.TrimSpace(d.Command[0]) == "":
+		return errors.New("command: its first element is the program to run, and is empty")
+	case len(d.Skills) > 0 && d.CLI != "" && d.CLI != CLIClaudeCode:
+		return fmt.Errorf("skills: cli = %q loads no skills Hearth can place (only claude-code does): remove skills", d.CLI)
+	}
+	for _, a := range d.Command {
+		if strings.ContainsRune(a, 0) {
+			return errors.New("command: an argument holds a NUL byte")
+		}
 	}
 	if err := store.CheckUSD(d.Limits.USD); err != nil {
 		return fmt.Errorf("limits.usd = %v: %w (0 or no key for no limit)", d.Limits.USD, err)

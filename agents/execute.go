@@ -207,36 +207,20 @@ func (ru *run) boot(ctx context.Context) (vmm.Machine, func(), error) {
 func (ru *run) agent(ctx context.Context, gc *guest.Client, token, listen, proxy string) (Result, error) {
 	cfg := ru.r.cfg
 	work := "/workspace/agents/" + ru.exec.Session
-	// sh opens the prompt file as the CLI's stdin and execs it: a job's
-	// process outlives the request that started it, so stdin cannot
-	// come from the request.
-	argv := []string{"sh", "-c", `exec "$@" <"$HEARTH_PROMPT"`, "sh",
-		"claude", "-p", "--output-format", "stream-json", "--verbose",
-		"--dangerously-skip-permissions", "--model", ru.def.Model}
-	argv = append(argv, ru.ctxArgs...)
-	if ru.agentSession != "" {
-		argv = append(argv, "--resume", ru.agentSession)
+	c := cliStart{gateway: "http://" + listen, token: token, work: work, home: work + "/.home",
+		resume: ru.agentSession, mcp: slices.Clone(ru.mcpServers)}
+	if ru.onBudget() == OnBudgetPause {
+		c.wait = cfg.BudgetWait
 	}
-	mcpArgs, err := ru.insideConfig()
+	if s, ok := ru.insideServer(); ok {
+		c.mcp = append([]MCPServer{s}, c.mcp...)
+	}
+	argv, env, err := ru.cli.start(ru, c)
 	if err != nil {
 		return ru.fail(err)
 	}
-	argv = append(argv, mcpArgs...)
-	env := map[string]string{
-		"ANTHROPIC_BASE_URL": "http://" + listen, "ANTHROPIC_API_KEY": token,
-		"HOME": work + "/.home", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
-		// In -p mode the CLI would otherwise make its first model call
-		// while MCP servers still connect (a slow one's tools missing from
-		// the first turns); it waits for them, up to its MCP_TIMEOUT.
-		"MCP_CONNECTION_NONBLOCKING": "false",
-	}
 	if proxy != "" {
 		proxyEnv(env, proxy)
-	}
-	if ru.onBudget() == OnBudgetPause {
-		// A call held for a top-up must not time out in the CLI (its
-		// default is 10 minutes), which would retry it, then fail.
-		env["API_TIMEOUT_MS"] = strconv.FormatInt((cfg.BudgetWait + 10*time.Minute).Milliseconds(), 10)
 	}
 	for k, v := range ru.def.Env {
 		env[k] = v
@@ -317,7 +301,7 @@ func (ru *run) follow(ctx context.Context, gc *guest.Client, job agentJob) (Resu
 	}()
 	parsed := make(chan adapter.Summary, 1)
 	go func() {
-		sum, _ := (&adapter.ClaudeCode{}).Run(adapter.IDs{Session: ru.exec.Session, Execution: ru.exec.ID}, outR, errR, ru.emit)
+		sum, _ := ru.cli.adapter().Run(adapter.IDs{Session: ru.exec.Session, Execution: ru.exec.ID}, outR, errR, ru.emit)
 		parsed <- sum
 	}()
 	if wall := time.Duration(ru.limits.WallTime); wall > 0 {

@@ -3,7 +3,6 @@ package agents
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -49,23 +48,27 @@ func (ru *run) inside(ctx context.Context, gc *guest.Client) (revoke func(), err
 	return func() { cfg.Inside.Unregister(token) }, nil
 }
 
-// insideConfig writes the agent CLI's MCP configuration of the hearth
+// insideServer is the hearth MCP server as the CLI reaches it: on the
+// machine's loopback, with the execution's token. ok is false without it.
+func (ru *run) insideServer() (s MCPServer, ok bool) {
+	if ru.r.cfg.Inside == nil || ru.insideToken == "" {
+		return MCPServer{}, false
+	}
+	return MCPServer{Name: "hearth", URL: "http://127.0.0.1:" + strconv.Itoa(ru.r.cfg.InsidePort) + "/mcp",
+		Headers: map[string]string{"Authorization": "Bearer " + ru.insideToken}}, true
+}
+
+// insideConfig writes Claude Code's MCP configuration of the hearth
 // server into the session's private home and returns the arguments that
 // give it to the CLI (none without the server). Other --mcp-config files
 // may follow: the CLI merges them.
 func (ru *run) insideConfig() ([]string, error) {
 	cfg := ru.r.cfg
-	if cfg.Inside == nil || ru.insideToken == "" {
+	s, ok := ru.insideServer()
+	if !ok {
 		return nil, nil
 	}
-	type server struct {
-		Type    string            `json:"type"`
-		URL     string            `json:"url"`
-		Headers map[string]string `json:"headers"`
-	}
-	conf, err := json.Marshal(map[string]map[string]server{"mcpServers": {"hearth": {Type: "http",
-		URL:     "http://127.0.0.1:" + strconv.Itoa(cfg.InsidePort) + "/mcp",
-		Headers: map[string]string{"Authorization": "Bearer " + ru.insideToken}}}})
+	conf, err := MCPConfig([]MCPServer{s})
 	if err != nil {
 		return nil, err
 	}

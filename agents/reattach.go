@@ -38,6 +38,9 @@ type detachedPayload struct {
 	Status string `json:"status"`
 	agentJob
 	Outputs []string `json:"outputs"` // the output patterns
+	// CLI is the agent CLI whose output is followed ("" from before
+	// Hearth ran other CLIs than Claude Code).
+	CLI string `json:"cli,omitempty"`
 }
 
 // Detach stops following every running execution, leaving its agent
@@ -59,7 +62,7 @@ func (ru *run) detach(job agentJob, sum adapter.Summary) (Result, error) {
 	if sum.AgentSessionID != "" {
 		ru.r.cfg.Store.SetAgentSessionID(ctx, ru.exec.Session, sum.AgentSessionID)
 	}
-	ru.emit(stream.New("", "", stream.Status, detachedPayload{Status: detachedStatus, agentJob: job, Outputs: ru.outputs}))
+	ru.emit(stream.New("", "", stream.Status, detachedPayload{Status: detachedStatus, agentJob: job, Outputs: ru.outputs, CLI: ru.cli.name()}))
 	if err := ru.r.cfg.Store.Flush(ctx); err != nil && ru.err == nil {
 		ru.err = err
 	}
@@ -130,6 +133,12 @@ func (r *Runner) Reattach(ctx context.Context, execution string, m vmm.Machine) 
 	ru.tree.init()
 	if def == nil {
 		return ru.fail(fmt.Errorf("agent %s is no longer defined, so its execution cannot be taken up", exec.Agent))
+	}
+	if at.CLI == "" {
+		at.CLI = CLIClaudeCode
+	}
+	if ru.cli, err = cliNamed(at.CLI, def); err != nil {
+		return ru.fail(err)
 	}
 	usd, turns, err := spentSoFar(ctx, st, execution)
 	if err != nil {

@@ -64,6 +64,9 @@ type FileEvent struct {
 type Image struct {
 	RootFS   string
 	UID, GID uint32 // the image's agent user
+	// CLI is the agent CLI the image runs (CLIClaudeCode...), the
+	// default of a definition that names none.
+	CLI string
 }
 
 // RunnerConfig wires a Runner.
@@ -342,6 +345,13 @@ func (r *Runner) execute(ctx context.Context, def *Definition, limits Limits, e 
 		}
 		return Result{}, fmt.Errorf("agent %s: image %s: %w", def.Name, def.Image, err)
 	}
+	cli, err := cliFor(def, img)
+	if err != nil {
+		if adm != nil {
+			adm.abandon()
+		}
+		return Result{}, err
+	}
 	if adm != nil {
 		e.Parent = adm.parent.exec.ID
 	}
@@ -362,7 +372,7 @@ func (r *Runner) execute(ctx context.Context, def *Definition, limits Limits, e 
 		}
 		return Result{}, err
 	}
-	ru := &run{r: r, def: def, img: img, exec: exec, limits: limits, outputs: outputs, agentSession: agentSession,
+	ru := &run{r: r, def: def, img: img, cli: cli, exec: exec, limits: limits, outputs: outputs, agentSession: agentSession,
 		budget: newTreeBudget(limits), stopc: make(chan stopReason, 1)}
 	ru.tree.init()
 	if adm != nil {
@@ -454,7 +464,9 @@ type run struct {
 	limits       Limits
 	outputs      []string
 	agentSession string
-	ctxArgs      []string // the CLI's arguments for the agent's context (place)
+	cli          agentCLI
+	ctxArgs      []string    // the CLI's arguments for the agent's context (place)
+	mcpServers   []MCPServer // the definition's and the task's, for a CLI other than Claude Code (place)
 	budget       *treeBudget
 	stopc        chan stopReason
 	tree         tree   // delegation: its children and its parent

@@ -200,6 +200,10 @@ type harnessOptions struct {
 	// agentModel is the model the agent runs with (and the one price
 	// prices); "" means claude-sonnet-4-5.
 	agentModel string
+	// image is the agent's image, which names its CLI; "" means
+	// claude-code. The gateway serves the scripted model as every
+	// provider, each pricing agentModel at price.
+	image string
 }
 
 func newHarnessWith(t *testing.T, o harnessOptions) *harness {
@@ -219,7 +223,10 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 			t.Skipf("the claude-code image needs %s to build (scripts/test.sh installs it)", tool)
 		}
 	}
-	img := claudeImage(t)
+	if o.image == "" {
+		o.image = "claude-code"
+	}
+	img := testImage(t, o.image)
 	dir := t.TempDir()
 	drv, err := jail.New(filepath.Join(dir, "jail"), vmmtest.GuestAgent(t))
 	if err != nil {
@@ -251,9 +258,11 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 	t.Cleanup(model.Close)
 	h := &harness{model: model, store: st, names: map[string]netip.Addr{}, routes: map[string]string{}}
 	var runner *Runner
-	gw, err := gateway.New(gateway.Config{Upstream: model.URL(), APIKey: model.Key(),
-		Prices:  gateway.NewPrices(map[string]gateway.Price{o.agentModel: o.price}),
-		OnEvent: func(ev stream.Event) { runner.Event(ev) }})
+	prices := gateway.NewPrices(map[string]gateway.Price{o.agentModel: o.price})
+	other := gateway.Provider{Upstream: model.URL(), APIKey: model.Key(), Prices: prices}
+	gw, err := gateway.New(gateway.Config{Upstream: model.URL(), APIKey: model.Key(), Prices: prices,
+		Providers: map[string]gateway.Provider{gateway.ProviderOpenAI: other, gateway.ProviderGemini: other},
+		OnEvent:   func(ev stream.Event) { runner.Event(ev) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +275,7 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 	go srv.Serve(channel.Listener(ln))
 	t.Cleanup(func() { srv.Close() })
 	eg, egressDial := h.egress(t, dir, func(ev stream.Event) { runner.Event(ev) })
-	def := &Definition{Name: "analyst", Image: "claude-code", Model: o.agentModel, Prompt: "{{.Prompt}}",
+	def := &Definition{Name: "analyst", Image: o.image, Model: o.agentModel, Prompt: "{{.Prompt}}",
 		Outputs: []string{"outputs/*.md"}, Limits: limits}
 	if err := def.validate(); err != nil {
 		t.Fatal(err)
@@ -277,7 +286,7 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		GatewayDial: func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) },
 		Egress:      eg, EgressDial: egressDial,
 		Images: func(name string) (Image, error) {
-			return Image{RootFS: img.Rootfs(), UID: 1000, GID: 1000}, nil
+			return Image{RootFS: img.Rootfs(), UID: 1000, GID: 1000, CLI: img.CLI}, nil
 		},
 		Agents: map[string]*Definition{"analyst": def},
 		Grace:  3 * time.Second,
@@ -288,18 +297,30 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 }
 
 var (
-	claudeOnce sync.Once
-	claudeImg  image.Image
-	claudeErr  error
+	imagesMu sync.Mutex
+	images   = map[string]*testImg{}
 )
 
-// claudeImage builds the claude-code image once, in the shared test image
-// cache (HEARTH_TEST_IMAGES) when there is one.
-func claudeImage(t *testing.T) image.Image {
-	claudeOnce.Do(func() {
+type testImg struct {
+	once sync.Once
+	img  image.Image
+	err  error
+}
+
+// testImage builds a built-in image once per test process, in the shared
+// test image cache (HEARTH_TEST_IMAGES) when there is one.
+func testImage(t *testing.T, name string) image.Image {
+	imagesMu.Lock()
+	ti := images[name]
+	if ti == nil {
+		ti = &testImg{}
+		images[name] = ti
+	}
+	imagesMu.Unlock()
+	ti.once.Do(func() {
 		cat, err := image.BuiltinCatalog()
 		if err != nil {
-			claudeErr = err
+			ti.err = err
 			return
 		}
 		dir := os.Getenv("HEARTH_TEST_IMAGES")
@@ -308,18 +329,21 @@ func claudeImage(t *testing.T) image.Image {
 		}
 		b, err := image.NewBuilder(dir, cat, io.Discard)
 		if err != nil {
-			claudeErr = err
+			ti.err = err
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 		defer cancel()
-		claudeImg, claudeErr = b.Build(ctx, "claude-code")
+		ti.img, ti.err = b.Build(ctx, name)
 	})
-	if claudeErr != nil {
-		t.Fatalf("build the claude-code image: %v", claudeErr)
+	if ti.err != nil {
+		t.Fatalf("build the %s image: %v", name, ti.err)
 	}
-	return claudeImg
+	return ti.img
 }
+
+// claudeImage is the claude-code image (testImage).
+func claudeImage(t *testing.T) image.Image { return testImage(t, "claude-code") }
 
 func (h *harness) eventsOf(t *testing.T, exec string) []stream.Event {
 	t.Helper()

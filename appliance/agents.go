@@ -278,7 +278,7 @@ func (a *agentService) image(name string) (agents.Image, error) {
 	if err != nil {
 		return agents.Image{}, err
 	}
-	return agents.Image{RootFS: img.Rootfs(), UID: acct.uid, GID: acct.gid}, nil
+	return agents.Image{RootFS: img.Rootfs(), UID: acct.uid, GID: acct.gid, CLI: img.CLI}, nil
 }
 
 // gatewayEvent hands the event to the runner (which stores it and stops

@@ -61,6 +61,9 @@ type Manifest struct {
 	BuildSeconds float64 `json:"build_seconds"`
 	// User is the default user, inherited from the nearest recipe with one.
 	User *User `json:"user,omitempty"`
+	// CLI is the agent CLI the image runs, inherited from the nearest
+	// recipe that names one.
+	CLI string `json:"cli,omitempty"`
 	// Env is what /etc/environment sets, parents' values included.
 	Env    map[string]string `json:"env,omitempty"`
 	Debian []Package         `json:"debian_packages"`

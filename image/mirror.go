@@ -34,14 +34,27 @@ func MirrorFor(aptDir, suite string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	var all []aptSource
 	for _, f := range files {
 		srcs, err := readSources(f)
 		if err != nil {
 			return "", err
 		}
-		for _, s := range srcs {
-			if s.isDebianMain(suite) {
-				return strings.TrimRight(s.URI, "/"), nil
+		all = append(all, srcs...)
+	}
+	for _, s := range all {
+		if s.isDebianMain(suite) {
+			return strings.TrimRight(s.URI, "/"), nil
+		}
+	}
+	// A Debian archive carries every suite: a host whose apt lists only
+	// bookworm's builds trixie images (gemini) from the same archive.
+	if slices.Contains(debianSuites, suite) {
+		for _, s := range all {
+			for _, other := range debianSuites {
+				if s.isDebianMain(other) {
+					return strings.TrimRight(s.URI, "/"), nil
+				}
 			}
 		}
 	}
@@ -51,6 +64,10 @@ func MirrorFor(aptDir, suite string) (string, error) {
 	}
 	return "", fmt.Errorf("%w for suite %s in %s: add a \"deb <mirror> %s main\" source or set the builder's mirror", ErrNoMirror, suite, where, suite)
 }
+
+// debianSuites are the Debian releases an archive of any of them also
+// carries.
+var debianSuites = []string{"bullseye", "bookworm", "trixie", "forky", "sid"}
 
 func (s aptSource) isDebianMain(suite string) bool {
 	debianKey := s.SignedBy == "" || strings.Contains(s.SignedBy, "debian-archive-keyring")

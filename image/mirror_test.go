@@ -14,6 +14,9 @@ func TestMirrorFor(t *testing.T) {
 		{"one-line from sources.list.d", "testdata/apt/oneline", "sid", "http://other.mirror.example/debian"},
 		{"deb822", "testdata/apt/deb822", "bookworm", "http://mirror.example/debian"},
 		{"deb822 second suite", "testdata/apt/deb822", "bookworm-updates", "http://mirror.example/debian"},
+		// Only bookworm is listed; the same Debian archive carries trixie
+		// (the vendor repository with its own key is still skipped).
+		{"deb822 suite from another's archive", "testdata/apt/deb822", "trixie", "http://mirror.example/debian"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

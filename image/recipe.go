@@ -37,6 +37,10 @@ type Recipe struct {
 	// 0, e.g. "codex --version". A failing one fails the build with its
 	// output.
 	Check []string `toml:"check"`
+	// CLI names the agent CLI the image runs ("claude-code", "codex",
+	// ...), for agent definitions that name none; empty keeps the
+	// parent's.
+	CLI string `toml:"cli"`
 
 	// file is where the recipe came from, for error messages.
 	file string
@@ -115,7 +119,7 @@ func Parse(file string, data []byte, src fs.FS) (*Recipe, error) {
 }
 
 func (r *Recipe) validate() error {
-	checks := []func() error{r.validateBase, r.validatePackages, r.validateFiles, r.validateEnv, r.validateUser, r.validateCheck}
+	checks := []func() error{r.validateBase, r.validatePackages, r.validateFiles, r.validateEnv, r.validateUser, r.validateCheck, r.validateCLI}
 	for _, check := range checks {
 		if err := check(); err != nil {
 			return err
@@ -229,6 +233,15 @@ func (r *Recipe) validateUser() error {
 	}
 	if !path.IsAbs(u.Shell) {
 		return fmt.Errorf("user.shell = %q: want an absolute path", u.Shell)
+	}
+	return nil
+}
+
+var cliRe = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+
+func (r *Recipe) validateCLI() error {
+	if r.CLI != "" && !cliRe.MatchString(r.CLI) {
+		return fmt.Errorf("cli = %q: want a CLI's name, such as \"codex\"", r.CLI)
 	}
 	return nil
 }

@@ -41,15 +41,26 @@ func (b *Builder) newBuild(r *Recipe, hash string, parent Image, tmp string) (*b
 	// A saved image has no recipe in the catalog: it keeps its parent's.
 	man := Manifest{
 		Name: r.Name, Hash: hash, Parent: r.Parent, ParentHash: parent.Hash,
-		Suite: parent.Suite, Mirror: parent.Mirror, User: parent.User, Env: parent.Env,
+		Suite: parent.Suite, Mirror: parent.Mirror, User: parent.User, Env: parent.Env, CLI: parent.CLI,
 	}
 	if chain, err := b.recipes.chain(r.Name); err == nil {
-		man.User, man.Env = effectiveUser(chain), effectiveEnv(chain)
+		man.User, man.Env, man.CLI = effectiveUser(chain), effectiveEnv(chain), effectiveCLI(chain)
 		if r.Parent == "" {
 			man.Suite = r.Suite
 		}
 	}
 	return &build{b: b, r: r, parent: parent, tmp: tmp, rootfs: filepath.Join(tmp, "rootfs"), log: log, man: man}, nil
+}
+
+// effectiveCLI is the CLI of the nearest recipe in chain that names one.
+func effectiveCLI(chain []*Recipe) string {
+	cli := ""
+	for _, r := range chain {
+		if r.CLI != "" {
+			cli = r.CLI
+		}
+	}
+	return cli
 }
 
 func effectiveUser(chain []*Recipe) *User {

@@ -126,6 +126,11 @@ func (p Price) inputPrice() float64 { return max(p.Input, p.CacheWrite, p.CacheR
 // fit is the output tokens that room dollars pay for once inputTokens
 // are paid at the dearest input price: math.MaxInt64 when output is
 // free, negative when the input alone does not fit.
+// MaxAnswerTokens is at least what any model the gateway prices writes
+// in one answer (GPT-5's 128,000 is the most): the output bound of a
+// body that names no cap, when the dollars left would allow more.
+const MaxAnswerTokens = 128_000
+
 func fit(room float64, inputTokens int64, p Price) int64 {
 	left := room - float64(inputTokens)*p.inputPrice()/1e6
 	switch {

@@ -516,6 +516,13 @@ func (g *Gateway) bound(d Decision, use LimitUse, pr protocol, body []byte, pric
 	if err != nil {
 		return plan{bad: err}
 	}
+	if !ok && out >= MaxAnswerTokens {
+		// The dollars pay for more than any model writes in one answer:
+		// a cap would bind nothing, and a provider may refuse one above
+		// the model's own maximum. The body goes without (capOutput
+		// still checked it), bounded at MaxAnswerTokens.
+		fwd, maxTokens = body, MaxAnswerTokens
+	}
 	p := plan{d: d, body: fwd, worst: worstCost(in, maxTokens, price), maxOut: maxTokens, constrained: constrained}
 	if p.d.Level == Warn {
 		p.body = g.wrapUp(pr, fwd)

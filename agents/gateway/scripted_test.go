@@ -63,7 +63,7 @@ func TestProtocolsAgainstScriptedModel(t *testing.T) {
 	for _, level := range []struct {
 		name  string
 		spent float64 // of a $100 limit
-	}{{"under a limit", 0}, {"past 90%", 91}} {
+	}{{"under a limit", 0}, {"past 90%", 91}, {"near the end", 99.5}} {
 		for _, c := range cases {
 			t.Run(level.name+"/"+c.name, func(t *testing.T) {
 				up := modeltest.New(modeltest.Config{Key: "real-provider-key", Turns: []modeltest.Turn{c.turn}})
@@ -113,8 +113,12 @@ func TestProtocolsAgainstScriptedModel(t *testing.T) {
 				}
 				sent := reqs[0].Body
 				pr, _, _ := route(httptest.NewRequest("POST", c.path, nil))
-				if n, ok := pr.maxOutput(sent); !ok || n < DefaultMinOutput || float64(n)*c.price.Output/1e6 > 100-level.spent {
-					t.Errorf("the provider got output cap %d (%v): not set within what is left", n, ok)
+				_, asked := pr.maxOutput([]byte(c.body))
+				switch n, ok := pr.maxOutput(sent); {
+				case !ok && (asked || float64(MaxAnswerTokens)*c.price.Output/1e6 > 100-level.spent):
+					t.Errorf("the provider got no output cap, though the body named one or what is left does not pay %d output tokens", MaxAnswerTokens)
+				case ok && (n < DefaultMinOutput || float64(n)*c.price.Output/1e6 > 100-level.spent):
+					t.Errorf("the provider got output cap %d: not set within what is left", n)
 				}
 				if level.spent > 0 && !bytes.Contains(sent, []byte(DefaultWrapUp)) {
 					t.Errorf("past 90%%: no wrap-up in what the provider got")

@@ -3,7 +3,6 @@ package jail
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,13 +78,6 @@ func buildImage(t *testing.T, name string) image.Image {
 	b, err := image.NewBuilder(dir, cat, testLog{t})
 	if err != nil {
 		t.Fatal(err)
-	}
-	// A Debian archive carries every suite: a host whose apt lists only
-	// bookworm's still builds the trixie images (gemini) from it.
-	if _, err := image.MirrorFor(b.AptDir, "trixie"); errors.Is(err, image.ErrNoMirror) {
-		if m, err := image.MirrorFor(b.AptDir, "bookworm"); err == nil {
-			b.Mirror = m
-		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()

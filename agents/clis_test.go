@@ -1,0 +1,178 @@
+package agents
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"hearth/agents/modeltest"
+	"hearth/agents/store"
+	"hearth/agents/stream"
+)
+
+// cliCase is one agent CLI other than Claude Code, as the tests drive it:
+// its image, a model its provider serves, and the scripted model's call of
+// its shell tool.
+type cliCase struct {
+	image, model string
+	shell        func(command string) modeltest.Block
+}
+
+var cliCases = []cliCase{
+	{"codex", "gpt-5.5", func(c string) modeltest.Block {
+		return modeltest.ToolUse("exec_command", map[string]string{"cmd": c})
+	}},
+	{"opencode", "gpt-5.5", func(c string) modeltest.Block {
+		return modeltest.ToolUse("bash", map[string]string{"command": c, "description": "step"})
+	}},
+	{"gemini", "gemini-2.5-pro", func(c string) modeltest.Block {
+		return modeltest.ToolUse("run_shell_command", map[string]string{"command": c, "description": "step"})
+	}},
+}
+
+// sideCall answers the calls a CLI makes besides its turns (Gemini CLI's
+// model router, OpenCode's title), without usage: they are metered, but
+// cost nothing, so that the totals are the script's.
+var sideCall = &modeltest.Turn{Blocks: []modeltest.Block{
+	modeltest.Text(`{"complexity_reasoning": "simple", "complexity_score": 5}`)}}
+
+func newCLIHarness(t *testing.T, c cliCase, turns []modeltest.Turn, limits Limits) *harness {
+	t.Helper()
+	return newHarnessWith(t, harnessOptions{image: c.image, agentModel: c.model, limits: limits,
+		model: modeltest.Config{Turns: turns, SideCall: sideCall}})
+}
+
+// TestRunCLIs: each real CLI (Codex, OpenCode, Gemini CLI) does a
+// two-call task in a jail, its tool writing outputs/report.md; the
+// execution ends completed with the tokens and dollars the gateway
+// metered from the provider's bytes, the same event kinds as Claude
+// Code's, and the provider's key nowhere but upstream.
+func TestRunCLIs(t *testing.T) {
+	for _, c := range cliCases {
+		t.Run(c.image, func(t *testing.T) {
+			h := newCLIHarness(t, c, []modeltest.Turn{
+				{Blocks: []modeltest.Block{c.shell("mkdir -p outputs && printf '# Q2\\n' > outputs/report.md && cat inputs/q2.csv")},
+					Usage: modeltest.Usage{InputTokens: 300, OutputTokens: 40}},
+				{Blocks: []modeltest.Block{modeltest.Text("Wrote outputs/report.md")}, Usage: modeltest.Usage{InputTokens: 400, OutputTokens: 20}},
+			}, Limits{USD: 1000, Turns: 10})
+			res, err := h.runner.Run(context.Background(), TaskRequest{Agent: "analyst", Prompt: "Analyze Q2 sales",
+				Inputs: map[string][]byte{"q2.csv": []byte("region,revenue\nnorth,10\n")}})
+			evs := h.eventsOf(t, res.Execution.ID)
+			defer func() {
+				if t.Failed() {
+					t.Logf("events:\n%s", dump(evs))
+				}
+			}()
+			if err != nil {
+				t.Fatalf("Run = %v", err)
+			}
+			e := res.Execution
+			calls := len(h.model.Requests())
+			if e.Status != store.Completed || e.Turns != calls || e.Tokens.Input != 700 || e.Tokens.Output != 60 ||
+				e.USD < 0.6999 || e.USD > 0.7001 {
+				t.Errorf("execution = %+v (the model served %d calls)", e, calls)
+			}
+			if strings.Join(res.Outputs, ",") != "outputs/report.md" {
+				t.Errorf("outputs = %q, want outputs/report.md", res.Outputs)
+			}
+			for _, want := range []struct {
+				typ      stream.Type
+				contains string
+			}{
+				{stream.ModelCall, `"status":200`},
+				{stream.ToolCall, `outputs/report.md`},
+				{stream.ToolResult, "north,10"},
+				{stream.Text, "Wrote outputs/report.md"},
+				{stream.File, `"path":"outputs/report.md"`},
+				{stream.Status, `"agent_session_id"`},
+				{stream.Status, `"status":"completed"`},
+			} {
+				if countType(evs, want.typ, want.contains) == 0 {
+					t.Errorf("no %s event with %s", want.typ, want.contains)
+				}
+			}
+			if n := countType(evs, stream.Error, ""); n > 0 {
+				t.Errorf("%d error events", n)
+			}
+			for _, r := range h.model.Requests() {
+				if k := r.Header.Get("Authorization") + r.Header.Get("x-goog-api-key") + r.Header.Get("x-api-key"); !strings.Contains(k, h.model.Key()) {
+					t.Errorf("upstream request %s with key %q, want the real key", r.Path, k)
+				}
+			}
+		})
+	}
+}
+
+// TestRunCLIsBudget: each CLI is stopped by the dollar limit: the call
+// that could overshoot it is refused before it is made, the execution
+// ends budget_exceeded with the dollars of the calls made, and the file
+// the agent wrote stays.
+func TestRunCLIsBudget(t *testing.T) {
+	for _, c := range cliCases {
+		t.Run(c.image, func(t *testing.T) {
+			// $70 of a $100 limit on the first call; the second's
+			// bound (its request's size at a token a byte, at the toy
+			// $1000 a million) is more than the $30 left.
+			h := newCLIHarness(t, c, []modeltest.Turn{
+				{Blocks: []modeltest.Block{c.shell("mkdir -p outputs && echo partial > outputs/report.md")},
+					Usage: modeltest.Usage{InputTokens: 70000, OutputTokens: 40}},
+				{Blocks: []modeltest.Block{modeltest.Text("never")}, Usage: modeltest.Usage{InputTokens: 400}},
+			}, Limits{USD: 100})
+			res, err := h.runner.Run(context.Background(), TaskRequest{Agent: "analyst", Prompt: "go"})
+			evs := h.eventsOf(t, res.Execution.ID)
+			defer func() {
+				if t.Failed() {
+					t.Logf("events:\n%s", dump(evs))
+				}
+			}()
+			if err != nil {
+				t.Fatalf("Run = %v", err)
+			}
+			e := res.Execution
+			if e.Status != store.BudgetExceeded || e.USD < 69.999 || e.USD > 70.001 || e.Tokens.Input != 70000 {
+				t.Errorf("execution = %+v, want budget_exceeded at $70", e)
+			}
+			if strings.Join(res.Outputs, ",") != "outputs/report.md" {
+				t.Errorf("outputs = %q, want the partial outputs/report.md kept", res.Outputs)
+			}
+			if countType(evs, stream.Budget, `"level":"exceeded"`) == 0 {
+				t.Errorf("no budget event at the limit")
+			}
+		})
+	}
+}
+
+// TestRunCLIsProviderError: the provider is overloaded for the first
+// call; each CLI retries it on its own and completes, the failed call
+// metered as a model call with its status and no tokens.
+func TestRunCLIsProviderError(t *testing.T) {
+	for _, c := range cliCases {
+		t.Run(c.image, func(t *testing.T) {
+			h := newCLIHarness(t, c, []modeltest.Turn{
+				{Error: modeltest.Overloaded()},
+				{Blocks: []modeltest.Block{modeltest.Text("done after a retry")}, Usage: modeltest.Usage{InputTokens: 400, OutputTokens: 20}},
+			}, Limits{USD: 1000})
+			res, err := h.runner.Run(context.Background(), TaskRequest{Agent: "analyst", Prompt: "go"})
+			evs := h.eventsOf(t, res.Execution.ID)
+			defer func() {
+				if t.Failed() {
+					t.Logf("events:\n%s", dump(evs))
+				}
+			}()
+			if err != nil {
+				t.Fatalf("Run = %v", err)
+			}
+			e := res.Execution
+			if e.Status != store.Completed || e.Tokens.Input != 400 || e.USD < 0.3999 || e.USD > 0.4001 {
+				t.Errorf("execution = %+v, want completed with the retried call's $0.40", e)
+			}
+			if countType(evs, stream.ModelCall, `"status":503`)+countType(evs, stream.ModelCall, `"status":529`) != 1 {
+				t.Errorf("want one model call answered 503 or 529")
+			}
+			if countType(evs, stream.Text, "done after a retry") == 0 {
+				t.Errorf("no text from the retried call")
+			}
+		})
+	}
+}
+
