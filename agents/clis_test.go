@@ -175,4 +175,3 @@ func TestRunCLIsProviderError(t *testing.T) {
 		})
 	}
 }
-
