@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -103,6 +104,18 @@ func promptStdin(argv ...string) []string {
 // change (owned by the machine's root, mode 0444), making its directory
 // as the agent's if missing.
 func (ru *run) writeRootFile(p string, data []byte) error {
+	off := ru.r.cfg.Driver.Capabilities().HostIDOffset
+	return ru.writeConfig(p, data, off, off, 0o444)
+}
+
+// writeAgentFile writes a configuration file the CLI itself rewrites,
+// as the agent's (mode 0600).
+func (ru *run) writeAgentFile(p string, data []byte) error {
+	off := ru.r.cfg.Driver.Capabilities().HostIDOffset
+	return ru.writeConfig(p, data, ru.img.UID+off, ru.img.GID+off, 0o600)
+}
+
+func (ru *run) writeConfig(p string, data []byte, uid, gid uint32, mode os.FileMode) error {
 	cfg := ru.r.cfg
 	ws, sess := cfg.Workspace, ru.exec.Session
 	off := cfg.Driver.Capabilities().HostIDOffset
@@ -114,10 +127,10 @@ func (ru *run) writeRootFile(p string, data []byte) error {
 	if err := ws.RemoveAll(sess, p); err != nil {
 		return fmt.Errorf("write %s: %w", p, err)
 	}
-	if err := ws.WriteFile(sess, p, bytes.NewReader(data), off, off); err != nil {
+	if err := ws.WriteFile(sess, p, bytes.NewReader(data), uid, gid); err != nil {
 		return fmt.Errorf("write %s: %w", p, err)
 	}
-	if err := ws.Chmod(sess, p, 0o444); err != nil {
+	if err := ws.Chmod(sess, p, mode); err != nil {
 		return fmt.Errorf("write %s: %w", p, err)
 	}
 	return nil
@@ -243,7 +256,9 @@ func (geminiCLI) start(ru *run, c cliStart) ([]string, map[string]string, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := ru.writeRootFile(".home/.gemini/settings.json", data); err != nil {
+	// The CLI saves its settings back (a root-owned file fails that
+	// with a message on every start).
+	if err := ru.writeAgentFile(".home/.gemini/settings.json", data); err != nil {
 		return nil, nil, err
 	}
 	argv := []string{"gemini", "--output-format", "stream-json", "--yolo", "--model", ru.def.Model}

@@ -175,3 +175,36 @@ func TestRunCLIsProviderError(t *testing.T) {
 		})
 	}
 }
+
+// TestRunCLIsResume: each CLI continues its own conversation when a
+// task resumes the session: the resumed execution's call carries the
+// first execution's prompt, tool call and answer.
+func TestRunCLIsResume(t *testing.T) {
+	for _, c := range cliCases {
+		t.Run(c.image, func(t *testing.T) {
+			h := newCLIHarness(t, c, []modeltest.Turn{
+				{Blocks: []modeltest.Block{c.shell("mkdir -p outputs && echo one > outputs/report.md")}, Usage: modeltest.Usage{InputTokens: 100}},
+				{Blocks: []modeltest.Block{modeltest.Text("first done")}, Usage: modeltest.Usage{InputTokens: 100}},
+				{Blocks: []modeltest.Block{modeltest.Text("resumed done")}, Usage: modeltest.Usage{InputTokens: 100}},
+			}, Limits{USD: 1000})
+			ctx := context.Background()
+			first, err := h.runner.Run(ctx, TaskRequest{Agent: "analyst", Prompt: "Write the first report"})
+			if err != nil || first.Execution.Status != store.Completed {
+				t.Fatalf("first run: %+v, %v\n%s", first.Execution, err, dump(h.eventsOf(t, first.Execution.ID)))
+			}
+			before := len(h.model.Requests())
+			resumed, err := h.runner.Run(ctx, TaskRequest{Session: first.Execution.Session, Prompt: "Now add a summary"})
+			if err != nil || resumed.Execution.Status != store.Completed || resumed.Execution.Kind != store.Resume {
+				t.Fatalf("resume: %+v, %v\n%s", resumed.Execution, err, dump(h.eventsOf(t, resumed.Execution.ID)))
+			}
+			var carried bool
+			for _, r := range h.model.Requests()[before:] {
+				body := string(r.Body)
+				carried = carried || strings.Contains(body, "Write the first report") && strings.Contains(body, "first done") && strings.Contains(body, "Now add a summary")
+			}
+			if !carried {
+				t.Errorf("no call of the resumed execution carries the first conversation\n%s", dump(h.eventsOf(t, resumed.Execution.ID)))
+			}
+		})
+	}
+}

@@ -201,7 +201,11 @@ func (s *server) TopUpExecution(w http.ResponseWriter, r *http.Request, id api.E
 func (s *server) ListAgents(w http.ResponseWriter, r *http.Request) {
 	out := []api.AgentDefinition{}
 	for _, d := range s.d.agents.Definitions() {
-		out = append(out, definitionView(d))
+		v := definitionView(d)
+		if v.Cli == "" {
+			v.Cli = s.d.images.catalog.CLI(d.Image)
+		}
+		out = append(out, v)
 	}
 	reply(w, http.StatusOK, out)
 }
@@ -209,7 +213,7 @@ func (s *server) ListAgents(w http.ResponseWriter, r *http.Request) {
 // definitionView describes an agent for the API: its MCP servers without
 // their env and headers, which may hold secrets.
 func definitionView(d agents.Definition) api.AgentDefinition {
-	v := api.AgentDefinition{Name: d.Name, Description: d.Description, Image: d.Image, Model: d.Model,
+	v := api.AgentDefinition{Name: d.Name, Description: d.Description, Image: d.Image, Cli: d.CLI, Model: d.Model,
 		Outputs: d.Outputs, Network: d.Network, Schedule: d.Schedule, Skills: d.Skills,
 		Limits: defLimitsView(d.Limits)}
 	for _, m := range d.MCPServers {

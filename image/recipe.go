@@ -362,6 +362,16 @@ func (c *Catalog) Names() []string {
 }
 
 // chain returns the recipe's ancestors, root first, ending with the recipe.
+// CLI is the agent CLI the recipe name's image runs: its own cli, or
+// its nearest ancestor's; "" for none or no such recipe.
+func (c *Catalog) CLI(name string) string {
+	chain, err := c.chain(name)
+	if err != nil {
+		return ""
+	}
+	return effectiveCLI(chain)
+}
+
 func (c *Catalog) chain(name string) ([]*Recipe, error) {
 	r, err := c.Get(name)
 	if err != nil {

@@ -74,6 +74,7 @@ func FuzzProtocolCap(f *testing.F) {
 	f.Add([]byte(geminiBody), uint8(3), uint32(4096))
 	f.Add([]byte(`{"contents":[],"generationConfig":{"maxOutputTokens":9,"thinkingConfig":{"thinkingBudget":-1}},"generationConfig":{"maxOutputTokens":99999}}`), uint8(3), uint32(2048))
 	f.Add([]byte(`{"generation_config":{"max_output_tokens":99999}}`), uint8(3), uint32(2048))
+	f.Add([]byte(`{"contents":[{"role":"user","parts":[{"functionResponse":{"id":"a"}},{"functionResponse":{"id":"a"}}]}]}`), uint8(3), uint32(2048))
 	f.Fuzz(func(t *testing.T, body []byte, which uint8, limit32 uint32) {
 		p := protocolsByIndex[1+int(which)%3]
 		limit := int64(limit32%1_000_000) + 1

@@ -42,7 +42,57 @@ func (geminiProto) model(r *http.Request, _ []byte) (string, bool) {
 	return model, ok && model != ""
 }
 
-func (geminiProto) prepare(body []byte) ([]byte, error) { return body, nil }
+// prepare drops a functionResponse part that repeats, byte for byte, the
+// one before it in the same turn. Gemini CLI 0.61.0 writes each tool
+// response twice into the history of a resumed session, and Gemini's API
+// refuses a turn with more responses than the calls it answers ("the
+// number of function response parts is equal to the number of function
+// call parts"), so without this no session of it that used a tool could
+// be resumed. A repeat says nothing the first did not; anything else is
+// forwarded as it is.
+func (geminiProto) prepare(body []byte) ([]byte, error) {
+	if bytes.Count(body, []byte(`"functionResponse"`)) < 2 {
+		return body, nil // nothing to repeat: no decoding
+	}
+	var req map[string]json.RawMessage
+	if json.Unmarshal(body, &req) != nil {
+		return body, nil // the provider refuses it as it is
+	}
+	var contents []map[string]json.RawMessage
+	if json.Unmarshal(req["contents"], &contents) != nil {
+		return body, nil
+	}
+	changed := false
+	for _, c := range contents {
+		var parts []json.RawMessage
+		if json.Unmarshal(c["parts"], &parts) != nil || len(parts) < 2 {
+			continue
+		}
+		kept := parts[:1]
+		for _, p := range parts[1:] {
+			if bytes.Equal(p, kept[len(kept)-1]) && bytes.Contains(p, []byte(`"functionResponse"`)) {
+				continue
+			}
+			kept = append(kept, p)
+		}
+		if len(kept) < len(parts) {
+			raw, err := marshal(kept)
+			if err != nil {
+				return nil, err
+			}
+			c["parts"], changed = raw, true
+		}
+	}
+	if !changed {
+		return body, nil
+	}
+	raw, err := marshal(contents)
+	if err != nil {
+		return nil, err
+	}
+	req["contents"] = raw
+	return marshal(req)
+}
 
 func (geminiProto) maxOutput(body []byte) (int64, bool) {
 	raw, ok := peekKey(body, "generationConfig")

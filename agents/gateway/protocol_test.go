@@ -677,3 +677,43 @@ func TestUnreportedUsage(t *testing.T) {
 		})
 	}
 }
+
+// TestGeminiPrepareRepeatedResponse: prepare drops only a functionResponse
+// part identical to the one before it in its turn, and leaves a body
+// without one as it is, byte for byte.
+func TestGeminiPrepareRepeatedResponse(t *testing.T) {
+	resp := func(id, out string) string {
+		return `{"functionResponse":{"name":"run_shell_command","response":{"output":"` + out + `"},"id":"` + id + `"}}`
+	}
+	call := func(id string) string {
+		return `{"functionCall":{"name":"run_shell_command","args":{},"id":"` + id + `"}}`
+	}
+	body := func(parts ...string) string {
+		return `{"contents":[{"role":"user","parts":[{"text":"go"}]},{"role":"model","parts":[` + call("a") + `,` + call("b") +
+			`]},{"role":"user","parts":[` + strings.Join(parts, ",") + `]}]}`
+	}
+	for _, tc := range []struct {
+		name, in string
+		want     int // functionResponse parts left
+		same     bool
+	}{
+		{"two calls, two answers", body(resp("a", "x"), resp("b", "x")), 2, true},
+		{"the same id, other output", body(resp("a", "x"), resp("a", "y")), 2, true},
+		{"a repeat", body(resp("a", "x"), resp("a", "x"), resp("b", "z")), 2, false},
+		{"repeats apart", body(resp("a", "x"), resp("b", "z"), resp("a", "x")), 3, true},
+		{"one", body(resp("a", "x")), 1, true},
+		{"not JSON", `{"contents":[` + resp("a", "x") + resp("a", "x"), 2, true},
+	} {
+		got, err := geminiProto{}.prepare([]byte(tc.in))
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if n := strings.Count(string(got), `"functionResponse"`); n != tc.want || (string(got) == tc.in) != tc.same {
+			t.Errorf("%s: %d responses left (want %d), unchanged %v (want %v):\n%s", tc.name, n, tc.want, string(got) == tc.in, tc.same, got)
+		}
+		if !tc.same && !json.Valid(got) {
+			t.Errorf("%s: not JSON: %s", tc.name, got)
+		}
+	}
+}

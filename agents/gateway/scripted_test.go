@@ -39,6 +39,13 @@ func TestProtocolsAgainstScriptedModel(t *testing.T) {
 	}
 	codexFirst, codexAfter := read("codex-0.169.0-first.json"), read("codex-0.169.0-after-tool.json")
 	geminiFirst, geminiAfter := read("gemini-cli-0.61.0-first.json"), read("gemini-cli-0.61.0-after-tool.json")
+	// Gemini CLI's resumed session repeats its tool's response, which the
+	// API (and the scripted model) refuses unless the gateway drops it.
+	resumed, err := os.ReadFile(filepath.Join("testdata", "protocols", "gemini-cli-0.61.0-resumed.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	geminiResumed := string(resumed)
 	chatFirst := `{"model":"gpt-5","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"system","content":"You are opencode."},{"role":"user","content":"write hi to outputs/a.txt"}],"tools":[{"type":"function","function":{"name":"write","description":"write a file","parameters":{"type":"object","properties":{"filePath":{"type":"string"},"content":{"type":"string"}},"required":["filePath","content"]}}}],"max_tokens":32000}`
 	chatPlain := strings.Replace(chatFirst, `"stream":true,"stream_options":{"include_usage":true},`, ``, 1)
 
@@ -56,6 +63,7 @@ func TestProtocolsAgainstScriptedModel(t *testing.T) {
 		{"codex not streamed", "/v1/responses", strings.Replace(codexFirst, `"stream":true`, `"stream":false`, 1), turn(modeltest.Text("Done.")), "gpt-5.5", Price{Input: 5, Output: 30, CacheRead: 0.5}},
 		{"gemini cli first call", "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse", geminiFirst, turn(modeltest.Text("Writing it."), modeltest.ToolUse("run_shell_command", map[string]any{"command": "echo hi > outputs/a.txt"})), "gemini-2.5-pro", Price{Input: 1, Output: 10, CacheRead: 0.1}},
 		{"gemini cli after the tool", "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse", geminiAfter, turn(modeltest.Text("Done.")), "gemini-2.5-pro", Price{Input: 1, Output: 10, CacheRead: 0.1}},
+		{"gemini cli resumed", "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse", geminiResumed, turn(modeltest.Text("Summary added.")), "gemini-2.5-pro", Price{Input: 1, Output: 10, CacheRead: 0.1}},
 		{"gemini not streamed", "/v1beta/models/gemini-2.5-pro:generateContent", geminiFirst, turn(modeltest.Text("Done.")), "gemini-2.5-pro", Price{Input: 1, Output: 10, CacheRead: 0.1}},
 		{"chat streamed", "/v1/chat/completions", chatFirst, turn(modeltest.Text("Writing it."), modeltest.ToolUse("write", map[string]any{"filePath": "outputs/a.txt", "content": "hi"})), "gpt-5", Price{Input: 1, Output: 10, CacheRead: 0.1}},
 		{"chat not streamed", "/v1/chat/completions", chatPlain, turn(modeltest.Text("Done.")), "gpt-5", Price{Input: 1, Output: 10, CacheRead: 0.1}},

@@ -232,6 +232,8 @@ type AddCreditsRequest struct {
 
 // AgentDefinition defines model for AgentDefinition.
 type AgentDefinition struct {
+	// Cli The agent CLI that runs its tasks: claude-code, codex, opencode, gemini or command; the definition's cli, else the one its image's recipe names (empty if neither does).
+	Cli         string        `json:"cli,omitempty,omitzero"`
 	Context     []ContextFile `json:"context,omitempty,omitzero"`
 	Description string        `json:"description,omitempty,omitzero"`
 

@@ -437,9 +437,17 @@ func agentDefinitions(fl *flag.FlagSet) action {
 		}
 		return printList(inv.stdout, *asJSON, defs, "no agents: put one TOML file per agent in the daemon's agents.dir, then hearth agents reload",
 			func(d client.AgentDefinition) []string {
-				return []string{d.Name, d.Model, d.Image, limitsOf(d.Limits), oneLine(d.Description, 60)}
+				return []string{d.Name, d.Model, d.Image, cliOf(d.Cli), limitsOf(d.Limits), oneLine(d.Description, 60)}
 			})
 	}
+}
+
+// cliOf is a definition's CLI for a table.
+func cliOf(cli string) string {
+	if cli == "" {
+		return "(no cli)"
+	}
+	return cli
 }
 
 // agentReload has the daemon read its agent definitions again. It fails
