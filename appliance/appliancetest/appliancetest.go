@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,46 +50,63 @@ func AddTinyImage(t testing.TB, dir string) image.Image {
 }
 
 var (
-	claudeOnce  sync.Once
-	claudeCache string
-	claudeErr   error
+	imagesMu    sync.Mutex
+	imagesBuilt = map[string]*built{}
 )
 
-// ClaudeCodeImages returns an image cache holding the claude-code image,
-// built once per test binary (most of ten minutes the first time on a
-// machine, nothing after): the shared cache HEARTH_TEST_IMAGES names
+type built struct {
+	once sync.Once
+	err  error
+}
+
+// ClaudeCodeImages returns an image cache holding the claude-code image
+// (Images).
+func ClaudeCodeImages(t testing.TB) string { return Images(t, "claude-code") }
+
+// Images returns an image cache holding each named built-in image, each
+// built once per test binary (minutes the first time on a machine,
+// nothing after): the shared cache HEARTH_TEST_IMAGES names
 // (scripts/test.sh sets it), else one under the system's temp directory.
 // Make it a daemon's image cache with LinkImages.
-func ClaudeCodeImages(t testing.TB) string {
+func Images(t testing.TB, names ...string) string {
 	t.Helper()
 	for _, tool := range []string{"debootstrap", "mkfs.ext4"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("the claude-code image needs %s to build (scripts/test.sh installs it)", tool)
+			t.Skipf("the %s image needs %s to build (scripts/test.sh installs it)", strings.Join(names, ", "), tool)
 		}
 	}
-	claudeOnce.Do(func() {
-		claudeCache = os.Getenv("HEARTH_TEST_IMAGES")
-		if claudeCache == "" {
-			claudeCache = filepath.Join(os.TempDir(), "hearth-agents-test-images")
-		}
-		cat, err := image.BuiltinCatalog()
-		if err != nil {
-			claudeErr = err
-			return
-		}
-		b, err := image.NewBuilder(claudeCache, cat, io.Discard)
-		if err != nil {
-			claudeErr = err
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-		defer cancel()
-		_, claudeErr = b.Build(ctx, "claude-code")
-	})
-	if claudeErr != nil {
-		t.Fatalf("build the claude-code image: %v", claudeErr)
+	cache := os.Getenv("HEARTH_TEST_IMAGES")
+	if cache == "" {
+		cache = filepath.Join(os.TempDir(), "hearth-agents-test-images")
 	}
-	return claudeCache
+	for _, name := range names {
+		imagesMu.Lock()
+		b := imagesBuilt[name]
+		if b == nil {
+			b = &built{}
+			imagesBuilt[name] = b
+		}
+		imagesMu.Unlock()
+		b.once.Do(func() {
+			cat, err := image.BuiltinCatalog()
+			if err != nil {
+				b.err = err
+				return
+			}
+			bd, err := image.NewBuilder(cache, cat, io.Discard)
+			if err != nil {
+				b.err = err
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+			defer cancel()
+			_, b.err = bd.Build(ctx, name)
+		})
+		if b.err != nil {
+			t.Fatalf("build the %s image: %v", name, b.err)
+		}
+	}
+	return cache
 }
 
 // LinkImages makes cache the image cache of the daemon whose state
