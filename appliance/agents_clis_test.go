@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"hearth/agents/modeltest"
 	"hearth/appliance/appliancetest"
@@ -128,5 +131,54 @@ func TestAgentsInsideCodex(t *testing.T) {
 	}
 	if n := countEvents(evs, "output", "mcp"); n > 0 {
 		t.Errorf("Codex logged about MCP:\n%s", eventDump(evs))
+	}
+}
+
+// TestAgentCLIsInQEMU runs a two-call task with each other CLI in a real
+// VM, as TestAgentInQEMU does with Claude Code: QEMU (under TCG here),
+// the gateway through a port forwarded to the VM's loopback, the output
+// written through virtio-fs into the session.
+func TestAgentCLIsInQEMU(t *testing.T) {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("qemu-system-x86_64 not on PATH: apt-get install qemu-system-x86 (scripts/test.sh does)")
+	}
+	for _, c := range []struct{ image, model, tool string }{
+		{"codex", "gpt-5.5", "exec_command"},
+		{"opencode", "gpt-5.5", "bash"},
+		{"gemini", "gemini-2.5-pro", "run_shell_command"},
+	} {
+		t.Run(c.image, func(t *testing.T) {
+			command := "mkdir -p outputs; id > outputs/who.md; uname -r >> outputs/who.md"
+			input := map[string]string{"command": command, "description": "step"}
+			if c.tool == "exec_command" {
+				input = map[string]string{"cmd": command}
+			}
+			env := startCLIDaemon(t, c.image, c.model, modeltest.Config{PerConversation: true, Turns: []modeltest.Turn{
+				{Blocks: []modeltest.Block{modeltest.ToolUse(c.tool, input)}, Usage: modeltest.Usage{InputTokens: 100}},
+				textTurn("done")}},
+				func(cfg *Config) { cfg.Sandbox.Tier = TierQEMU; cfg.Sandbox.AllowTCG = true })
+			ctx := context.Background()
+			start := time.Now()
+			e, err := env.c.Delegate(ctx, DelegateRequest{Agent: "coder", Prompt: "go"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(8 * time.Minute); !Ended(e) && time.Now().Before(deadline); time.Sleep(time.Second) {
+				if e, err = env.c.Execution(ctx, e.Id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if e.Status != "completed" || !slices.Contains(e.Outputs, "outputs/who.md") {
+				t.Fatalf("execution in a VM = %+v\n%s", e, eventDump(allEvents(t, env.c, e.Id)))
+			}
+			t.Logf("%s in a VM under TCG: created to completed in %v", c.image, time.Since(start).Round(time.Second))
+			var who strings.Builder
+			if _, err := env.c.DownloadOutput(ctx, e.Id, "outputs/who.md", &who); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(who.String(), "uid=1000(agent)") || !strings.Contains(who.String(), "cloud-amd64") {
+				t.Errorf("who.md = %q: want the agent user and the VM's own cloud kernel", who.String())
+			}
+		})
 	}
 }
