@@ -193,6 +193,9 @@ func (codexCLI) start(ru *run, c cliStart) ([]string, map[string]string, error) 
 		// A call held for a top-up sends nothing until it is released.
 		fmt.Fprintf(&b, "stream_idle_timeout_ms = %d\n", (c.wait + 5*time.Minute).Milliseconds())
 	}
+	// Codex sends analytics at exit and, with no way out of the machine,
+	// waits 5 s for them to time out.
+	b.WriteString("\n[analytics]\nenabled = false\n")
 	for _, s := range c.mcp {
 		fmt.Fprintf(&b, "\n[mcp_servers.%s]\n", tomlString(s.Name))
 		if len(s.Command) > 0 {
@@ -324,7 +327,12 @@ func (opencodeCLI) start(ru *run, c cliStart) ([]string, map[string]string, erro
 		argv = append(argv, "--session", c.resume)
 	}
 	env := map[string]string{"HOME": c.home, "OPENCODE_CONFIG": c.work + "/" + opencodeConfig,
-		"HEARTH_MODEL_TOKEN": c.token, "OPENCODE_DISABLE_AUTOUPDATE": "true"}
+		"HEARTH_MODEL_TOKEN": c.token,
+		// Each of these reaches out of the machine at start, which it
+		// cannot: the model list, its own updates, language servers,
+		// its default plugins (fetched from npm).
+		"OPENCODE_DISABLE_MODELS_FETCH": "true", "OPENCODE_DISABLE_AUTOUPDATE": "true",
+		"OPENCODE_DISABLE_LSP_DOWNLOAD": "true", "OPENCODE_DISABLE_DEFAULT_PLUGINS": "true"}
 	return promptStdin(argv...), env, nil
 }
 

@@ -227,6 +227,11 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		o.image = "claude-code"
 	}
 	img := testImage(t, o.image)
+	cat, err := image.BuiltinCatalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := cat.CLI(o.image) // as the appliance takes it: the recipe's
 	dir := t.TempDir()
 	drv, err := jail.New(filepath.Join(dir, "jail"), vmmtest.GuestAgent(t))
 	if err != nil {
@@ -286,7 +291,7 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		GatewayDial: func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) },
 		Egress:      eg, EgressDial: egressDial,
 		Images: func(name string) (Image, error) {
-			return Image{RootFS: img.Rootfs(), UID: 1000, GID: 1000, CLI: img.CLI}, nil
+			return Image{RootFS: img.Rootfs(), UID: 1000, GID: 1000, CLI: cli}, nil
 		},
 		Agents: map[string]*Definition{"analyst": def},
 		Grace:  3 * time.Second,

@@ -278,7 +278,15 @@ func (a *agentService) image(name string) (agents.Image, error) {
 	if err != nil {
 		return agents.Image{}, err
 	}
-	return agents.Image{RootFS: img.Rootfs(), UID: acct.uid, GID: acct.gid, CLI: img.CLI}, nil
+	// The recipe's CLI, not the manifest's: it changes no byte of the
+	// image, so it is not in the hash, and an image built before the
+	// recipe named it is still current. A saved image has no recipe and
+	// keeps its parent's.
+	cli := a.images.catalog.CLI(name)
+	if cli == "" {
+		cli = img.CLI
+	}
+	return agents.Image{RootFS: img.Rootfs(), UID: acct.uid, GID: acct.gid, CLI: cli}, nil
 }
 
 // gatewayEvent hands the event to the runner (which stores it and stops

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -30,7 +31,7 @@ wall_time = "10m"
 // startCLIDaemon is startAgentDaemon with an agent "coder" running the
 // CLI of image with model, and the scripted model serving as OpenAI and
 // Gemini too, with their built-in price tables.
-func startCLIDaemon(t *testing.T, img, model string, script modeltest.Config, edit func(*Config)) *agentEnv {
+func startCLIDaemon(t testing.TB, img, model string, script modeltest.Config, edit func(*Config)) *agentEnv {
 	t.Helper()
 	appliancetest.Images(t, img)
 	script.SideCall = &modeltest.Turn{Blocks: []modeltest.Block{
@@ -180,5 +181,79 @@ func TestAgentCLIsInQEMU(t *testing.T) {
 				t.Errorf("who.md = %q: want the agent user and the VM's own cloud kernel", who.String())
 			}
 		})
+	}
+}
+
+// BenchmarkAgentCLIs runs the same two-call task (a shell tool call that
+// writes outputs/report.md, then an answer) with each CLI, Claude Code as
+// the baseline, interleaved in every iteration: each in its own daemon on
+// the jail tier against its own scripted model, one at a time. It
+// reports, per CLI, the median time from creating the execution to its
+// completion (ms-NAME), the host memory it took at its peak (MiB-NAME:
+// the largest fall of MemAvailable, sampled every 50 ms, from just
+// before), and its time against Claude Code's (x-NAME-vs-claude).
+func BenchmarkAgentCLIs(b *testing.B) {
+	command := "mkdir -p outputs && echo done > outputs/report.md"
+	shell := map[string]modeltest.Block{
+		"claude-code": modeltest.ToolUse("Bash", map[string]string{"command": command, "description": "step"}),
+		"codex":       modeltest.ToolUse("exec_command", map[string]string{"cmd": command}),
+		"opencode":    modeltest.ToolUse("bash", map[string]string{"command": command, "description": "step"}),
+		"gemini":      modeltest.ToolUse("run_shell_command", map[string]string{"command": command, "description": "step"}),
+	}
+	models := map[string]string{"codex": "gpt-5.5", "opencode": "gpt-5.5", "gemini": "gemini-2.5-pro"}
+	names := []string{"claude-code", "codex", "opencode", "gemini"}
+	envs := map[string]*agentEnv{}
+	for _, name := range names {
+		script := modeltest.Config{PerConversation: true, Turns: []modeltest.Turn{
+			{Blocks: []modeltest.Block{shell[name]}, Usage: modeltest.Usage{InputTokens: 1000, OutputTokens: 50}},
+			textTurn("done")}}
+		if name == "claude-code" {
+			envs[name] = startAgentDaemon(b, script, nil)
+		} else {
+			envs[name] = startCLIDaemon(b, name, models[name], script, nil)
+		}
+	}
+	agent := func(name string) string {
+		if name == "claude-code" {
+			return "analyst"
+		}
+		return "coder"
+	}
+	ctx := context.Background()
+	run := func(name string) (time.Duration, int64) {
+		runtime.GC()
+		free0 := memAvailable(b)
+		stop, peak := sampleMemory(b)
+		t0 := time.Now()
+		e, err := envs[name].c.Delegate(ctx, DelegateRequest{Agent: agent(name), Prompt: "go", Wait: true})
+		took := time.Since(t0)
+		stop()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if e.Status != "completed" || e.Turns < 2 || !slices.Contains(e.Outputs, "outputs/report.md") {
+			b.Fatalf("%s: execution %+v", name, e)
+		}
+		return took, free0 - peak()
+	}
+	for _, name := range names {
+		run(name) // warm: the image's files in the page cache, the daemon's first run done
+	}
+	took := map[string][]time.Duration{}
+	mem := map[string]int64{}
+	for b.Loop() {
+		for _, name := range names {
+			d, m := run(name)
+			took[name] = append(took[name], d)
+			mem[name] = max(mem[name], m)
+		}
+	}
+	base := median(took["claude-code"])
+	for _, name := range names {
+		b.ReportMetric(float64(median(took[name]).Milliseconds()), "ms-"+name)
+		b.ReportMetric(float64(mem[name])/(1<<20), "MiB-"+name)
+		if name != "claude-code" {
+			b.ReportMetric(float64(median(took[name]))/float64(base), "x-"+name+"-vs-claude")
+		}
 	}
 }

@@ -39,7 +39,8 @@ type Recipe struct {
 	Check []string `toml:"check"`
 	// CLI names the agent CLI the image runs ("claude-code", "codex",
 	// ...), for agent definitions that name none; empty keeps the
-	// parent's.
+	// parent's. It changes no byte of the image, so it is not part of the
+	// recipe's hash.
 	CLI string `toml:"cli"`
 
 	// file is where the recipe came from, for error messages.
