@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"hearth/agents/modeltest"
 	"hearth/agents/store"
@@ -204,6 +205,51 @@ func TestRunCLIsResume(t *testing.T) {
 			}
 			if !carried {
 				t.Errorf("no call of the resumed execution carries the first conversation\n%s", dump(h.eventsOf(t, resumed.Execution.ID)))
+			}
+		})
+	}
+}
+
+// TestRunCLIsPause: with on_budget = "pause", each CLI's call that would
+// overshoot the limit is held while the execution awaits budget; a
+// top-up lets it go on, the CLI never sees an error, and the execution
+// completes with the dollars of every call.
+func TestRunCLIsPause(t *testing.T) {
+	for _, c := range cliCases {
+		t.Run(c.image, func(t *testing.T) {
+			h := newCLIHarness(t, c, []modeltest.Turn{
+				{Blocks: []modeltest.Block{c.shell("mkdir -p outputs && echo partial > outputs/report.md")},
+					Usage: modeltest.Usage{InputTokens: 70000, OutputTokens: 40}},
+				{Blocks: []modeltest.Block{modeltest.Text("done after the top-up")}, Usage: modeltest.Usage{InputTokens: 400}},
+			}, Limits{USD: 100, OnBudget: OnBudgetPause, WallTime: Duration(10 * time.Minute)})
+			ctx := context.Background()
+			accepted := make(chan store.Execution, 1)
+			type outcome struct {
+				res Result
+				err error
+			}
+			out := make(chan outcome, 1)
+			go func() {
+				res, err := h.runner.Run(WithAccepted(ctx, func(e store.Execution) { accepted <- e }), TaskRequest{Agent: "analyst", Prompt: "go"})
+				out <- outcome{res, err}
+			}()
+			paused := awaitStatus(t, h, accepted, store.AwaitingBudget)
+			if _, err := h.runner.TopUp(ctx, paused.ID, 100); err != nil {
+				t.Fatal(err)
+			}
+			var o outcome
+			select {
+			case o = <-out:
+			case <-time.After(5 * time.Minute):
+				t.Fatal("the execution did not end within 5 minutes of the top-up")
+			}
+			evs := h.eventsOf(t, paused.ID)
+			e := o.res.Execution
+			if o.err != nil || e.Status != store.Completed || e.USD < 70.3999 || e.USD > 70.4001 {
+				t.Fatalf("after the top-up: %+v, %v; want completed at $70.40\n%s", e, o.err, dump(evs))
+			}
+			if countType(evs, stream.Text, "done after the top-up") != 1 || countType(evs, stream.Error, "") != 0 {
+				t.Errorf("want the held call's answer and no error\n%s", dump(evs))
 			}
 		})
 	}
