@@ -53,6 +53,8 @@ type agentService struct {
 
 	gw     *gateway.Gateway
 	prices *gateway.Prices // the table in force, following [model] prices
+	// otherPrices are the tables of the other providers served, by name.
+	otherPrices map[string]*gateway.Prices
 	gwSrv  *http.Server
 	gwSock string
 	egress *egress.Proxy
@@ -136,6 +138,12 @@ func newAgentService(deps AgentDeps) (*agentService, error) {
 	}
 	a.prices = prices
 	prices.OnReload(a.pricesReloaded)
+	a.otherPrices = map[string]*gateway.Prices{}
+	for name, p := range providers {
+		if name != gateway.ProviderAnthropic {
+			a.otherPrices[name] = p.Prices
+		}
+	}
 	switch {
 	case driver == nil:
 		a.unavailable = fmt.Errorf("no machines to run them in: %v", driverErr)

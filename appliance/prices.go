@@ -22,8 +22,26 @@ func (a *agentService) Prices() PriceTable {
 	if err := a.prices.Problem(); err != nil {
 		out.Problem = err.Error()
 	}
+	out.Entries = priceEntries(entries)
+	for _, name := range sortedNames(a.otherPrices) {
+		p := a.otherPrices[name]
+		p.Refresh()
+		pp := api.ProviderPrices{Provider: name, Source: gateway.BuiltIn, Entries: priceEntries(p.Entries())}
+		if f := p.File(); f != "" {
+			pp.Source = f
+		}
+		if err := p.Problem(); err != nil {
+			pp.Problem = err.Error()
+		}
+		out.Providers = append(out.Providers, pp)
+	}
+	return out
+}
+
+func priceEntries(entries []gateway.Entry) []api.PriceEntry {
+	out := []api.PriceEntry{}
 	for _, e := range entries {
-		out.Entries = append(out.Entries, api.PriceEntry{Pattern: e.Pattern, Input: e.Input, Output: e.Output,
+		out = append(out, api.PriceEntry{Pattern: e.Pattern, Input: e.Input, Output: e.Output,
 			CacheRead: e.CacheRead, CacheWrite: e.CacheWrite, Source: e.Source})
 	}
 	return out

@@ -208,3 +208,31 @@ func TestAgentsModelPrices(t *testing.T) {
 			e, len(refusing.model.MessageRequests()), eventDump(evs))
 	}
 }
+
+// TestPricesAPIProviders: the prices API shows the table of each other
+// provider the gateway serves, and only those (a provider without a key
+// is not served).
+func TestPricesAPIProviders(t *testing.T) {
+	cfg := agentConfig(t)
+	key := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(key, []byte("sk-test\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Model = ModelConfig{Upstream: "http://127.0.0.1:9", APIKeyFile: key}
+	cfg.Providers = map[string]ProviderConfig{"openai": {Upstream: "http://127.0.0.1:9", APIKeyFile: key}, "gemini": {APIKeyEnv: "HEARTH_TEST_NO_SUCH_VARIABLE"}}
+	_, c := startSandboxDaemon(t, cfg)
+	tab, err := c.Prices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tab.Providers) != 1 || tab.Providers[0].Provider != "openai" || tab.Providers[0].Source != "built-in" {
+		t.Fatalf("providers = %+v, want openai's built-in table alone", tab.Providers)
+	}
+	var gpt bool
+	for _, e := range tab.Providers[0].Entries {
+		gpt = gpt || e.Pattern == "gpt-5.5" && e.Input > 0 && e.Output > e.Input
+	}
+	if !gpt {
+		t.Errorf("openai's table lacks gpt-5.5: %+v", tab.Providers[0].Entries)
+	}
+}

@@ -42,6 +42,7 @@ type (
 	AgentReload        = api.AgentReload
 	PriceTable         = api.PriceTable
 	PriceEntry         = api.PriceEntry
+	ProviderPrices     = api.ProviderPrices
 	Tokens             = api.Tokens
 )
 

@@ -791,6 +791,9 @@ type PriceTable struct {
 	// Problem Why the price file's last change was not taken; the table shown stays in force until the file is fixed. Absent when there is none.
 	Problem string `json:"problem,omitempty,omitzero"`
 
+	// Providers The price tables of the other providers the gateway serves ([providers.openai], [providers.gemini]), by name; the fields above are Anthropic's.
+	Providers []ProviderPrices `json:"providers,omitempty,omitzero"`
+
 	// Source "built-in", or the price file ([model] prices in the config) the table was read from.
 	Source string `json:"source"`
 
@@ -800,6 +803,20 @@ type PriceTable struct {
 
 // PriceTableUnpriced What the gateway does with a model priced only by a family's entry or the default one ([model] unpriced): meter it at that price with a warning event, or refuse it.
 type PriceTableUnpriced string
+
+// ProviderPrices defines model for ProviderPrices.
+type ProviderPrices struct {
+	Entries []PriceEntry `json:"entries"`
+
+	// Problem Why the price file's last change was not taken; absent when there is none.
+	Problem string `json:"problem,omitempty,omitzero"`
+
+	// Provider openai or gemini.
+	Provider string `json:"provider"`
+
+	// Source "built-in", or the price file ([providers.NAME] prices) the table was read from.
+	Source string `json:"source"`
+}
 
 // Quota defines model for Quota.
 type Quota struct {

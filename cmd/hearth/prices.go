@@ -38,18 +38,29 @@ func printPrices(w io.Writer, t client.PriceTable) {
 	if t.Problem != "" {
 		fmt.Fprintf(w, "warning: the price file's last change was not taken, this table stays in force until it is fixed: %s\n", t.Problem)
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MODEL\tINPUT\tOUTPUT\tCACHE READ\tCACHE WRITE\tSOURCE")
-	for _, e := range t.Entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Pattern, perM(e.Input), perM(e.Output), perM(e.CacheRead), perM(e.CacheWrite), e.Source)
+	printEntries(w, t.Entries)
+	for _, p := range t.Providers {
+		fmt.Fprintf(w, "\n%s prices from %s, USD per million tokens\n", p.Provider, p.Source)
+		if p.Problem != "" {
+			fmt.Fprintf(w, "warning: the price file's last change was not taken, this table stays in force until it is fixed: %s\n", p.Problem)
+		}
+		printEntries(w, p.Entries)
 	}
-	tw.Flush()
 	switch t.Unpriced {
 	case "refuse":
 		fmt.Fprintln(w, "a model without an entry of its own (priced only by its family's entry or default) is refused ([model] unpriced = \"refuse\")")
 	default:
 		fmt.Fprintln(w, "a model without an entry of its own is priced by its family's entry (or default) with a warning event; a model nothing prices is refused")
 	}
+}
+
+func printEntries(w io.Writer, entries []client.PriceEntry) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODEL\tINPUT\tOUTPUT\tCACHE READ\tCACHE WRITE\tSOURCE")
+	for _, e := range entries {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Pattern, perM(e.Input), perM(e.Output), perM(e.CacheRead), perM(e.CacheWrite), e.Source)
+	}
+	tw.Flush()
 }
 
 // perM is a price per million tokens: at least two decimals, more when

@@ -68,3 +68,18 @@ func TestDescribeCLIEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintPricesProviders: each other provider's table follows
+// Anthropic's under its own heading.
+func TestPrintPricesProviders(t *testing.T) {
+	var b strings.Builder
+	printPrices(&b, client.PriceTable{Source: "built-in", Entries: []client.PriceEntry{{Pattern: "claude-opus-4-8", Input: 5, Output: 25, Source: "built-in"}},
+		Providers: []client.ProviderPrices{{Provider: "openai", Source: "/etc/hearth/openai.toml", Problem: "output: required",
+			Entries: []client.PriceEntry{{Pattern: "gpt-5.5", Input: 5, Output: 30, CacheRead: 0.5, Source: "/etc/hearth/openai.toml"}}}}})
+	out := b.String()
+	for _, want := range []string{"\nopenai prices from /etc/hearth/openai.toml, USD per million tokens\n", "warning: the price file's last change was not taken", "gpt-5.5  $5.00  $30.00  $0.50"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
