@@ -55,11 +55,11 @@ type agentService struct {
 	prices *gateway.Prices // the table in force, following [model] prices
 	// otherPrices are the tables of the other providers served, by name.
 	otherPrices map[string]*gateway.Prices
-	gwSrv  *http.Server
-	gwSock string
-	egress *egress.Proxy
-	egSrv  *http.Server
-	egSock string
+	gwSrv       *http.Server
+	gwSock      string
+	egress      *egress.Proxy
+	egSrv       *http.Server
+	egSock      string
 	// inside is the hearth MCP server agents reach from their machines.
 	inside *inside.Server
 	inSrv  *http.Server
