@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"hearth/agents/gateway"
 	"hearth/agents/modeltest"
 	"hearth/agents/store"
 	"hearth/agents/stream"
@@ -250,6 +251,40 @@ func TestRunCLIsPause(t *testing.T) {
 			}
 			if countType(evs, stream.Text, "done after the top-up") != 1 || countType(evs, stream.Error, "") != 0 {
 				t.Errorf("want the held call's answer and no error\n%s", dump(evs))
+			}
+		})
+	}
+}
+
+// TestRunCLIsWrapUp: past 90% of the dollar limit, each CLI's next call
+// carries the wrap-up text in its protocol's own message format, and the
+// CLI goes on with it to the end.
+func TestRunCLIsWrapUp(t *testing.T) {
+	for _, c := range cliCases {
+		t.Run(c.image, func(t *testing.T) {
+			h := newCLIHarness(t, c, []modeltest.Turn{
+				{Blocks: []modeltest.Block{c.shell("echo step")}, Usage: modeltest.Usage{InputTokens: 900_000}}, // $900 of $1000
+				{Blocks: []modeltest.Block{modeltest.Text("wrapped up")}, Usage: modeltest.Usage{InputTokens: 400}},
+			}, Limits{USD: 1000})
+			res, err := h.runner.Run(context.Background(), TaskRequest{Agent: "analyst", Prompt: "go"})
+			evs := h.eventsOf(t, res.Execution.ID)
+			if err != nil || res.Execution.Status != store.Completed {
+				t.Fatalf("Run = %+v, %v\n%s", res.Execution, err, dump(evs))
+			}
+			var first, wrapped int
+			for i, r := range h.model.Requests() {
+				if strings.Contains(string(r.Body), gateway.DefaultWrapUp) {
+					wrapped++
+					if first == 0 {
+						first = i + 1
+					}
+				}
+			}
+			if wrapped == 0 || first == 1 {
+				t.Errorf("the wrap-up reached the provider in %d calls, first in call %d; want it after the first\n%s", wrapped, first, dump(evs))
+			}
+			if countType(evs, stream.Budget, `"level":"warn"`) != 1 {
+				t.Errorf("want one warn budget event\n%s", dump(evs))
 			}
 		})
 	}
