@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"hearth/agents/adapter"
+	"hearth/agents/store"
 )
 
 // The agent CLIs a definition may name (Definition.CLI). Each is started
@@ -347,7 +348,7 @@ func (commandCLI) name() string             { return CLICommand }
 func (commandCLI) skills() bool             { return false }
 
 func (cc commandCLI) start(ru *run, c cliStart) ([]string, map[string]string, error) {
-	if c.resume != "" {
+	if ru.exec.Kind == store.Resume {
 		return nil, nil, fmt.Errorf("agent %s runs a command, which has no conversation to resume: run a new task instead", ru.def.Name)
 	}
 	env := map[string]string{"HOME": c.home,

@@ -289,3 +289,44 @@ func TestRunCLIsWrapUp(t *testing.T) {
 		})
 	}
 }
+
+// TestRunCommand: an agent with cli = "command" runs its own program,
+// its prompt on stdin and the gateway in its environment: a model call it
+// makes with curl is metered like any CLI's, its output lines are output
+// events, and its exit code decides the outcome.
+func TestRunCommand(t *testing.T) {
+	h := newHarness(t, []modeltest.Turn{
+		{Blocks: []modeltest.Block{modeltest.Text("hello from the model")}, Usage: modeltest.Usage{InputTokens: 500, OutputTokens: 10}},
+	}, Limits{USD: 1000})
+	def := h.runner.agents["analyst"]
+	def.CLI, def.Command = CLICommand, []string{"sh", "-c", `mkdir -p outputs && cat > outputs/prompt.md &&
+curl -sS "$ANTHROPIC_BASE_URL/v1/messages" -H "x-api-key: $ANTHROPIC_API_KEY" -H "anthropic-version: 2023-06-01" \
+  -H "content-type: application/json" \
+  -d '{"model":"'"$HEARTH_MODEL"'","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}' && echo && echo finished`}
+	res, err := h.runner.Run(context.Background(), TaskRequest{Agent: "analyst", Prompt: "the task's prompt"})
+	evs := h.eventsOf(t, res.Execution.ID)
+	if err != nil {
+		t.Fatalf("Run = %v\n%s", err, dump(evs))
+	}
+	e := res.Execution
+	if e.Status != store.Completed || e.Turns != 1 || e.Tokens.Input != 500 || e.USD < 0.4999 || e.USD > 0.5001 {
+		t.Errorf("execution = %+v\n%s", e, dump(evs))
+	}
+	if strings.Join(res.Outputs, ",") != "outputs/prompt.md" {
+		t.Errorf("outputs = %q, want outputs/prompt.md", res.Outputs)
+	}
+	if countType(evs, stream.Output, "hello from the model") != 1 || countType(evs, stream.Output, "finished") != 1 {
+		t.Errorf("the command's output is not in output events\n%s", dump(evs))
+	}
+	// A command has no conversation to resume.
+	resumed, err := h.runner.Run(context.Background(), TaskRequest{Session: e.Session, Prompt: "more"})
+	if err == nil || resumed.Execution.Status != store.Failed || !strings.Contains(resumed.Execution.Error, "no conversation to resume") {
+		t.Errorf("resume of a command: %+v, %v; want failed, saying why", resumed.Execution, err)
+	}
+	// A command that fails fails its execution.
+	def.Command = []string{"sh", "-c", "echo broken >&2; exit 3"}
+	failed, err := h.runner.Run(context.Background(), TaskRequest{Agent: "analyst", Prompt: "go"})
+	if err != nil || failed.Execution.Status != store.Failed || !strings.Contains(failed.Execution.Error, "status 3") {
+		t.Errorf("a failing command: %+v, %v; want failed with its exit status", failed.Execution, err)
+	}
+}

@@ -408,6 +408,8 @@ func (ru *run) finish(why stopReason, st guest.ExitStatus, sum adapter.Summary) 
 		status, errText = store.Failed, "the agent could not run: "+st.Error
 	case st.Code != 0:
 		status, errText = store.Failed, fmt.Sprintf("the agent exited with status %d%s", st.Code, signalNote(st))
+	case sum.Status == adapter.Unknown && ru.cli.name() == CLICommand:
+		// A command says nothing of its outcome but its exit code, 0.
 	case sum.Status != adapter.Completed:
 		status, errText = store.Failed, fmt.Sprintf("the agent ended without a successful result (%s)", orNone(string(sum.Status)))
 	}
