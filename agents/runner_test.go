@@ -347,9 +347,6 @@ func testImage(t *testing.T, name string) image.Image {
 	return ti.img
 }
 
-// claudeImage is the claude-code image (testImage).
-func claudeImage(t *testing.T) image.Image { return testImage(t, "claude-code") }
-
 func (h *harness) eventsOf(t *testing.T, exec string) []stream.Event {
 	t.Helper()
 	evs, err := h.store.Events(context.Background(), exec, 0, 0)
