@@ -53,19 +53,33 @@ var toolNameRe = regexp.MustCompile(`"name": ?"[^"]*(agents|delegate)[^"]*"`)
 
 // TestAgentsInsideCLIs: Codex, OpenCode and Gemini CLI are each started
 // with the hearth MCP server as Claude Code is: the model is offered its
-// tools (under each CLI's own naming), and the CLI calls list_agents
-// through it when the model asks, the answer reaching the next request.
+// tools (under each CLI's own naming; Codex's through its tool search),
+// and the CLI calls list_agents through it when the model asks, the
+// answer reaching the next request.
 // hearth agents definitions shows each one's CLI, from its image.
 func TestAgentsInsideCLIs(t *testing.T) {
-	for _, c := range []struct{ image, model, tool string }{
-		{"opencode", "gpt-5.5", "hearth_list_agents"},
-		{"gemini", "gemini-2.5-pro", "mcp_hearth_list_agents"},
+	for _, c := range []struct {
+		image, model, tool string
+		search             bool // the tools are deferred: search first
+	}{
+		{"codex", "gpt-5.5", "mcp__hearth__list_agents", true},
+		{"opencode", "gpt-5.5", "hearth_list_agents", false},
+		{"gemini", "gemini-2.5-pro", "mcp_hearth_list_agents", false},
 	} {
 		t.Run(c.image, func(t *testing.T) {
-			env := startCLIDaemon(t, c.image, c.model, modeltest.Config{Turns: []modeltest.Turn{
-				{Blocks: []modeltest.Block{modeltest.ToolUse(c.tool, map[string]any{})}, Usage: modeltest.Usage{InputTokens: 1000, OutputTokens: 100}},
-				textTurn("The analyst can do it."),
-			}}, nil)
+			var turns []modeltest.Turn
+			if c.search {
+				// Codex offers MCP tools only through its tool_search:
+				// the model searches, Codex answers with the matching
+				// tools (the hearth server's namespace), then the model
+				// calls one.
+				turns = append(turns, modeltest.Turn{Blocks: []modeltest.Block{
+					modeltest.ToolUse("tool_search", map[string]any{"query": "hearth list_agents"})}})
+			}
+			turns = append(turns,
+				modeltest.Turn{Blocks: []modeltest.Block{modeltest.ToolUse(c.tool, map[string]any{})}, Usage: modeltest.Usage{InputTokens: 1000, OutputTokens: 100}},
+				textTurn("The analyst can do it."))
+			env := startCLIDaemon(t, c.image, c.model, modeltest.Config{Turns: turns}, nil)
 			ctx := context.Background()
 			defs, err := env.c.Agents(ctx)
 			if err != nil {
@@ -100,38 +114,6 @@ func TestAgentsInsideCLIs(t *testing.T) {
 				t.Errorf("the stream lacks the MCP tool call and its result:\n%s", eventDump(evs))
 			}
 		})
-	}
-}
-
-// TestAgentsInsideCodex: Codex is started with the hearth MCP server
-// too. Codex 0.169.0 defers every MCP server's tools behind its
-// tool_search tool (the model searches, then calls), which the scripted
-// model does not speak, so this checks what can be checked without it:
-// Codex connected to the server (it offers list_mcp_resources only with
-// one connected: its requests without an MCP server, kept in the scripted
-// model's testdata, do not), and its log has no MCP error.
-func TestAgentsInsideCodex(t *testing.T) {
-	env := startCLIDaemon(t, "codex", "gpt-5.5", modeltest.Config{Turns: []modeltest.Turn{textTurn("done")}}, nil)
-	e, err := env.c.Delegate(context.Background(), DelegateRequest{Agent: "coder", Prompt: "Who can analyse data?", Wait: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs := allEvents(t, env.c, e.Id)
-	if e.Status != "completed" {
-		t.Fatalf("execution %+v\nevents:\n%s", e, eventDump(evs))
-	}
-	reqs := env.model.Requests()
-	if len(reqs) == 0 {
-		t.Fatal("no model request")
-	}
-	body := string(reqs[0].Body)
-	for _, want := range []string{`"name":"list_mcp_resources"`} {
-		if !strings.Contains(body, want) {
-			t.Errorf("the first request does not offer %s: Codex did not connect to the hearth MCP server", want)
-		}
-	}
-	if n := countEvents(evs, "output", "mcp"); n > 0 {
-		t.Errorf("Codex logged about MCP:\n%s", eventDump(evs))
 	}
 }
 

@@ -52,11 +52,12 @@ var (
 		"custom_tool_call_output", "local_shell_call", "local_shell_call_output", "web_search_call",
 		"file_search_call", "computer_call", "computer_call_output", "image_generation_call",
 		"code_interpreter_call", "mcp_call", "mcp_list_tools", "mcp_approval_request",
-		"mcp_approval_response", "item_reference", "compaction",
+		"mcp_approval_response", "item_reference", "compaction", "tool_search_call", "tool_search_output",
 	}
 	responsesCallOutputs = map[string]string{
 		"function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output",
 		"local_shell_call": "local_shell_call_output", "computer_call": "computer_call_output",
+		"tool_search_call": "tool_search_output",
 	}
 	responsesToolTypes = []string{
 		"function", "custom", "file_search", "web_search", "web_search_2025_08_26",
@@ -191,10 +192,12 @@ func parseResponsesItem(where string, raw json.RawMessage) (ResponsesItem, *prot
 		Content   json.RawMessage `json:"content"`
 		CallID    *string         `json:"call_id"`
 		Name      *string         `json:"name"`
-		Arguments *string         `json:"arguments"`
+		Arguments json.RawMessage `json:"arguments"` // a string; an object in tool_search_call
 		Input     *string         `json:"input"`
 		Output    json.RawMessage `json:"output"`
 		Summary   json.RawMessage `json:"summary"`
+		Tools     json.RawMessage `json:"tools"`     // tool_search_output
+		Execution *string         `json:"execution"` // tool_search_call, tool_search_output
 	}
 	if jsonKind(raw) != '{' || json.Unmarshal(raw, &it) != nil {
 		return ResponsesItem{}, invalidType(where, "an object")
@@ -238,17 +241,37 @@ func parseResponsesItem(where string, raw json.RawMessage) (ResponsesItem, *prot
 		if e := need("name", it.Name); e != nil {
 			return out, e
 		}
-		args := it.Arguments
-		if out.Type == "custom_tool_call" {
-			args = it.Input
-		}
-		if args == nil {
-			if out.Type == "custom_tool_call" {
-				return out, missingParam(where + ".input")
-			}
+		var args string
+		switch {
+		case out.Type == "custom_tool_call" && it.Input == nil:
+			return out, missingParam(where + ".input")
+		case out.Type == "custom_tool_call":
+			args = *it.Input
+		case it.Arguments == nil:
 			return out, missingParam(where + ".arguments")
+		case !str(it.Arguments, &args):
+			return out, invalidType(where+".arguments", "a string")
 		}
-		out.CallID, out.Name, out.Arguments = *it.CallID, *it.Name, *args
+		out.CallID, out.Name, out.Arguments = *it.CallID, *it.Name, args
+	case "tool_search_call", "tool_search_output":
+		// A search of the tools the request defers (a tool of type
+		// tool_search), run by the client when execution is "client".
+		if e := need("call_id", it.CallID); e != nil {
+			return out, e
+		}
+		if e := need("execution", it.Execution); e != nil {
+			return out, e
+		}
+		if *it.Execution != "client" && *it.Execution != "server" {
+			return out, invalidValue(where+".execution", *it.Execution, "client", "server")
+		}
+		out.CallID = *it.CallID
+		if out.Type == "tool_search_call" && jsonKind(it.Arguments) != '{' {
+			return out, invalidType(where+".arguments", "an object")
+		}
+		if out.Type == "tool_search_output" && jsonKind(it.Tools) != '[' {
+			return out, invalidType(where+".tools", "an array of tools")
+		}
 	case "function_call_output", "custom_tool_call_output", "local_shell_call_output", "computer_call_output":
 		if it.CallID == nil && out.Type != "local_shell_call_output" {
 			return out, missingParam(where + ".call_id")
@@ -342,6 +365,67 @@ func partsText(raw json.RawMessage) string {
 	return strings.Join(texts, "\n")
 }
 
+// toolSearch reports whether name is the request's tool of type
+// tool_search (which has no name of its own: "tool_search" calls it),
+// and how it is executed.
+func (req *ResponsesRequest) toolSearch(name string) (execution string, ok bool) {
+	if name != "tool_search" {
+		return "", false
+	}
+	for _, raw := range req.Tools {
+		var tool struct {
+			Type      string `json:"type"`
+			Execution string `json:"execution"`
+		}
+		if json.Unmarshal(raw, &tool) == nil && tool.Type == "tool_search" {
+			if tool.Execution == "" {
+				tool.Execution = "server"
+			}
+			return tool.Execution, true
+		}
+	}
+	return "", false
+}
+
+// namespaced splits name, "NS__TOOL", into a namespace the request
+// offers (a tool of type namespace, in its tools or in an earlier tool
+// search's output) and a tool of that namespace: ok is false when no
+// namespace has it.
+func (req *ResponsesRequest) namespaced(name string) (ns, tool string, ok bool) {
+	type namespace struct {
+		Type  string `json:"type"`
+		Name  string `json:"name"`
+		Tools []struct {
+			Name string `json:"name"`
+		} `json:"tools"`
+	}
+	var offered []json.RawMessage
+	offered = append(offered, req.Tools...)
+	for _, it := range req.Input {
+		if it.Type != "tool_search_output" {
+			continue
+		}
+		var out struct {
+			Tools []json.RawMessage `json:"tools"`
+		}
+		if json.Unmarshal(it.Raw, &out) == nil {
+			offered = append(offered, out.Tools...)
+		}
+	}
+	for _, raw := range offered {
+		var n namespace
+		if json.Unmarshal(raw, &n) != nil || n.Type != "namespace" || !strings.HasPrefix(name, n.Name+"__") {
+			continue
+		}
+		for _, t := range n.Tools {
+			if n.Name+"__"+t.Name == name {
+				return n.Name, t.Name, true
+			}
+		}
+	}
+	return "", "", false
+}
+
 // checkResponsesPairs enforces what the API enforces about tool calls:
 // every call output answers an earlier call of its kind by call_id, and
 // every call has its output in the input.
@@ -425,7 +509,7 @@ func responsesUsage(t *Turn, limit int) map[string]any {
 
 // responsesOutput is a turn's output items: a message per text block and
 // a function_call per tool_use, in block order, each with its id.
-func (s *Server) responsesOutput(t Turn) []map[string]any {
+func (s *Server) responsesOutput(t Turn, req *ResponsesRequest) []map[string]any {
 	var items []map[string]any
 	for _, b := range t.Blocks {
 		if b.Type == "tool_use" {
@@ -433,9 +517,22 @@ func (s *Server) responsesOutput(t Turn) []map[string]any {
 			if callID == "" {
 				callID = s.newID("call")
 			}
-			items = append(items, map[string]any{
+			if exec, ok := req.toolSearch(b.Name); ok {
+				// A call of the request's tool_search tool is its own
+				// item, its arguments an object.
+				items = append(items, map[string]any{
+					"id": s.newID("tsc"), "type": "tool_search_call", "status": "completed",
+					"execution": exec, "call_id": callID, "arguments": json.RawMessage(compactInput(b))})
+				continue
+			}
+			item := map[string]any{
 				"id": s.newID("fc"), "type": "function_call", "status": "completed",
-				"arguments": compactInput(b), "call_id": callID, "name": b.Name})
+				"arguments": compactInput(b), "call_id": callID, "name": b.Name}
+			if ns, name, ok := req.namespaced(b.Name); ok {
+				// A tool of a namespace is called by its own name in it.
+				item["namespace"], item["name"] = ns, name
+			}
+			items = append(items, item)
 			continue
 		}
 		items = append(items, map[string]any{
@@ -463,7 +560,7 @@ func (responsesProtocol) play(s *Server, w http.ResponseWriter, rec *Request, tu
 		"id": s.newID("resp"), "object": "response", "created_at": time.Now().Unix(),
 		"status": status, "error": nil, "incomplete_details": incomplete,
 		"instructions": nullable(req.Instructions), "max_output_tokens": nullableInt(req.MaxOutputTokens),
-		"model": model, "output": s.responsesOutput(turn), "parallel_tool_calls": true,
+		"model": model, "output": s.responsesOutput(turn, req), "parallel_tool_calls": true,
 		"previous_response_id": nil, "tool_choice": "auto", "tools": orEmpty(req.Tools),
 		"usage": responsesUsage(&turn, req.MaxOutputTokens), "metadata": map[string]any{},
 	}
@@ -510,7 +607,12 @@ func streamResponses(w http.ResponseWriter, turn Turn, resp map[string]any) {
 			open[k] = v
 		}
 		open["status"] = "in_progress"
-		if item["type"] == "function_call" {
+		switch item["type"] {
+		case "tool_search_call":
+			// Whole when added: its arguments are an object, not
+			// streamed in deltas.
+			evs = append(evs, ev{"response.output_item.added", map[string]any{"output_index": i, "item": open}})
+		case "function_call":
 			open["arguments"] = ""
 			evs = append(evs, ev{"response.output_item.added", map[string]any{"output_index": i, "item": open}})
 			for j, p := range split(item["arguments"].(string), 3) {
@@ -520,7 +622,7 @@ func streamResponses(w http.ResponseWriter, turn Turn, resp map[string]any) {
 				}
 			}
 			evs = append(evs, ev{"response.function_call_arguments.done", map[string]any{"item_id": id, "output_index": i, "arguments": item["arguments"]}})
-		} else {
+		default:
 			part := item["content"].([]map[string]any)[0]
 			text := part["text"].(string)
 			open["content"] = []any{}

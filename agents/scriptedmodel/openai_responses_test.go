@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -22,12 +23,28 @@ func responsesBody(stream bool, input string) string {
 
 const responsesHello = `[{"type":"message","role":"user","content":[{"type":"input_text","text":"list the files"}]}]`
 
+// argText is a function call's arguments (a JSON string) or, for a tool
+// search, the arguments object's JSON text.
+type argText string
+
+func (a *argText) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		*a = argText(s)
+		return nil
+	}
+	*a = argText(b)
+	return nil
+}
+
 type responseObject struct {
 	ID, Object, Status, Model string
 	IncompleteDetails         *struct{ Reason string } `json:"incomplete_details"`
 	Output                    []struct {
-		ID, Type, Status, Role, Name, Arguments string
-		CallID                                  string `json:"call_id"`
+		ID, Type, Status, Role, Name string
+		Arguments                    argText
+		Namespace                    string
+		CallID                       string `json:"call_id"`
 		Content                                 []struct{ Type, Text string }
 	}
 	Usage struct {
@@ -86,7 +103,7 @@ func readResponsesStream(t *testing.T, resp *http.Response) (final responseObjec
 				t.Errorf("output %d: deltas %q, done %q", i, texts[i], o.Content[0].Text)
 			}
 		case "function_call":
-			if args[i] != o.Arguments {
+			if args[i] != string(o.Arguments) {
 				t.Errorf("output %d: argument deltas %q, done %q", i, args[i], o.Arguments)
 			}
 		}
@@ -210,6 +227,13 @@ func TestResponsesValidation(t *testing.T) {
 		{"unanswered call", in(user, call, user), "input", "", "No tool output found for function call call_1."},
 		{"output of another kind", in(user, call, `{"type":"custom_tool_call_output","call_id":"call_1","output":"ok"}`), "input", "", "No tool call found for custom tool call output"},
 		{"reasoning without summary", in(user, `{"type":"reasoning","id":"rs"}`), "input[1].summary", "missing_required_parameter", "Missing"},
+		{"arguments object", in(user, `{"type":"function_call","call_id":"c","name":"shell","arguments":{}}`), "input[1].arguments", "invalid_type", "a string"},
+		{"search without execution", in(user, `{"type":"tool_search_call","call_id":"s","arguments":{}}`), "input[1].execution", "missing_required_parameter", "Missing"},
+		{"search odd execution", in(user, `{"type":"tool_search_call","call_id":"s","execution":"host","arguments":{}}`), "input[1].execution", "invalid_value", "'host'"},
+		{"search arguments string", in(user, `{"type":"tool_search_call","call_id":"s","execution":"client","arguments":"{}"}`), "input[1].arguments", "invalid_type", "an object"},
+		{"search output tools object", in(user, `{"type":"tool_search_call","call_id":"s","execution":"client","arguments":{}}`, `{"type":"tool_search_output","call_id":"s","execution":"client","tools":{}}`), "input[2].tools", "invalid_type", "an array"},
+		{"unanswered search", in(user, `{"type":"tool_search_call","call_id":"s","execution":"client","arguments":{}}`, user), "input", "", "No tool output found for tool search call s."},
+		{"stray search output", in(user, `{"type":"tool_search_output","call_id":"s","execution":"client","tools":[]}`), "input", "", "No tool call found for tool search output with call_id s."},
 		{"tools object", `{"model":"m","input":"x","tools":{}}`, "tools", "invalid_type", "an array"},
 		{"tool without type", `{"model":"m","input":"x","tools":[{"name":"f"}]}`, "tools[0].type", "missing_required_parameter", "Missing"},
 		{"tool odd type", `{"model":"m","input":"x","tools":[{"type":"bash"}]}`, "tools[0].type", "invalid_value", "'bash'"},
@@ -326,5 +350,46 @@ func TestResponsesPerConversation(t *testing.T) {
 	second := `[{"role":"user","content":"a"},{"type":"reasoning","summary":[]},{"role":"assistant","content":"one"},{"role":"user","content":"b"}]`
 	if a, b, c := text(first), text(second), text(first); a != "one" || b != "two" || c != "one" {
 		t.Errorf("answers %q %q %q, want one two one", a, b, c)
+	}
+}
+
+// TestResponsesToolSearch: a tool_use block calling "tool_search" in a
+// request that offers a tool of type tool_search is a tool_search_call
+// item (its arguments an object, whole in the stream), and one named
+// NS__TOOL after a search whose output offered namespace NS with TOOL is
+// a function_call of TOOL in NS, as Codex 0.169.0 reads them.
+func TestResponsesToolSearch(t *testing.T) {
+	s := start(t, Config{Turns: []Turn{
+		{Blocks: []Block{ToolUse("tool_search", map[string]any{"query": "list agents"})}},
+		{Blocks: []Block{ToolUse("mcp__hearth__list_agents", map[string]any{})}},
+		{Blocks: []Block{ToolUse("mcp__other__list_agents", map[string]any{})}},
+	}})
+	withSearch := func(input string) string {
+		return strings.Replace(responsesBody(true, input), `"tools":[`, `"tools":[{"type":"tool_search","execution":"client","description":"search","parameters":{"type":"object","properties":{"query":{"type":"string"}}}},`, 1)
+	}
+	final, names := readResponsesStream(t, postResponses(t, s, withSearch(responsesHello)))
+	if len(final.Output) != 1 || final.Output[0].Type != "tool_search_call" || final.Output[0].CallID == "" {
+		t.Fatalf("output %+v, want one tool_search_call", final.Output)
+	}
+	if slices.Contains(names, "response.function_call_arguments.delta") {
+		t.Errorf("a tool search's arguments were streamed in deltas: %v", names)
+	}
+	searched := strings.TrimSuffix(responsesHello, "]") + `,{"type":"tool_search_call","call_id":"` + final.Output[0].CallID + `","status":"completed","execution":"client","arguments":{"query":"list agents"}},` +
+		`{"type":"tool_search_output","call_id":"` + final.Output[0].CallID + `","status":"completed","execution":"client","tools":[{"type":"namespace","name":"mcp__hearth","description":"d","tools":[{"type":"function","name":"list_agents","parameters":{"type":"object"}}]}]}]`
+	resp := postResponses(t, s, withSearch(searched))
+	final, _ = readResponsesStream(t, resp)
+	if len(final.Output) != 1 || final.Output[0].Type != "function_call" || final.Output[0].Name != "list_agents" || final.Output[0].Namespace != "mcp__hearth" {
+		t.Fatalf("after the search: output %+v, want a call of list_agents", final.Output)
+	}
+	if string(final.Output[0].Arguments) != "{}" {
+		t.Errorf("arguments %q", final.Output[0].Arguments)
+	}
+	events, err := readSSE(postResponses(t, s, withSearch(responsesHello)).Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := string(events[len(events)-1].Data)
+	if !strings.Contains(last, `"name":"mcp__other__list_agents"`) || strings.Contains(last, `"namespace"`) {
+		t.Errorf("a name no offered namespace has is called as it is, without a namespace: %s", last)
 	}
 }

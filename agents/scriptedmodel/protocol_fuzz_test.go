@@ -104,6 +104,7 @@ func FuzzResponsesRequest(f *testing.F) {
 		`{"model":"m","input":[{"type":"custom_tool_call","call_id":"c","name":"p","input":"x"},{"type":"custom_tool_call_output","call_id":"c","output":[{"type":"input_text","text":"t"}]}],"stream":true}`,
 		`{"model":"m","input":"x","tools":[{"type":"function","name":"f","parameters":null}],"temperature":null}`,
 		`{"model":"m","input":[{"type":"reasoning","summary":[]}],"max_output_tokens":1e2}`, `{"model":"m","previous_response_id":"r"}`, `{}`, `[]`, `{"model":"m"}{}`,
+		`{"model":"m","tools":[{"type":"tool_search","execution":"client"}],"input":[{"role":"user","content":"a"},{"type":"tool_search_call","call_id":"s","execution":"client","arguments":{"query":"q"}},{"type":"tool_search_output","call_id":"s","execution":"client","tools":[{"type":"namespace","name":"mcp__x","tools":[{"type":"function","name":"f"}]}]},{"type":"function_call","namespace":"mcp__x","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"x"}]}`,
 	} {
 		f.Add([]byte(b))
 	}
