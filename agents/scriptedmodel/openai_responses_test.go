@@ -45,7 +45,7 @@ type responseObject struct {
 		Arguments                    argText
 		Namespace                    string
 		CallID                       string `json:"call_id"`
-		Content                                 []struct{ Type, Text string }
+		Content                      []struct{ Type, Text string }
 	}
 	Usage struct {
 		InputTokens        int `json:"input_tokens"`
