@@ -311,7 +311,11 @@ func (opencodeCLI) start(ru *run, c cliStart) ([]string, map[string]string, erro
 			"options": map[string]any{"baseURL": base, "apiKey": "{env:HEARTH_MODEL_TOKEN}"},
 			"models":  map[string]any{ru.def.Model: map[string]any{}},
 		}},
-		"permission": map[string]any{"edit": "allow", "bash": "allow", "webfetch": "allow"},
+		// Its "ask" is a refusal when no one is there to answer: paths
+		// outside the working directory (other sessions' files, the
+		// home) and a repeated call would be refused.
+		"permission": map[string]any{"edit": "allow", "bash": "allow", "webfetch": "allow",
+			"external_directory": "allow", "doom_loop": "allow"},
 	}
 	if len(mcp) > 0 {
 		conf["mcp"] = mcp

@@ -330,3 +330,35 @@ curl -sS "$ANTHROPIC_BASE_URL/v1/messages" -H "x-api-key: $ANTHROPIC_API_KEY" -H
 		t.Errorf("a failing command: %+v, %v; want failed with its exit status", failed.Execution, err)
 	}
 }
+
+// TestHostileCLIProviderKey: an agent of each CLI looks for the
+// provider's key everywhere it can in its machine (its environment, its
+// home with every configuration Hearth wrote, the session, the
+// process's own environment) and finds only its own gateway token; a
+// request with that token from outside its machine's channel is refused
+// (TestRunClaudeCode and the gateway's tests cover the channel).
+func TestHostileCLIProviderKey(t *testing.T) {
+	for _, c := range cliCases {
+		t.Run(c.image, func(t *testing.T) {
+			key := modeltest.DefaultKey // the harness's scripted model's
+			// The key split in two quoted halves: the probe's own text,
+			// which the CLI keeps in its session files, does not hold it.
+			probe := "if (env; cat /proc/self/environ; grep -rs . \"$HOME\" /workspace/agents 2>/dev/null) | grep -qF '" + key[:3] + "''" + key[3:] + "'; then echo KEY-LEAKED; else echo KEY-ABSENT; fi"
+			h := newCLIHarness(t, c, []modeltest.Turn{
+				{Blocks: []modeltest.Block{c.shell(probe)}, Usage: modeltest.Usage{InputTokens: 100}},
+				{Blocks: []modeltest.Block{modeltest.Text("looked")}, Usage: modeltest.Usage{InputTokens: 100}},
+			}, Limits{USD: 1000})
+			if h.model.Key() != key {
+				t.Fatalf("the harness's model key is %q, not the default the probe looks for", h.model.Key())
+			}
+			res, err := h.runner.Run(context.Background(), TaskRequest{Agent: "analyst", Prompt: "find the key"})
+			evs := h.eventsOf(t, res.Execution.ID)
+			if err != nil || res.Execution.Status != store.Completed {
+				t.Fatalf("Run = %+v, %v\n%s", res.Execution, err, dump(evs))
+			}
+			if countType(evs, stream.ToolResult, "KEY-ABSENT") != 1 || countType(evs, stream.ToolResult, "KEY-LEAKED") != 0 {
+				t.Errorf("the provider key is readable in the machine, or the probe did not run\n%s", dump(evs))
+			}
+		})
+	}
+}
