@@ -2,6 +2,8 @@ package agents
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -92,6 +94,18 @@ func TestRunCLIs(t *testing.T) {
 				if countType(evs, want.typ, want.contains) == 0 {
 					t.Errorf("no %s event with %s", want.typ, want.contains)
 				}
+			}
+			// Per call: the script's two turns, each at its own tokens
+			// and dollars; the side calls (router, title) at none.
+			var got []string
+			for _, ev := range evs {
+				var p gateway.ModelCallPayload
+				if ev.Type == stream.ModelCall && json.Unmarshal(ev.Payload, &p) == nil && p.Status == 200 && p.InputTokens > 0 {
+					got = append(got, fmt.Sprintf("%d/%d $%.4f", p.InputTokens, p.OutputTokens, p.USD))
+				}
+			}
+			if strings.Join(got, ", ") != "300/40 $0.3000, 400/20 $0.4000" {
+				t.Errorf("metered calls %q, want 300/40 $0.3000, 400/20 $0.4000", got)
 			}
 			if n := countType(evs, stream.Error, ""); n > 0 {
 				t.Errorf("%d error events", n)
