@@ -276,6 +276,15 @@ func (a *agentService) serveUnix(what, sock string, h http.Handler, channels boo
 	return srv, nil
 }
 
+// CLIOf is the agent CLI that runs d's tasks: its own cli, else the one
+// its image's recipe names ("" for neither).
+func (a *agentService) CLIOf(d agents.Definition) string {
+	if d.CLI != "" {
+		return d.CLI
+	}
+	return a.images.catalog.CLI(d.Image)
+}
+
 // image resolves an agent's runtime image: its root and its user.
 func (a *agentService) image(name string) (agents.Image, error) {
 	img, err := a.images.resolve(name)

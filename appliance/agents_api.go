@@ -202,9 +202,7 @@ func (s *server) ListAgents(w http.ResponseWriter, r *http.Request) {
 	out := []api.AgentDefinition{}
 	for _, d := range s.d.agents.Definitions() {
 		v := definitionView(d)
-		if v.Cli == "" {
-			v.Cli = s.d.images.catalog.CLI(d.Image)
-		}
+		v.Cli = s.d.agents.CLIOf(d)
 		out = append(out, v)
 	}
 	reply(w, http.StatusOK, out)

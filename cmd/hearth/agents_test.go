@@ -133,7 +133,7 @@ func TestAgentsRunCommand(t *testing.T) {
 		{args: []string{"agents", "logs", first, "--follow", c}, wantOut: "  status  completed"},
 		{args: []string{"agents", "outputs", first, c}, wantOut: "outputs/report.md  2 B"},
 		{args: []string{"agents", "outputs", first, "--download", dl, c}, wantErr: "downloaded 1 file (2 B) to " + dl},
-		{args: []string{"agents", "definitions", c}, wantOut: "analyst  claude-sonnet-4-5  claude-code  $5.00, 20 model calls  Analyses data."},
+		{args: []string{"agents", "definitions", c}, wantOut: "analyst  claude-sonnet-4-5  claude-code  claude-code  $5.00, 20 model calls  Analyses data."},
 		{args: []string{"agents", "sessions", c}, wantOut: session},
 		{args: []string{"agents", "retry", failed, c}, wantOut: "result: retried fine"},
 		{args: []string{"agents", "resume", session, "And a summary", "--max-turns", "3", c}, wantOut: "result: resumed fine",
