@@ -348,9 +348,12 @@ func dump(evs []stream.Event) string {
 	return b.String()
 }
 
-// TestRunClaudeCode: the real claude CLI does a two-turn task in a jail,
-// writing outputs/report.md; the execution ends completed with the turns,
-// tokens and dollars the gateway metered.
+// TestRunClaudeCode: the real claude CLI, the version the claude-code
+// recipe pins, does a two-turn task in a jail, writing outputs/report.md;
+// the execution ends completed with the turns, tokens and dollars the
+// gateway metered, and every line the CLI printed is one the adapter
+// knows (checkClaudeStream), so bumping the pin is a one-line change that
+// this test checks.
 func TestRunClaudeCode(t *testing.T) {
 	h := newHarness(t, []modeltest.Turn{
 		{Blocks: []modeltest.Block{modeltest.ToolUse("Bash", map[string]string{
@@ -394,6 +397,7 @@ func TestRunClaudeCode(t *testing.T) {
 			t.Errorf("upstream request key %q, want the real key", got)
 		}
 	}
+	checkClaudeStream(t, pinnedClaude(t, claudeImage(t)), res.Stream, evs)
 }
 
 func bash(command string) modeltest.Block {
