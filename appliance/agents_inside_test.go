@@ -282,7 +282,7 @@ func TestAgentsInsideClaimRace(t *testing.T) {
 		// The winner (the first claim that succeeded) stays running well
 		// past the lease's expiry and the loser's second claim.
 		{Match: claimed, Usage: modeltest.Usage{InputTokens: 100, OutputTokens: 10}, Blocks: []modeltest.Block{
-			modeltest.ToolUse("Bash", map[string]string{"command": "sleep 40; echo winner-slept", "description": "work"})}},
+			modeltest.ToolUse("Bash", map[string]string{"command": "echo busy; sleep 40; echo winner-slept", "description": "work"})}},
 		{Match: refused, Usage: modeltest.Usage{InputTokens: 100, OutputTokens: 10}, Blocks: []modeltest.Block{
 			modeltest.ToolUse("Bash", map[string]string{"command": "sleep 12; echo loser-slept", "description": "wait"})}},
 		{Match: modeltest.LastUserContains("loser-slept"), Usage: modeltest.Usage{InputTokens: 100, OutputTokens: 10}, Blocks: []modeltest.Block{

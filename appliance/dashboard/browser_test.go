@@ -272,7 +272,7 @@ func TestDashboardLive(t *testing.T) {
 			modeltest.Usage{}).Blocks, Usage: modeltest.Usage{InputTokens: 1200, OutputTokens: 150}, Delay: 500 * time.Millisecond},
 		textTurn("Wrote outputs/report.md: total 30"),
 		// B: runs until it is cancelled.
-		bashTurn("sleep 120", modeltest.Usage{InputTokens: 100}),
+		bashTurn("echo busy; sleep 120", modeltest.Usage{InputTokens: 100}),
 		// B's retry.
 		textTurn("retried and done"),
 	}})
