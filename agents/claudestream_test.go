@@ -17,10 +17,11 @@ import (
 // adapter skips on purpose (adapter.Summary.Ignored), and why. Anything
 // else it skipped is output it does not know: the stream's format changed.
 var claudeIgnored = map[string]string{
-	"user/text":        "the prompt, replayed as a user line",
-	"rate_limit_event": "the CLI's view of its subscription's rate limits, which a key-billed run through the gateway does not have",
-	"stream_event":     "partial-message deltas, printed only with --include-partial-messages",
-	"block/thinking":   "extended thinking, not shown unless the adapter is asked (ClaudeCode.Thinking)",
+	"user/text":               "the prompt, replayed as a user line",
+	"rate_limit_event":        "the CLI's notice of its rate-limit state, nothing the task did",
+	"stream_event":            "partial-message deltas, printed only with --include-partial-messages",
+	"block/thinking":          "extended thinking, not shown unless the adapter is asked (ClaudeCode.Thinking)",
+	"block/redacted_thinking": "thinking the provider encrypted: nothing to show",
 }
 
 // claudeSystemSubtypes are the system lines, other than init (the
