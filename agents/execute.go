@@ -229,6 +229,10 @@ func (ru *run) agent(ctx context.Context, gc *guest.Client, token, listen, proxy
 		// while MCP servers still connect (a slow one's tools missing from
 		// the first turns); it waits for them, up to its MCP_TIMEOUT.
 		"MCP_CONNECTION_NONBLOCKING": "false",
+		// Claude Code 2.1.332 holds MCP tools back behind its ToolSearch
+		// tool by default; Hearth's own (delegate_task, claim_path, ...)
+		// are offered from the first turn, as the agent's prompt assumes.
+		"ENABLE_TOOL_SEARCH": "false",
 	}
 	if proxy != "" {
 		proxyEnv(env, proxy)
