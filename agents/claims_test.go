@@ -244,8 +244,8 @@ type agentPair struct {
 func startPair(t *testing.T) *agentPair {
 	t.Helper()
 	h := newHarness(t, []modeltest.Turn{
-		{Blocks: []modeltest.Block{bash("sleep 300")}, Usage: modeltest.Usage{InputTokens: 10}},
-		{Blocks: []modeltest.Block{bash("sleep 300")}, Usage: modeltest.Usage{InputTokens: 10}},
+		{Blocks: []modeltest.Block{bash(busy(300))}, Usage: modeltest.Usage{InputTokens: 10}},
+		{Blocks: []modeltest.Block{bash(busy(300))}, Usage: modeltest.Usage{InputTokens: 10}},
 	}, Limits{USD: 500, Turns: 10}) // not what is checked: room for the hard cap's first-call bound (about $117: harnessOptions.price)
 	p := &agentPair{h: h, ran: map[string]chan error{}}
 	var execs []store.Execution

@@ -163,6 +163,10 @@ func (claudeCLI) start(ru *run, c cliStart) ([]string, map[string]string, error)
 		// while MCP servers still connect (a slow one's tools missing from
 		// the first turns); it waits for them, up to its MCP_TIMEOUT.
 		"MCP_CONNECTION_NONBLOCKING": "false",
+		// Claude Code 2.1.332 holds MCP tools back behind its ToolSearch
+		// tool by default; Hearth's own (delegate_task, claim_path, ...)
+		// are offered from the first turn, as the agent's prompt assumes.
+		"ENABLE_TOOL_SEARCH": "false",
 	}
 	if c.wait > 0 {
 		// A call held for a top-up must not time out in the CLI (its

@@ -453,12 +453,12 @@ func (ru *run) finish(why stopReason, st guest.ExitStatus, sum adapter.Summary) 
 	// once it can; readers see it already.
 	ru.status(string(status), map[string]any{"error": errText, "turns": turns, "usd": usd, "outputs": outputs})
 	if err != nil {
-		return Result{Execution: exec, Outputs: outputs}, err
+		return Result{Execution: exec, Outputs: outputs, Stream: sum}, err
 	}
 	if err := cfg.Store.Flush(ctx); err != nil && ru.err == nil {
 		ru.err = err
 	}
-	return Result{Execution: exec, Outputs: outputs}, ru.err
+	return Result{Execution: exec, Outputs: outputs, Stream: sum}, ru.err
 }
 
 // fail ends an execution that could not start its agent (cancelled, if

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"hearth/agents/adapter"
 	"hearth/agents/egress"
 	"hearth/agents/gateway"
 	"hearth/agents/inside"
@@ -231,6 +232,11 @@ type TaskRequest struct {
 type Result struct {
 	Execution store.Execution
 	Outputs   []string // files matched by the output patterns, relative to the session
+	// Stream is what the adapter made of the agent CLI's output when the
+	// execution ran its agent to an end (zero otherwise): lines it could
+	// not read (Malformed) and kinds it skipped on purpose (Ignored), so
+	// a CLI whose output changed can be told from one that only failed.
+	Stream adapter.Summary
 }
 
 // Run runs a task to its end and returns what it did. Events go to the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -374,9 +375,12 @@ func dump(evs []stream.Event) string {
 	return b.String()
 }
 
-// TestRunClaudeCode: the real claude CLI does a two-turn task in a jail,
-// writing outputs/report.md; the execution ends completed with the turns,
-// tokens and dollars the gateway metered.
+// TestRunClaudeCode: the real claude CLI, the version the claude-code
+// recipe pins, does a two-turn task in a jail, writing outputs/report.md;
+// the execution ends completed with the turns, tokens and dollars the
+// gateway metered, and every line the CLI printed is one the adapter
+// knows (checkClaudeStream), so bumping the pin is a one-line change that
+// this test checks.
 func TestRunClaudeCode(t *testing.T) {
 	h := newHarness(t, []modeltest.Turn{
 		{Blocks: []modeltest.Block{modeltest.ToolUse("Bash", map[string]string{
@@ -420,10 +424,19 @@ func TestRunClaudeCode(t *testing.T) {
 			t.Errorf("upstream request key %q, want the real key", got)
 		}
 	}
+	checkClaudeStream(t, pinnedClaude(t, claudeImage(t)), res.Stream, evs)
 }
 
 func bash(command string) modeltest.Block {
 	return modeltest.ToolUse("Bash", map[string]string{"command": command, "description": "step"})
+}
+
+// busy is a shell command that keeps an agent at work for secs seconds.
+// Not a bare sleep: claude 2.1.332's Bash tool refuses a command that
+// starts with a sleep of 25 s or more (it points the model at its
+// Monitor tool or a background run instead).
+func busy(secs int) string {
+	return fmt.Sprintf("echo busy; sleep %d", secs)
 }
 
 // TestRunLimits: a turn limit and a wall-time limit each stop the agent,
@@ -432,7 +445,7 @@ func TestRunLimits(t *testing.T) {
 	h := newHarness(t, []modeltest.Turn{
 		{Blocks: []modeltest.Block{bash("echo one")}},
 		{Blocks: []modeltest.Block{bash("echo two")}},
-		{Blocks: []modeltest.Block{bash("sleep 60")}},
+		{Blocks: []modeltest.Block{bash(busy(60))}},
 	}, Limits{USD: 500, Turns: 20, WallTime: Duration(time.Hour)})
 	ctx := context.Background()
 	res, err := h.runner.Run(ctx, TaskRequest{Agent: "analyst", Prompt: "go", Limits: Limits{Turns: 1}})
@@ -460,7 +473,9 @@ func TestRunResumeRetryAndSharing(t *testing.T) {
 		{Blocks: []modeltest.Block{bash("mkdir -p outputs && echo first-report > outputs/report.md")}},
 		{Blocks: []modeltest.Block{modeltest.Text("first done")}},
 		{Blocks: []modeltest.Block{modeltest.Text("resumed done")}},
-		{Error: &modeltest.APIError{Status: 400, Type: "invalid_request_error", Message: "scripted failure"}},
+		// A 403, which the CLI does not retry: claude 2.1.332 tries a 400
+		// it does not recognise five more times.
+		{Error: &modeltest.APIError{Status: 403, Type: "permission_error", Message: "scripted failure"}},
 		{Blocks: []modeltest.Block{modeltest.Text("retry done")}},
 		{Blocks: []modeltest.Block{bash("cat /workspace/agents/*/outputs/report.md")}},
 		{Blocks: []modeltest.Block{modeltest.Text("read it")}},

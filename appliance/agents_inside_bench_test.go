@@ -26,7 +26,7 @@ func BenchmarkInsideDelegateFirstEvent(b *testing.B) {
 	// every child answers "done" at once.
 	env := startAgentDaemon(b, modeltest.Config{PerConversation: true, Turns: []modeltest.Turn{
 		{Match: modeltest.LastUserContains("BENCH-PARENT"), Blocks: []modeltest.Block{
-			modeltest.ToolUse("Bash", map[string]any{"command": "sleep 590", "description": "stay", "timeout": 600000})}},
+			modeltest.ToolUse("Bash", map[string]any{"command": "echo busy; sleep 590", "description": "stay", "timeout": 600000})}},
 		textTurn("done"),
 	}}, nil)
 	ctx := context.Background()

@@ -560,7 +560,7 @@ func TestAgentsConfigErrors(t *testing.T) {
 // the next daemon shows them cancelled, not interrupted.
 func TestAgentsCloseCancels(t *testing.T) {
 	before := runtime.NumGoroutine()
-	env := startAgentDaemon(t, modeltest.Config{Turns: []modeltest.Turn{bashTurn("sleep 60", modeltest.Usage{InputTokens: 100})}}, nil)
+	env := startAgentDaemon(t, modeltest.Config{Turns: []modeltest.Turn{bashTurn("echo busy; sleep 60", modeltest.Usage{InputTokens: 100})}}, nil)
 	ctx := context.Background()
 	e, err := env.c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "sleep"})
 	if err != nil {
@@ -631,7 +631,7 @@ func TestAgentsShutdownFinish(t *testing.T) {
 
 	// A second daemon with a task that would run for a minute: Hurry
 	// cuts the wait short.
-	env2 := startAgentDaemon(t, modeltest.Config{Turns: []modeltest.Turn{bashTurn("sleep 60", modeltest.Usage{InputTokens: 100})}},
+	env2 := startAgentDaemon(t, modeltest.Config{Turns: []modeltest.Turn{bashTurn("echo busy; sleep 60", modeltest.Usage{InputTokens: 100})}},
 		func(c *Config) { c.Agents.OnShutdown = OnShutdownFinish })
 	e2, err := env2.c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "sleep"})
 	if err != nil {

@@ -130,7 +130,7 @@ func TestSchedules(t *testing.T) {
 // TestScheduleRunBusy: under overlap skip a manual run while one is going
 // is refused with 409.
 func TestScheduleRunBusy(t *testing.T) {
-	env := startAgentDaemon(t, modeltest.Config{Turns: []modeltest.Turn{bashTurn("sleep 30", modeltest.Usage{InputTokens: 10, OutputTokens: 10}), textTurn("done")}}, nil)
+	env := startAgentDaemon(t, modeltest.Config{Turns: []modeltest.Turn{bashTurn("echo busy; sleep 30", modeltest.Usage{InputTokens: 10, OutputTokens: 10}), textTurn("done")}}, nil)
 	ctx := context.Background()
 	c := env.c
 	if _, err := c.AddSchedule(ctx, ScheduleRequest{Id: "slow", Spec: "@daily", Agent: "analyst", Prompt: "go"}); err != nil {

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -385,5 +387,63 @@ func TestClaudeCodeRealRetry(t *testing.T) {
 	diffLines(t, "events", describeAll(t, evs), []string{"retry 1/10 status=529 delay_ms=609 error=overloaded"})
 	if sum.Retries != 1 || sum.Malformed != 0 || len(sum.Ignored) != 0 {
 		t.Errorf("Summary = %+v, want 1 retry, nothing malformed or ignored", sum)
+	}
+}
+
+// TestClaudeCodeCaptured reads each real capture of the claude CLI
+// (testdata/claude-code-VERSION-tool.jsonl: its stdout for a two-turn task
+// with a Bash tool call, against hearth-scripted-model; docs/cli.md says
+// how) into the events a run must give, the ids and figures the CLI
+// printed, and nothing malformed or skipped. The pinned version's own
+// output is checked live by agents' TestRunClaudeCode; a capture keeps
+// what a version printed, so this test runs anywhere.
+func TestClaudeCodeCaptured(t *testing.T) {
+	files, err := filepath.Glob("testdata/claude-code-*-tool.jsonl")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no claude captures in testdata (%v)", err)
+	}
+	for _, name := range files {
+		version := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(name), "claude-code-"), "-tool.jsonl")
+		t.Run(version, func(t *testing.T) {
+			data, err := os.ReadFile(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var init, result struct {
+				SessionID string `json:"session_id"`
+			}
+			first, _, _ := bytes.Cut(data, []byte("\n"))
+			last := data[bytes.LastIndexByte(bytes.TrimRight(data, "\n"), '\n')+1:]
+			if json.Unmarshal(first, &init) != nil || json.Unmarshal(last, &result) != nil || init.SessionID == "" || init.SessionID != result.SessionID {
+				t.Fatalf("init and result lines carry session ids %q and %q, want one", init.SessionID, result.SessionID)
+			}
+			evs, sum := run(t, &ClaudeCode{}, bytes.NewReader(data), strings.NewReader(""))
+			got := describeAll(t, evs)
+			if len(got) != 6 {
+				t.Fatalf("events:\n%s\nwant 6: started, text, tool_call, tool_result, text, finished", strings.Join(got, "\n"))
+			}
+			toolID := payload(t, evs[2])["id"]
+			diffLines(t, "events", got, []string{
+				"status agent_started <nil>",
+				"text Writing the file.",
+				fmt.Sprintf(`tool_call %s Bash {"command":"mkdir -p outputs \u0026\u0026 echo hello-from-agent \u003e outputs/out.txt \u0026\u0026 cat outputs/out.txt","description":"write outputs/out.txt"}`, toolID),
+				fmt.Sprintf(`tool_result %s "hello-from-agent" is_error=false truncated=false`, toolID),
+				"text All done: wrote outputs/out.txt",
+				"status agent_finished completed",
+			})
+			started, finished := payload(t, evs[0]), payload(t, evs[5])
+			if started["agent_session_id"] != init.SessionID || started["claude_code_version"] != version || started["model"] != "claude-sonnet-4-5" {
+				t.Errorf("agent_started payload = %v, want session %s, version %s, model claude-sonnet-4-5", started, init.SessionID, version)
+			}
+			if finished["outcome"] != "completed" || finished["num_turns"] != 2.0 || finished["terminal_reason"] != "completed" {
+				t.Errorf("agent_finished payload = %v, want completed after 2 turns", finished)
+			}
+			// The script's usage: 2400 and 2600 input tokens, 80 output each.
+			if sum.Status != Completed || sum.AgentSessionID != init.SessionID || sum.Result != "All done: wrote outputs/out.txt" ||
+				sum.Messages != 2 || sum.Usage.InputTokens != 5000 || sum.ResultUsage == nil || *sum.ResultUsage != (Usage{InputTokens: 5000, OutputTokens: 160}) ||
+				sum.Malformed != 0 || len(sum.Ignored) != 0 || sum.StdoutLines != bytes.Count(data, []byte("\n")) {
+				t.Errorf("Summary = %+v, want completed, session %s, 2 messages, 5000/160 tokens, nothing malformed or ignored", sum, init.SessionID)
+			}
+		})
 	}
 }

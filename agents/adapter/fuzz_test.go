@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"hearth/agents/stream"
@@ -17,6 +18,12 @@ func FuzzClaudeCode(f *testing.F) {
 	}
 	if retry, err := os.ReadFile("testdata/api-retry.jsonl"); err == nil {
 		f.Add(retry)
+	}
+	captures, _ := filepath.Glob("testdata/claude-code-*.jsonl")
+	for _, name := range captures {
+		if b, err := os.ReadFile(name); err == nil {
+			f.Add(b)
+		}
 	}
 	for _, s := range []string{
 		"", "\n", "{", "null\n[]\n42\n\"x\"\n",

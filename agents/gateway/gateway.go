@@ -653,10 +653,12 @@ func (ex *execution) allows(model string) bool {
 }
 
 // refuse answers a call the budget denied. The status is 400
-// invalid_request_error, which Claude Code (like the Anthropic SDKs) does
-// not retry, and which is what the API itself answers when an account's
-// credit balance is too low; 429 and 529 would be retried for minutes.
-// x-should-retry: false says the same to clients that read it.
+// invalid_request_error, which the Anthropic SDKs do not retry, and which
+// is what the API itself answers when an account's credit balance is too
+// low; 429 and 529 would be retried for minutes. x-should-retry: false
+// says the same to clients that read it. Claude Code 2.1.197 did not
+// retry it; 2.1.332 sends a 400 it does not recognise five more times
+// within a second, whatever the header, and each is refused again.
 func (g *Gateway) refuse(w http.ResponseWriter, ex *execution, d Decision, note string) {
 	var limits, reasons []string
 	for _, u := range d.Limits {

@@ -25,6 +25,22 @@ func TestRealClientRequests(t *testing.T) {
 			}
 			name := filepath.Base(f)
 			switch {
+			case strings.HasPrefix(name, "claude-code-"):
+				req, e := parseMessages(body)
+				if e != "" {
+					t.Fatalf("refused: %s", e)
+				}
+				// Claude Code streams, caps output with max_tokens and sends
+				// its system prompt, its tools and the whole history each time.
+				if !req.Stream || req.MaxTokens == 0 || len(req.System) == 0 || len(req.Tools) == 0 || len(req.Messages) == 0 {
+					t.Errorf("parsed stream %v cap %d, %d system blocks, %d tools, %d messages", req.Stream, req.MaxTokens, len(req.System), len(req.Tools), len(req.Messages))
+				}
+				if strings.Contains(name, "after-tool") {
+					last := req.Messages[len(req.Messages)-1]
+					if last.Role != "user" || last.Content[0].Type != "tool_result" || req.assistantTurns() != 1 {
+						t.Errorf("last message %+v, %d answers", last, req.assistantTurns())
+					}
+				}
 			case strings.HasPrefix(name, "codex-"):
 				req, e := parseResponses(body)
 				if e != nil {
@@ -79,7 +95,7 @@ func TestRealClientRequests(t *testing.T) {
 					t.Errorf("last item %+v", req.Input[len(req.Input)-1])
 				}
 			default:
-				t.Fatalf("%s: name it codex-, gemini-cli- or opencode-VERSION-(chat|responses)-", name)
+				t.Fatalf("%s: name it claude-code-, codex-, gemini-cli- or opencode-VERSION-(chat|responses)-", name)
 			}
 		})
 	}

@@ -272,7 +272,7 @@ func TestDashboardLive(t *testing.T) {
 			modeltest.Usage{}).Blocks, Usage: modeltest.Usage{InputTokens: 1200, OutputTokens: 150}, Delay: 500 * time.Millisecond},
 		textTurn("Wrote outputs/report.md: total 30"),
 		// B: runs until it is cancelled.
-		bashTurn("sleep 120", modeltest.Usage{InputTokens: 100}),
+		bashTurn("echo busy; sleep 120", modeltest.Usage{InputTokens: 100}),
 		// B's retry.
 		textTurn("retried and done"),
 	}})
@@ -443,6 +443,10 @@ func (l *live) cancelAndRetry(id string) string {
 	waitFor(t, l.page, 5*time.Second, "the cancelled status in the stream", `[...document.querySelectorAll('#events [data-type="status"]')].some(e => e.innerText.includes('cancelled'))`)
 
 	waitFor(t, l.page, 5*time.Second, "the Retry button", `document.querySelector('#retry')`)
+	// The stream follows new events down the page, which can leave the
+	// button under the sticky top bar (and a click there on Sign out): a
+	// user would scroll up to it first.
+	eval[bool](t, l.page, `(document.querySelector('#retry').scrollIntoView({block: 'center'}), true)`)
 	do(t, l.page, 10*time.Second, "click Retry", chromedp.Click(chromedp.CSS("#retry")))
 	waitFor(t, l.page, 20*time.Second, "the retry's page", `location.hash.startsWith('#/execution/') && !location.hash.endsWith(`+js(id)+`)`)
 	retry := strings.TrimPrefix(eval[string](t, l.page, `decodeURIComponent(location.hash)`), "#/execution/")

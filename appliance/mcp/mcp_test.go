@@ -198,7 +198,7 @@ func TestMCP(t *testing.T) {
 		say("Wrote outputs/report.md"),
 		bash("printf 'north and south\\n' > outputs/summary.md && printf '\\377\\376' > outputs/blob.bin"),
 		say("Wrote outputs/summary.md"),
-		bash("sleep 300"), // until cancelled
+		bash("echo busy; sleep 300"), // until cancelled
 	}})
 	bin := buildHearth(t)
 	stdio := connect(t, &mcpsdk.CommandTransport{Command: exec.Command(bin, "mcp", "--config", e.configFile)})

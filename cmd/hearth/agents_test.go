@@ -85,7 +85,9 @@ func TestAgentsRunCommand(t *testing.T) {
 	c, cfg := agentDaemon(t, modeltest.Config{Turns: []modeltest.Turn{
 		bash("mkdir -p outputs && wc -l < inputs/q2.csv > outputs/report.md && cat outputs/report.md"),
 		say("Wrote outputs/report.md"),
-		{Error: &modeltest.APIError{Status: 400, Type: "invalid_request_error", Message: "scripted failure"}},
+		// A 403, which the CLI does not retry: claude 2.1.332 tries a 400
+		// it does not recognise five more times.
+		{Error: &modeltest.APIError{Status: 403, Type: "permission_error", Message: "scripted failure"}},
 		say("retried fine"),
 		say("resumed fine"),
 	}}, false)

@@ -16,7 +16,7 @@ import (
 // the execution is interrupted too.
 func TestCrashDaemonKilledMidScheduledRun(t *testing.T) {
 	e := newCrashEnv(t)
-	model := e.agentEnv([]modeltest.Turn{bash("sleep 120")}, "", "")
+	model := e.agentEnv([]modeltest.Turn{bash("echo busy; sleep 120")}, "", "")
 	e.up()
 	e.mustCLI("schedules", "add", "nightly", "@daily", "analyst", "a long task")
 	run := strings.Fields(e.mustCLI("schedules", "run", "nightly"))[2]
