@@ -424,7 +424,7 @@ func TestRunClaudeCode(t *testing.T) {
 			t.Errorf("upstream request key %q, want the real key", got)
 		}
 	}
-	checkClaudeStream(t, pinnedClaude(t, claudeImage(t)), res.Stream, evs)
+	checkClaudeStream(t, pinnedClaude(t, testImage(t, "claude-code")), res.Stream, evs)
 }
 
 func bash(command string) modeltest.Block {
