@@ -71,6 +71,23 @@ def main():
         expect_error("not_found", c.sandboxes.read_file, "py-sdk", "/no/such/file")
         check(c.sandboxes.run("py-sdk", ["cat", "/tmp/data bin"]).stdout == bytes(range(256)), "run stdout")
 
+        paused = c.sandboxes.pause("py-sdk")
+        check(paused["status"] == "paused", f"paused {paused['status']}")
+        expect_error("conflict", c.sandboxes.run, "py-sdk", ["true"])
+        check(c.sandboxes.resume("py-sdk")["status"] == "running", "resumed")
+        c.sandboxes.run("py-sdk", ["sh", "-c", 'echo kept > "$HOME/keep"'])
+        cp = c.sandboxes.checkpoint("py-sdk", "cp1")
+        check(cp["name"] == "cp1", f"checkpoint {cp}")
+        c.sandboxes.run("py-sdk", ["sh", "-c", 'rm "$HOME/keep"'])
+        check([x["name"] for x in c.sandboxes.checkpoints("py-sdk")] == ["cp1"], "checkpoints list")
+        check(c.sandboxes.restore("py-sdk", "cp1")["status"] == "running", "restored")
+        back = c.sandboxes.run("py-sdk", ["sh", "-c", 'cat "$HOME/keep"'])
+        check(back.stdout == b"kept\n", f"after restore the file holds {back.stdout!r} ({back.stderr!r})")
+
+        # The other transport streams too: exec over TCP with the token.
+        r = tcp.sandboxes.run("py-sdk", ["sh", "-c", "echo over-tcp"])
+        check(r.code == 0 and r.stdout == b"over-tcp\n", f"exec over TCP {r}")
+
         job = c.sandboxes.start_job("py-sdk", ["sh", "-c", "echo job-out; sleep 300"])
         check(job["state"] == "running", f"job {job}")
         check([j["id"] for j in c.sandboxes.jobs("py-sdk")] == [job["id"]], "jobs list")
@@ -127,7 +144,9 @@ def main():
     check(cancelled["status"] == "cancelled", f"cancelled {cancelled['status']}")
     check(cancelled["status"] in TERMINAL_STATUSES, "cancelled is terminal")
     expect_error("conflict", c.agents.cancel, long["id"])
-    check({long["id"], run["id"]} <= {e["id"] for e in c.agents.executions(agent=agent)}, "executions list")
+    retried = c.agents.retry(long["id"], wait=True)
+    check(retried["status"] == "completed" and retried["previous"] == long["id"], f"retried {retried['status']} {retried.get('previous')}")
+    check({long["id"], run["id"], retried["id"]} <= {e["id"] for e in c.agents.executions(agent=agent)}, "executions list")
     print("python sdk: ok")
 
 

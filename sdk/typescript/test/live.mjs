@@ -66,6 +66,23 @@ try {
   await expectError('not_found', c.sandboxes.readFile('ts-sdk', '/no/such/file'));
   check(eq([...(await c.sandboxes.run('ts-sdk', ['cat', '/tmp/data bin'])).stdout], [...bytes]), 'run stdout');
 
+  const paused = await c.sandboxes.pause('ts-sdk');
+  check(paused.status === 'paused', `paused ${paused.status}`);
+  await expectError('conflict', c.sandboxes.run('ts-sdk', ['true']));
+  check((await c.sandboxes.resume('ts-sdk')).status === 'running', 'resumed');
+  await c.sandboxes.run('ts-sdk', ['sh', '-c', 'echo kept > "$HOME/keep"']);
+  const cp = await c.sandboxes.checkpoint('ts-sdk', 'cp1');
+  check(cp.name === 'cp1', `checkpoint ${JSON.stringify(cp)}`);
+  await c.sandboxes.run('ts-sdk', ['sh', '-c', 'rm "$HOME/keep"']);
+  check(eq((await c.sandboxes.checkpoints('ts-sdk')).map((x) => x.name), ['cp1']), 'checkpoints list');
+  check((await c.sandboxes.restore('ts-sdk', 'cp1')).status === 'running', 'restored');
+  const back = await c.sandboxes.run('ts-sdk', ['sh', '-c', 'cat "$HOME/keep"']);
+  check(text.decode(back.stdout) === 'kept\n', `after restore the file holds ${JSON.stringify(text.decode(back.stdout))} (${text.decode(back.stderr)})`);
+
+  // The other transport streams too: exec over the unix socket.
+  const r = await unix.sandboxes.run('ts-sdk', ['sh', '-c', 'echo over-unix']);
+  check(r.code === 0 && text.decode(r.stdout) === 'over-unix\n', `exec over the unix socket ${JSON.stringify(r.exit)}`);
+
   const job = await c.sandboxes.startJob('ts-sdk', ['sh', '-c', 'echo job-out; sleep 300']);
   check(job.state === 'running', `job ${JSON.stringify(job)}`);
   check(eq((await c.sandboxes.jobs('ts-sdk')).map((j) => j.id), [job.id]), 'jobs list');
@@ -122,6 +139,8 @@ for await (const ev of c.agents.events(long.id)) if (ev.type === 'tool_call') br
 const cancelled = await c.agents.cancel(long.id);
 check(cancelled.status === 'cancelled' && TERMINAL_STATUSES.has(cancelled.status), `cancelled ${cancelled.status}`);
 await expectError('conflict', c.agents.cancel(long.id));
+const retried = await c.agents.retry(long.id, true);
+check(retried.status === 'completed' && retried.previous === long.id, `retried ${retried.status} ${retried.previous}`);
 const ids = (await c.agents.executions({ agent })).map((e) => e.id);
-check(ids.includes(long.id) && ids.includes(run.id), 'executions list');
+check(ids.includes(long.id) && ids.includes(run.id) && ids.includes(retried.id), 'executions list');
 console.log('typescript sdk: ok');
