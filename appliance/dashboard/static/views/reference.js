@@ -55,7 +55,7 @@ function operation(doc, { path, method, op, params }) {
       h('code', { class: 'path' }, path), ' ',
       h('span', { class: 'muted' }, op.summary || '')),
     h('p', { class: 'small muted' }, 'operationId ', h('code', {}, op.operationId)),
-    op.description ? h('p', { class: 'desc' }, op.description) : null,
+    (op.description || '').split(/\n\s*\n/).filter((p) => p.trim()).map((p) => h('p', { class: 'desc' }, p.replace(/\s*\n\s*/g, ' '))),
     params.length ? h('table', { class: 'list' },
       h('thead', {}, h('tr', {}, ['parameter', 'in', 'type', ''].map((c) => h('th', {}, c)))),
       h('tbody', {}, params.map((p) => h('tr', {},
