@@ -203,12 +203,14 @@ func requireToken(token string, ss *sessions, h http.Handler) http.Handler {
 }
 
 // public says whether r reads the dashboard (its page, files and the
-// root's redirect to it), which anyone who can connect may.
+// root's redirect to it) or the API's document (/openapi.yaml, .json),
+// which anyone who can connect may: none of them holds a secret.
 func public(r *http.Request) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return false
 	}
-	return r.URL.Path == "/" || strings.HasPrefix(r.URL.Path, dashboard.Prefix)
+	return r.URL.Path == "/" || strings.HasPrefix(r.URL.Path, dashboard.Prefix) ||
+		r.URL.Path == "/openapi.yaml" || r.URL.Path == "/openapi.json"
 }
 
 // isEventStream says whether r asks for an execution's live events.

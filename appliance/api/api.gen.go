@@ -17,6 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/oapi-codegen/runtime"
 )
 
@@ -1291,6 +1293,16 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
+	// GetOpenAPIDocumentJSON This document as JSON, for generators that read only JSON and for the dashboard's API reference; public.
+	//
+	// Corresponds with GET /openapi.json (the `GetOpenAPIDocumentJSON` operationId).
+	GetOpenAPIDocumentJSON(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetOpenAPIDocument This document, which describes the API the daemon serves; public, like the dashboard's files (it holds no secret).
+	//
+	// Corresponds with GET /openapi.yaml (the `GetOpenAPIDocument` operationId).
+	GetOpenAPIDocument(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListAgents List the agent definitions, by name (as loaded at start or by the last reload).
 	//
 	// Corresponds with GET /v1/agents (the `ListAgents` operationId).
@@ -1849,6 +1861,36 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/workspace/snapshots (the `CreateSnapshot` operationId).
 	CreateSnapshot(ctx context.Context, body CreateSnapshotJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// GetOpenAPIDocumentJSON This document as JSON, for generators that read only JSON and for the dashboard's API reference; public.
+//
+// Corresponds with GET /openapi.json (the `GetOpenAPIDocumentJSON` operationId).
+func (c *Client) GetOpenAPIDocumentJSON(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetOpenAPIDocumentJSONRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetOpenAPIDocument This document, which describes the API the daemon serves; public, like the dashboard's files (it holds no secret).
+//
+// Corresponds with GET /openapi.yaml (the `GetOpenAPIDocument` operationId).
+func (c *Client) GetOpenAPIDocument(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetOpenAPIDocumentRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
 }
 
 // ListAgents List the agent definitions, by name (as loaded at start or by the last reload).
@@ -3138,6 +3180,60 @@ func (c *Client) CreateSnapshot(ctx context.Context, body CreateSnapshotJSONRequ
 		return nil, err
 	}
 	return c.Client.Do(req)
+}
+
+// NewGetOpenAPIDocumentJSONRequest constructs an http.Request for the GetOpenAPIDocumentJSON method
+func NewGetOpenAPIDocumentJSONRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/openapi.json")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetOpenAPIDocumentRequest constructs an http.Request for the GetOpenAPIDocument method
+func NewGetOpenAPIDocumentRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/openapi.yaml")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
 }
 
 // NewListAgentsRequest constructs an http.Request for the ListAgents method
@@ -5601,6 +5697,20 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
+	// GetOpenAPIDocumentJSONWithResponse This document as JSON, for generators that read only JSON and for the dashboard's API reference; public.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /openapi.json (the `GetOpenAPIDocumentJSON` operationId).
+	GetOpenAPIDocumentJSONWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenAPIDocumentJSONResponse, error)
+
+	// GetOpenAPIDocumentWithResponse This document, which describes the API the daemon serves; public, like the dashboard's files (it holds no secret).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /openapi.yaml (the `GetOpenAPIDocument` operationId).
+	GetOpenAPIDocumentWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenAPIDocumentResponse, error)
+
 	// ListAgentsWithResponse List the agent definitions, by name (as loaded at start or by the last reload).
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -6239,6 +6349,88 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/workspace/snapshots (the `CreateSnapshot` operationId).
 	CreateSnapshotWithResponse(ctx context.Context, body CreateSnapshotJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSnapshotResponse, error)
+}
+
+type GetOpenAPIDocumentJSONResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *map[string]interface{}
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetOpenAPIDocumentJSONResponse) GetJSON200() *map[string]interface{} {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetOpenAPIDocumentJSONResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetOpenAPIDocumentJSONResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetOpenAPIDocumentJSONResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetOpenAPIDocumentJSONResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetOpenAPIDocumentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// YAML200 the response for an HTTP 200 `application/yaml` response
+	YAML200 *string
+}
+
+// GetYAML200 returns the response for an HTTP 200 `application/yaml` response
+func (r GetOpenAPIDocumentResponse) GetYAML200() *string {
+	return r.YAML200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetOpenAPIDocumentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetOpenAPIDocumentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetOpenAPIDocumentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetOpenAPIDocumentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 type ListAgentsResponse struct {
@@ -8963,6 +9155,32 @@ func (r CreateSnapshotResponse) ContentType() string {
 	return ""
 }
 
+// GetOpenAPIDocumentJSONWithResponse This document as JSON, for generators that read only JSON and for the dashboard's API reference; public.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /openapi.json (the `GetOpenAPIDocumentJSON` operationId).
+func (c *ClientWithResponses) GetOpenAPIDocumentJSONWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenAPIDocumentJSONResponse, error) {
+	rsp, err := c.GetOpenAPIDocumentJSON(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetOpenAPIDocumentJSONResponse(rsp)
+}
+
+// GetOpenAPIDocumentWithResponse This document, which describes the API the daemon serves; public, like the dashboard's files (it holds no secret).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /openapi.yaml (the `GetOpenAPIDocument` operationId).
+func (c *ClientWithResponses) GetOpenAPIDocumentWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenAPIDocumentResponse, error) {
+	rsp, err := c.GetOpenAPIDocument(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetOpenAPIDocumentResponse(rsp)
+}
+
 // ListAgentsWithResponse List the agent definitions, by name (as loaded at start or by the last reload).
 //
 // Returns a wrapper object for the known response body format(s).
@@ -10038,6 +10256,58 @@ func (c *ClientWithResponses) CreateSnapshotWithResponse(ctx context.Context, bo
 		return nil, err
 	}
 	return ParseCreateSnapshotResponse(rsp)
+}
+
+// ParseGetOpenAPIDocumentJSONResponse parses an HTTP response from a GetOpenAPIDocumentJSONWithResponse call
+func ParseGetOpenAPIDocumentJSONResponse(rsp *http.Response) (*GetOpenAPIDocumentJSONResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetOpenAPIDocumentJSONResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest map[string]interface{}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetOpenAPIDocumentResponse parses an HTTP response from a GetOpenAPIDocumentWithResponse call
+func ParseGetOpenAPIDocumentResponse(rsp *http.Response) (*GetOpenAPIDocumentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetOpenAPIDocumentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "yaml") && rsp.StatusCode == 200:
+		var dest string
+		if err := yaml.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.YAML200 = &dest
+
+	}
+
+	return response, nil
 }
 
 // ParseListAgentsResponse parses an HTTP response from a ListAgentsWithResponse call
@@ -11912,6 +12182,12 @@ func ParseCreateSnapshotResponse(rsp *http.Response) (*CreateSnapshotResponse, e
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
+	// GetOpenAPIDocumentJSON This document as JSON, for generators that read only JSON and for the dashboard's API reference; public.
+	// (GET /openapi.json)
+	GetOpenAPIDocumentJSON(w http.ResponseWriter, r *http.Request)
+	// GetOpenAPIDocument This document, which describes the API the daemon serves; public, like the dashboard's files (it holds no secret).
+	// (GET /openapi.yaml)
+	GetOpenAPIDocument(w http.ResponseWriter, r *http.Request)
 	// ListAgents List the agent definitions, by name (as loaded at start or by the last reload).
 	// (GET /v1/agents)
 	ListAgents(w http.ResponseWriter, r *http.Request)
@@ -12093,6 +12369,34 @@ type ServerInterfaceWrapper struct {
 }
 
 type MiddlewareFunc func(http.Handler) http.Handler
+
+// GetOpenAPIDocumentJSON operation middleware
+func (siw *ServerInterfaceWrapper) GetOpenAPIDocumentJSON(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetOpenAPIDocumentJSON(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetOpenAPIDocument operation middleware
+func (siw *ServerInterfaceWrapper) GetOpenAPIDocument(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetOpenAPIDocument(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
 
 // ListAgents operation middleware
 func (siw *ServerInterfaceWrapper) ListAgents(w http.ResponseWriter, r *http.Request) {
@@ -13857,6 +14161,8 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 		ErrorHandlerFunc:   options.ErrorHandlerFunc,
 	}
 
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/openapi.yaml", wrapper.GetOpenAPIDocument)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/openapi.json", wrapper.GetOpenAPIDocumentJSON)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/workspace/sessions", wrapper.ListSessions)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/workspace/sessions", wrapper.CreateSession)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/workspace/sessions/{id}", wrapper.DeleteSession)

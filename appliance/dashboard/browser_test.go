@@ -599,3 +599,55 @@ func TestDashboardAuth(t *testing.T) {
 		t.Errorf("the session after signing out: %d, want 401", resp.StatusCode)
 	}
 }
+
+// TestDashboardAPIReference: the dashboard's API page, linked from its
+// navigation, lists every operation of the daemon's OpenAPI document
+// (GET /openapi.json), fetched from the daemon itself, with no request
+// to another origin and no violation of the page's security policy.
+func TestDashboardAPIReference(t *testing.T) {
+	ctx := browser(t)
+	d := startDaemon(t, daemonConfig(t))
+	base := signIn(t, ctx, d)
+
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(base + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&doc)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("GET /openapi.json: %v", err)
+	}
+	var ops int
+	for _, item := range doc.Paths {
+		for m := range item {
+			if slices.Contains([]string{"get", "put", "post", "delete", "patch"}, m) {
+				ops++
+			}
+		}
+	}
+	waitFor(t, ctx, 10*time.Second, "the executions page", `document.querySelector('a[data-nav="api"]') !== null`)
+	eval[bool](t, ctx, `(() => { window.__csp = []; document.addEventListener('securitypolicyviolation', (e) => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI)); return true; })()`)
+	do(t, ctx, 10*time.Second, "follow the API link", chromedp.Click(chromedp.CSS(`a[data-nav="api"]`)))
+	waitFor(t, ctx, 10*time.Second, fmt.Sprintf("%d operations listed", ops), fmt.Sprintf(`document.querySelectorAll('#reference details.op').length === %d`, ops))
+	for _, want := range []string{"execSandbox", "delegateTask", "getOpenAPIDocument"} {
+		if !eval[bool](t, ctx, `document.querySelector('#reference details.op[data-op=`+js(want)+`]') !== null`) {
+			t.Errorf("the API page lacks %s", want)
+		}
+	}
+	do(t, ctx, 10*time.Second, "open execSandbox", chromedp.Click(chromedp.CSS(`details.op[data-op="execSandbox"] summary`)))
+	if text := eval[string](t, ctx, `document.querySelector('details.op[data-op="execSandbox"]').innerText`); !strings.Contains(text, "POST") ||
+		!strings.Contains(text, "/v1/sandboxes/{id}/exec") || !strings.Contains(text, "ExecRequest") || !strings.Contains(text, "application/x-ndjson ExecFrame") {
+		t.Errorf("execSandbox shows:\n%s", text)
+	}
+	if v := eval[[]string](t, ctx, `window.__csp`); len(v) > 0 {
+		t.Errorf("security policy violations: %q", v)
+	}
+	if other := eval[[]string](t, ctx, `performance.getEntriesByType('resource').map((e) => e.name).filter((u) => !u.startsWith(`+js(base+"/")+`))`); len(other) > 0 {
+		t.Errorf("the page fetched from elsewhere: %q", other)
+	}
+	screenshot(t, ctx, "api-reference.png")
+}

@@ -8,6 +8,7 @@ import * as execution from './views/execution.js';
 import * as schedules from './views/schedules.js';
 import * as credits from './views/credits.js';
 import * as sandboxes from './views/sandboxes.js';
+import * as reference from './views/reference.js';
 
 // routes map "#/<first>/<rest>" to a view; each view's mount(el, arg)
 // returns a function that stops its timers and streams.
@@ -18,6 +19,7 @@ const routes = {
   schedules: [schedules, 'schedules'],
   credits: [credits, 'credits'],
   sandboxes: [sandboxes, 'sandboxes'],
+  api: [reference, 'api'],
 };
 
 let unmount = () => {};
