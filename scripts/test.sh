@@ -18,6 +18,11 @@ ensure_packages busybox-static
 # qemu-system-x86 (with qemu-system-common's virtiofsd): the VM tiers boot
 # real VMs under TCG, and the Cloud Hypervisor driver's tests run virtiofsd.
 ensure_packages chromium qemu-system-x86 qemu-system-common
+# nodejs, npm, python3: the SDKs' tests run against a live daemon; the
+# TypeScript SDK is compiled with its pinned compiler (sdk/typescript's
+# devDependencies).
+ensure_packages nodejs npm python3
+(cd sdk/typescript && npm install --no-audit --no-fund --loglevel=error)
 
 echo "==> go vet"
 go vet ./...
