@@ -68,11 +68,11 @@ func TestSandboxLifecycle(t *testing.T) {
 	cfg := sandboxConfig(t)
 	d, c := startSandboxDaemon(t, cfg)
 	ctx := context.Background()
-	sb, err := c.CreateSandbox(ctx, CreateSandboxRequest{Id: "life", Session: "s1", Env: map[string]string{"FOO": "bar"}, Memory: 256 << 20})
+	sb, err := c.CreateSandbox(ctx, CreateSandboxRequest{Id: "life", Session: "s1", Owner: "mcp:test", Env: map[string]string{"FOO": "bar"}, Memory: 256 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sb.Status != "running" || sb.Image != "tiny" || sb.User != "agent" || sb.Network != "none" || sb.Driver != "jail" {
+	if sb.Status != "running" || sb.Image != "tiny" || sb.User != "agent" || sb.Network != "none" || sb.Driver != "jail" || sb.Owner != "mcp:test" {
 		t.Errorf("created %+v", sb)
 	}
 
@@ -264,6 +264,11 @@ func TestSandboxBadInput(t *testing.T) {
 		{"unknown image", func() error { _, err := c.CreateSandbox(ctx, CreateSandboxRequest{Image: "nosuch"}); return err }, "not_found", 404, "the recipes are"},
 		{"image not built", func() error { _, err := c.CreateSandbox(ctx, CreateSandboxRequest{Image: "node"}); return err }, "not_found", 404, "hearth images build node"},
 		{"bad session", func() error { _, err := c.CreateSandbox(ctx, CreateSandboxRequest{Session: "../x"}); return err }, "bad_request", 400, "session id"},
+		{"owner with a newline", func() error { _, err := c.CreateSandbox(ctx, CreateSandboxRequest{Owner: "mcp:a\nb"}); return err }, "bad_request", 400, "printable"},
+		{"owner too long", func() error {
+			_, err := c.CreateSandbox(ctx, CreateSandboxRequest{Owner: strings.Repeat("o", 129)})
+			return err
+		}, "bad_request", 400, "at most 128"},
 		{"bad duration", func() error { _, err := c.CreateSandbox(ctx, CreateSandboxRequest{IdleTimeout: "soon"}); return err }, "bad_request", 400, "duration"},
 		{"empty argv", func() error { _, err := c.Exec(ctx, "bad", ExecRequest{Argv: []string{}}, nil, nil); return err }, "bad_request", 400, ""},
 		{"no such command", func() error {
