@@ -623,6 +623,17 @@ func (h *handlers) sandboxWriteFile(ctx context.Context, _ *mcpsdk.CallToolReque
 		}
 	}
 	n, err := h.d.Upload(ctx, in.Sandbox, p, bytes.NewReader(data), uint32(mode))
+	if apiErr := (*client.APIError)(nil); errors.As(err, &apiErr) && apiErr.Code == "not_found" {
+		// Its directory is missing: made as the sandbox's user, as a
+		// command would.
+		dir := path.Dir(p)
+		var stderr bytes.Buffer
+		st, mkErr := h.d.Exec(ctx, in.Sandbox, client.ExecRequest{Argv: []string{"mkdir", "-p", "--", dir}, Timeout: "1m"}, nil, &stderr)
+		if mkErr != nil || st.Code != 0 {
+			return nil, written{}, fmt.Errorf("make directory %s: %v %s", dir, mkErr, strings.TrimSpace(stderr.String()))
+		}
+		n, err = h.d.Upload(ctx, in.Sandbox, p, bytes.NewReader(data), uint32(mode))
+	}
 	if err != nil {
 		return nil, written{}, err
 	}
