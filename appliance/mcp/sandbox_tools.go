@@ -35,15 +35,18 @@ const (
 	maxProgressChunk  = 8 << 10  // bytes in one progress notification
 	defaultExecSecs   = 120      // sandbox_exec's timeout when the call gives none
 	maxExecSecs       = 3600
-	maxWrite          = 8 << 20 // bytes sandbox_write_file writes (the daemon may allow fewer: its max_upload)
-	maxListEntries    = 1000
-	defaultMatches    = 100
-	maxMatches        = 1000
-	maxMatchLine      = 500 // bytes of a matching line sandbox_search returns
-	maxStopGrace      = 60
-	maxPath           = 4096
-	maxCommand        = 64 << 10
-	maxOwner          = 128
+	// maxWrite is what sandbox_write_file writes (the daemon may allow
+	// fewer: its max_upload): its base64 fits in a request to /mcp, whose
+	// bodies the SDK's handler caps at 4 MiB.
+	maxWrite       = 2 << 20
+	maxListEntries = 1000
+	defaultMatches = 100
+	maxMatches     = 1000
+	maxMatchLine   = 500 // bytes of a matching line sandbox_search returns
+	maxStopGrace   = 60
+	maxPath        = 4096
+	maxCommand     = 64 << 10
+	maxOwner       = 128
 )
 
 // sandboxIDRe is the daemon's rule for sandbox ids, checked here too so
@@ -121,7 +124,7 @@ type readFileArgs struct {
 type writeFileArgs struct {
 	Sandbox  string `json:"sandbox" jsonschema:"the sandbox id"`
 	Path     string `json:"path" jsonschema:"an absolute path in the sandbox; missing directories are made"`
-	Content  string `json:"content" jsonschema:"the file's content, at most 8 MiB"`
+	Content  string `json:"content" jsonschema:"the file's content, at most 2 MiB"`
 	Encoding string `json:"encoding,omitempty" jsonschema:"text (default) or base64"`
 	Mode     string `json:"mode,omitempty" jsonschema:"octal permission bits, like 644 (default) or 755"`
 }
@@ -236,7 +239,7 @@ func (h *handlers) addSandboxTools(s *mcpsdk.Server) {
 		"each cut to max_output bytes (default 64 KiB: the start and the end kept, the cut marked). " +
 		"With a progress token, the output also streams as progress notifications as it comes (up to 1 MiB)."}, h.sandboxExec)
 	mcpsdk.AddTool(s, &mcpsdk.Tool{Name: "sandbox_read_file", Description: "Read a file in a sandbox (at most 1 MiB; text, or base64 when not UTF-8).", Annotations: ro}, h.sandboxReadFile)
-	mcpsdk.AddTool(s, &mcpsdk.Tool{Name: "sandbox_write_file", Description: "Write a file in a sandbox (at most 8 MiB), replacing it; missing directories are made."}, h.sandboxWriteFile)
+	mcpsdk.AddTool(s, &mcpsdk.Tool{Name: "sandbox_write_file", Description: "Write a file in a sandbox (at most 2 MiB), replacing it; missing directories are made."}, h.sandboxWriteFile)
 	mcpsdk.AddTool(s, &mcpsdk.Tool{Name: "sandbox_list_files", Description: "List a directory in a sandbox (at most 1000 entries).", Annotations: ro}, h.sandboxListFiles)
 	mcpsdk.AddTool(s, &mcpsdk.Tool{Name: "sandbox_search", Description: "Search the files under a path in a sandbox for a regular expression (grep -E); " +
 		"each match with its path, line number and line (at most max_results, default 100).", Annotations: ro}, h.sandboxSearch)
@@ -712,8 +715,10 @@ func (h *handlers) sandboxSearch(ctx context.Context, _ *mcpsdk.CallToolRequest,
 	return nil, out, nil
 }
 
-// matchScanner parses grep -nZ output (path NUL line ':' text) into
-// matches, up to most; one more sets more and stops the search.
+// matchScanner parses grep -nZ output into matches, up to most; one
+// more sets more and stops the search. Each match is a file name (any
+// bytes but NUL: newlines too), NUL, its line number, ':', the line and
+// a newline; -I keeps binary files, and so NULs in lines, out.
 type matchScanner struct {
 	most     int
 	stop     func()
@@ -724,43 +729,53 @@ type matchScanner struct {
 }
 
 func (s *matchScanner) Write(p []byte) (int, error) {
-	n := len(p)
-	for len(p) > 0 && !s.more {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			if !s.skipping {
-				s.buf = append(s.buf, p...)
+	s.buf = append(s.buf, p...)
+	for !s.more {
+		if s.skipping {
+			i := bytes.IndexByte(s.buf, '\n')
+			if i < 0 {
+				s.buf = s.buf[:0]
+				break
 			}
+			s.buf, s.skipping = s.buf[i+1:], false
+			continue
+		}
+		z := bytes.IndexByte(s.buf, 0)
+		if z < 0 {
+			if len(s.buf) > maxPath+1 { // no file name is this long
+				s.buf = s.buf[:0]
+			}
+			break
+		}
+		nl := bytes.IndexByte(s.buf[z+1:], '\n')
+		if nl < 0 {
 			// A line longer than any kept is parsed now, not buffered whole.
-			if len(s.buf) > maxPath+maxMatchLine+64 {
-				s.line(s.buf)
+			if len(s.buf)-z > maxMatchLine+32 {
+				s.line(s.buf[:z], s.buf[z+1:])
 				s.buf, s.skipping = s.buf[:0], true
 			}
 			break
 		}
-		if !s.skipping {
-			s.line(append(s.buf, p[:i]...))
-		}
-		s.buf, s.skipping, p = s.buf[:0], false, p[i+1:]
+		s.line(s.buf[:z], s.buf[z+1:z+1+nl])
+		s.buf = s.buf[z+1+nl+1:]
 	}
-	return n, nil
+	// Keep no more than the unparsed rest, in a buffer of its own size.
+	s.buf = append([]byte(nil), s.buf...)
+	return len(p), nil
 }
 
 func (s *matchScanner) flush() {
-	if len(s.buf) > 0 && !s.more && !s.skipping {
-		s.line(s.buf)
+	if z := bytes.IndexByte(s.buf, 0); z >= 0 && !s.more && !s.skipping {
+		s.line(s.buf[:z], s.buf[z+1:])
 	}
 	s.buf = nil
 }
 
-func (s *matchScanner) line(b []byte) {
-	name, rest, ok := bytes.Cut(b, []byte{0})
-	if !ok {
-		return
-	}
+// line adds the match of file name whose rest is "number:text".
+func (s *matchScanner) line(name, rest []byte) {
 	num, text, ok := bytes.Cut(rest, []byte{':'})
 	n, err := strconv.Atoi(string(num))
-	if !ok || err != nil {
+	if !ok || err != nil || n < 1 {
 		return
 	}
 	if len(s.matches) == s.most {
