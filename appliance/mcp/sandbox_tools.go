@@ -685,7 +685,7 @@ func (h *handlers) sandboxSearch(ctx context.Context, _ *mcpsdk.CallToolRequest,
 	// with a NUL, so no name can fake a line number; -I skips binary
 	// files; the pattern goes after -e and the path after --, so neither
 	// reads as an option.
-	argv := []string{"grep", "-rnIZE"}
+	argv := []string{"grep", "-rnHIZEs"} // -H: the name even of a lone file; -s: unreadable files skipped quietly
 	if in.IgnoreCase {
 		argv = append(argv, "-i")
 	}
@@ -710,7 +710,11 @@ func (h *handlers) sandboxSearch(ctx context.Context, _ *mcpsdk.CallToolRequest,
 	case st.Error != "":
 		return nil, out, fmt.Errorf("search in sandbox %s: grep could not start (%s): the image needs grep", in.Sandbox, st.Error)
 	case st.Code > 1 && len(out.Matches) == 0:
-		return nil, out, fmt.Errorf("search %s for %q: %s", p, in.Pattern, strings.TrimSpace(stderr.String()))
+		why := strings.TrimSpace(stderr.String())
+		if why == "" {
+			why = fmt.Sprintf("grep exited %d: is %s a file or directory the sandbox's user can read?", st.Code, p)
+		}
+		return nil, out, fmt.Errorf("search %s for %q: %s", p, in.Pattern, why)
 	}
 	return nil, out, nil
 }

@@ -252,6 +252,10 @@ func TestSandboxTools(t *testing.T) {
 	if len(found.Matches) != 1 || found.Matches[0].Path != script || found.Matches[0].Line != 3 || found.Matches[0].Text != "def mean(xs):" {
 		t.Errorf("sandbox_search = %+v, want def mean at %s:3", found, script)
 	}
+	call(t, loop, "sandbox_search", map[string]any{"sandbox": sb.ID, "pattern": `print\(`, "path": script}, &found)
+	if len(found.Matches) != 1 || found.Matches[0].Path != script || found.Matches[0].Line != 7 {
+		t.Errorf("sandbox_search(one file) = %+v, want print at %s:7", found, script)
+	}
 	call(t, loop, "sandbox_search", map[string]any{"sandbox": sb.ID, "pattern": "MEAN", "ignore_case": true, "path": home + "/stats", "max_results": 2}, &found)
 	if len(found.Matches) != 2 || !found.Truncated {
 		t.Errorf("sandbox_search(2 of several) = %+v, want 2, truncated", found)
@@ -490,6 +494,7 @@ func TestHostileSandboxTools(t *testing.T) {
 		{"too big to write", "sandbox_write_file", map[string]any{"sandbox": sb.ID, "path": "/tmp/x", "content": strings.Repeat("x", 2<<20+1)}, "at most 2097152"},
 		{"empty pattern", "sandbox_search", map[string]any{"sandbox": sb.ID, "pattern": "", "path": "/tmp"}, "pattern"},
 		{"bad regex", "sandbox_search", map[string]any{"sandbox": sb.ID, "pattern": "a(", "path": "/tmp"}, "grep"},
+		{"search a missing path", "sandbox_search", map[string]any{"sandbox": sb.ID, "pattern": "a", "path": "/nowhere"}, "is /nowhere a file or directory"},
 		{"include with a slash", "sandbox_search", map[string]any{"sandbox": sb.ID, "pattern": "a", "path": "/tmp", "include": "../*"}, "include"},
 		{"too many results", "sandbox_search", map[string]any{"sandbox": sb.ID, "pattern": "a", "path": "/tmp", "max_results": 5000}, "max_results"},
 		{"cpus NaN", "sandbox_create", json.RawMessage(`{"cpus":"NaN"}`), "cpus"},
