@@ -349,7 +349,7 @@ func TestSandboxRestart(t *testing.T) {
 	}
 	c := NewClient(cfg.SocketPath())
 	ctx := context.Background()
-	for _, req := range []CreateSandboxRequest{{Id: "keep", Session: "s1"}, {Id: "frozen"}, {Id: "doomed"}} {
+	for _, req := range []CreateSandboxRequest{{Id: "keep", Session: "s1", Owner: "mcp:keeper"}, {Id: "frozen"}, {Id: "doomed"}} {
 		if _, err := c.CreateSandbox(ctx, req); err != nil {
 			d1.Close()
 			t.Fatal(err)
@@ -382,6 +382,9 @@ func TestSandboxRestart(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(cfg.StateDir, "views", "keep", "s1", "outputs")); err != nil {
 		t.Errorf("keep's workspace view is not mounted again: %v", err)
+	}
+	if sb, _ := c.Sandbox(ctx, "keep"); sb.Owner != "mcp:keeper" {
+		t.Errorf("keep's owner after the restart = %q, want the label it was created with", sb.Owner)
 	}
 	sb, _ := c.Sandbox(ctx, "frozen")
 	if sb.Status != "paused" || sb.AutoPaused {
