@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"hearth/fs"
 	"hearth/image"
@@ -47,6 +49,9 @@ type sandboxRecord struct {
 	ImageHash string `json:"image_hash"`
 	Rootfs    string `json:"rootfs"`
 	Session   string `json:"session,omitempty"`
+	// Owner is the create request's label saying whose it is (not a
+	// permission).
+	Owner string `json:"owner,omitempty"`
 
 	CPUs   float64 `json:"cpus,omitempty"`
 	Memory int64   `json:"memory,omitempty"`
@@ -209,6 +214,7 @@ func (m *sandboxManager) available() error {
 // defaults.
 type createSpec struct {
 	ID, Image, Session       string
+	Owner                    string // a label, see sandboxRecord.Owner
 	CPUs                     float64
 	Memory, Pids, Disk       int64
 	WorkspaceBytes           int64 // the session's quota; 0: the config's
@@ -237,6 +243,21 @@ func validNewSandboxID(id string) error {
 	return validSandboxID(id)
 }
 
+// maxOwner is the longest owner label, in bytes.
+const maxOwner = 128
+
+// validOwner checks an owner label: printable, short, no surrounding
+// spaces (it is shown in lists and compared exactly).
+func validOwner(owner string) error {
+	if len(owner) > maxOwner {
+		return invalidf("owner label of %d bytes: give at most %d", len(owner), maxOwner)
+	}
+	if strings.TrimSpace(owner) != owner || !utf8.ValidString(owner) || strings.IndexFunc(owner, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return invalidf("owner label %q: use printable characters, with no space at either end", owner)
+	}
+	return nil
+}
+
 func newSandboxID() string {
 	const chars = "abcdefghijklmnopqrstuvwxyz0123456789"
 	b := make([]byte, 6)
@@ -262,6 +283,9 @@ func (m *sandboxManager) withDefaults(spec createSpec) (createSpec, error) {
 		if err := fs.ValidateID("session", spec.Session); err != nil {
 			return spec, invalid(err)
 		}
+	}
+	if err := validOwner(spec.Owner); err != nil {
+		return spec, err
 	}
 	if spec.CPUs < 0 || spec.Memory < 0 || spec.Pids < 0 || spec.Disk < 0 || spec.WorkspaceBytes < 0 || spec.WorkspaceFiles < 0 {
 		return spec, invalidf("sandbox %s: cpus, memory, pids, disk, workspace_bytes and workspace_files must not be negative", spec.ID)
@@ -355,7 +379,7 @@ func (m *sandboxManager) unreserve(id string) {
 // undoing what it did when a step fails.
 func (m *sandboxManager) boot(ctx context.Context, spec createSpec, img image.Image, acct account) (s *sandbox, err error) {
 	s = &sandbox{last: time.Now(), rec: sandboxRecord{
-		ID: spec.ID, Image: img.Name, ImageHash: img.Hash, Rootfs: img.Rootfs(), Session: spec.Session,
+		ID: spec.ID, Image: img.Name, ImageHash: img.Hash, Rootfs: img.Rootfs(), Session: spec.Session, Owner: spec.Owner,
 		CPUs: spec.CPUs, Memory: spec.Memory, Pids: spec.Pids, Disk: spec.Disk,
 		Env: spec.Env, BaseEnv: baseEnv(img), Home: acct.home,
 		IdleTimeout: Duration(*spec.IdleTimeout), ExecTimeout: Duration(*spec.ExecTimeout),

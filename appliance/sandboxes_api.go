@@ -23,6 +23,7 @@ func sandboxView(sb SandboxInfo) api.Sandbox {
 		Cpus: sb.CPUs, Memory: sb.Memory, Pids: sb.Pids, Disk: sb.Disk, Env: sb.Env,
 		IdleTimeout: time.Duration(sb.IdleTimeout).String(), ExecTimeout: time.Duration(sb.ExecTimeout).String(),
 		User: sb.User, Network: sb.Network, Created: sb.Created, LastActive: sb.LastActive.UTC(), Driver: sb.Driver,
+		Owner: sb.Owner,
 	}
 	if sb.Usage != nil {
 		out.Usage = usageView(*sb.Usage)
@@ -47,7 +48,7 @@ func (s *server) CreateSandbox(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, maxBody, &req) {
 		return
 	}
-	spec := createSpec{ID: req.Id, Image: req.Image, Session: req.Session, CPUs: req.Cpus,
+	spec := createSpec{ID: req.Id, Image: req.Image, Session: req.Session, Owner: req.Owner, CPUs: req.Cpus,
 		Memory: req.Memory, Pids: req.Pids, Disk: req.Disk, Env: req.Env,
 		WorkspaceBytes: req.WorkspaceBytes, WorkspaceFiles: req.WorkspaceFiles}
 	var err error

@@ -68,11 +68,11 @@ func TestSandboxLifecycle(t *testing.T) {
 	cfg := sandboxConfig(t)
 	d, c := startSandboxDaemon(t, cfg)
 	ctx := context.Background()
-	sb, err := c.CreateSandbox(ctx, CreateSandboxRequest{Id: "life", Session: "s1", Env: map[string]string{"FOO": "bar"}, Memory: 256 << 20})
+	sb, err := c.CreateSandbox(ctx, CreateSandboxRequest{Id: "life", Session: "s1", Owner: "mcp:test", Env: map[string]string{"FOO": "bar"}, Memory: 256 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sb.Status != "running" || sb.Image != "tiny" || sb.User != "agent" || sb.Network != "none" || sb.Driver != "jail" {
+	if sb.Status != "running" || sb.Image != "tiny" || sb.User != "agent" || sb.Network != "none" || sb.Driver != "jail" || sb.Owner != "mcp:test" {
 		t.Errorf("created %+v", sb)
 	}
 
@@ -264,6 +264,11 @@ func TestSandboxBadInput(t *testing.T) {
 		{"unknown image", func() error { _, err := c.CreateSandbox(ctx, CreateSandboxRequest{Image: "nosuch"}); return err }, "not_found", 404, "the recipes are"},
 		{"image not built", func() error { _, err := c.CreateSandbox(ctx, CreateSandboxRequest{Image: "node"}); return err }, "not_found", 404, "hearth images build node"},
 		{"bad session", func() error { _, err := c.CreateSandbox(ctx, CreateSandboxRequest{Session: "../x"}); return err }, "bad_request", 400, "session id"},
+		{"owner with a newline", func() error { _, err := c.CreateSandbox(ctx, CreateSandboxRequest{Owner: "mcp:a\nb"}); return err }, "bad_request", 400, "printable"},
+		{"owner too long", func() error {
+			_, err := c.CreateSandbox(ctx, CreateSandboxRequest{Owner: strings.Repeat("o", 129)})
+			return err
+		}, "bad_request", 400, "at most 128"},
 		{"bad duration", func() error { _, err := c.CreateSandbox(ctx, CreateSandboxRequest{IdleTimeout: "soon"}); return err }, "bad_request", 400, "duration"},
 		{"empty argv", func() error { _, err := c.Exec(ctx, "bad", ExecRequest{Argv: []string{}}, nil, nil); return err }, "bad_request", 400, ""},
 		{"no such command", func() error {
@@ -344,7 +349,7 @@ func TestSandboxRestart(t *testing.T) {
 	}
 	c := NewClient(cfg.SocketPath())
 	ctx := context.Background()
-	for _, req := range []CreateSandboxRequest{{Id: "keep", Session: "s1"}, {Id: "frozen"}, {Id: "doomed"}} {
+	for _, req := range []CreateSandboxRequest{{Id: "keep", Session: "s1", Owner: "mcp:keeper"}, {Id: "frozen"}, {Id: "doomed"}} {
 		if _, err := c.CreateSandbox(ctx, req); err != nil {
 			d1.Close()
 			t.Fatal(err)
@@ -377,6 +382,9 @@ func TestSandboxRestart(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(cfg.StateDir, "views", "keep", "s1", "outputs")); err != nil {
 		t.Errorf("keep's workspace view is not mounted again: %v", err)
+	}
+	if sb, _ := c.Sandbox(ctx, "keep"); sb.Owner != "mcp:keeper" {
+		t.Errorf("keep's owner after the restart = %q, want the label it was created with", sb.Owner)
 	}
 	sb, _ := c.Sandbox(ctx, "frozen")
 	if sb.Status != "paused" || sb.AutoPaused {

@@ -359,6 +359,9 @@ type CreateSandboxRequest struct {
 	// Memory Bytes; 0: the config's default.
 	Memory int64 `json:"memory,omitempty,omitzero"`
 
+	// Owner A label saying whose the sandbox is, like "mcp:cursor" for one an MCP client made: up to 128 printable characters. A label, not a permission: every API caller can act on every sandbox.
+	Owner string `json:"owner,omitempty,omitzero"`
+
 	// Pids 0: the config's default.
 	Pids int64 `json:"pids,omitempty,omitzero"`
 
@@ -877,7 +880,10 @@ type Sandbox struct {
 	Memory      int64             `json:"memory"`
 
 	// Network "none": loopback only (the only policy for now).
-	Network string        `json:"network"`
+	Network string `json:"network"`
+
+	// Owner The create request's owner label; absent when it gave none.
+	Owner   string        `json:"owner,omitempty,omitzero"`
 	Pids    int64         `json:"pids"`
 	Session string        `json:"session,omitempty,omitzero"`
 	Status  SandboxStatus `json:"status"`

@@ -2,7 +2,9 @@
 // MCP client (an IDE, another agent) can delegate tasks to Hearth's
 // agents: tools to delegate a task, follow, top up and cancel its execution, list
 // agent sessions and read their outputs, and every session's outputs as
-// resources (hearth://sessions/{session}/outputs/{path}).
+// resources (hearth://sessions/{session}/outputs/{path}); and so that an
+// agent loop outside Hearth can use its sandboxes as a tool backend
+// (sandbox_create, sandbox_exec and the other sandbox_* tools).
 //
 // The server reaches the daemon only through its API, as a client
 // (hearth/client), so it is the same whether `hearth mcp` serves it over
@@ -34,13 +36,17 @@ func New(c *client.Client) *mcpsdk.Server {
 	})
 	h := &handlers{d: c}
 	h.addTools(s)
+	h.addSandboxTools(s)
 	h.addResources(s)
 	return s
 }
 
 const instructions = `Hearth runs AI agents, each task in its own isolated machine and session.
 Call list_agents to see who can do what, delegate_task to give one a task (wait=true to get the result, or poll get_execution),
-then read what it wrote with read_output or the hearth://sessions/{session}/outputs/{path} resources.`
+then read what it wrote with read_output or the hearth://sessions/{session}/outputs/{path} resources.
+To run commands yourself, sandbox_create boots an isolated Linux sandbox (no network): sandbox_exec runs a command in it,
+sandbox_read_file, sandbox_write_file, sandbox_list_files and sandbox_search work on its files, sandbox_start_process runs a server in the background,
+sandbox_checkpoint and sandbox_restore save and restore its files, sandbox_destroy ends it, and sandbox_list lists yours.`
 
 // Handler serves New(c) over streamable HTTP, statelessly: each request
 // stands alone, so nothing is kept between requests and a daemon
