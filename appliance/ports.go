@@ -84,8 +84,8 @@ type preview struct {
 	created time.Time
 	ln      net.Listener
 	srv     *http.Server
-	cookie  string // its cookie's name: one per preview, so they do not overwrite each other
-	proxy   *httputil.ReverseProxy
+	cookie  string       // its cookie's name: one per preview, so they do not overwrite each other
+	next    http.Handler // the proxy to the port in the sandbox
 
 	mu      sync.Mutex
 	private string // the cookie value of browsers signed in
@@ -167,7 +167,7 @@ func (p *previews) open(id string, port int) (*preview, error) {
 		DisableKeepAlives:  true, // a kept connection would keep the sandbox from pausing when idle
 		DisableCompression: true,
 	}
-	pv.proxy = &httputil.ReverseProxy{
+	pv.next = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 			pr.SetXForwarded() // Host stays what the browser sent
@@ -405,7 +405,7 @@ func (pv *preview) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pv.strip(r)
-	pv.proxy.ServeHTTP(w, r)
+	pv.next.ServeHTTP(w, r)
 }
 
 // authorize says how r is allowed: "cookie", "bearer", or "" if not.
