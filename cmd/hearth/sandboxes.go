@@ -46,6 +46,8 @@ func sandboxesCmd() *command {
 			summary: "serve a port of the sandbox at a preview URL, print it"},
 		{name: "ports", args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxPorts, summary: "a sandbox's exposed ports"},
 		{name: "unexpose", args: "ID PORT", min: 2, max: 2, names: sandboxIDs, setup: sbxUnexpose, summary: "close an exposed port (or --public: revoke its public link)"},
+		{name: "code", args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxCode,
+			summary: "start code-server in the sandbox, expose it, print its URL"},
 		jobCmd(),
 	}}
 }

@@ -53,6 +53,13 @@ func TestSandboxPortCommands(t *testing.T) {
 		t.Errorf("ports after closing: %q", out)
 	}
 
+	// code-server is not in the tiny image: said so, with what to do.
+	runSteps(t, []step{
+		{args: []string{"sandboxes", "code", "web", "--port", "0", c}, wantCode: exitUsage, wantErr: "1 to 65535"},
+		{args: []string{"sandboxes", "code", "web", c}, wantCode: exitError, wantErr: "sandbox web has no code-server (image tiny)"},
+		{args: []string{"sandboxes", "code", "nope", c}, wantCode: exitNotFound, wantErr: "no sandbox nope"},
+	})
+
 	noTCP, _ := sandboxDaemon(t)
 	runSteps(t, []step{
 		{args: []string{"sandboxes", "create", "--idle-timeout", "0", "web", noTCP}, wantOut: "web\n", exactOut: true},
