@@ -174,6 +174,10 @@ func (p *previews) open(id string, port int) (*preview, error) {
 		},
 		Transport:     tr,
 		FlushInterval: -1, // server-sent events and other streams go out as they come
+		ModifyResponse: func(resp *http.Response) error {
+			dropPreviewCookies(resp.Header)
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			previewError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s port %d: %v\n(is a server listening on 127.0.0.1:%d or 0.0.0.0:%d in the sandbox?)", id, port, err, port, port))
 		},
@@ -454,6 +458,23 @@ func (pv *preview) strip(r *http.Request) {
 	}
 	if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && pv.p.credential != nil && pv.p.credential(bearer) {
 		r.Header.Del("Authorization")
+	}
+}
+
+// dropPreviewCookies takes out of a sandbox's response any cookie it sets
+// under a preview's name: it would sign the browser out of (or into
+// nothing of) another preview, whose cookie the same host shares.
+func dropPreviewCookies(h http.Header) {
+	kept := h.Values("Set-Cookie")[:0:0]
+	for _, v := range h.Values("Set-Cookie") {
+		name, _, _ := strings.Cut(v, "=")
+		if !strings.HasPrefix(strings.ToLower(strings.TrimSpace(name)), previewCookiePrefix) {
+			kept = append(kept, v)
+		}
+	}
+	h.Del("Set-Cookie")
+	for _, v := range kept {
+		h.Add("Set-Cookie", v)
 	}
 }
 

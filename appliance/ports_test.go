@@ -413,7 +413,8 @@ func (c *bufConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 // and the API token are taken out of what is proxied, the sandbox's own
 // cookies kept. And a request another preview's page makes the browser
 // send with this preview's cookie (same site: another port) is refused
-// unless it is a link followed.
+// unless it is a link followed. The sandbox cannot set a cookie under a
+// preview's name.
 func TestHostilePreviewPage(t *testing.T) {
 	env := startPreviewEnv(t)
 	ctx := context.Background()
@@ -462,6 +463,17 @@ func TestHostilePreviewPage(t *testing.T) {
 	req = newReq("GET", p.Url+"headers", "Authorization", "Bearer "+session)
 	if code, body := status(t, hc, req); code != http.StatusOK || strings.Contains(body, session) {
 		t.Errorf("with the dashboard's session as bearer the dev server saw %d %s", code, body)
+	}
+
+	// The sandbox cannot set a preview's cookie (to sign the browser out
+	// of another preview): those are taken out of its answer.
+	resp, err := env.get(p.Url+"setcookies", env.d.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := resp.Header.Values("Set-Cookie"); len(got) != 1 || got[0] != "app=2; Path=/" {
+		t.Errorf("the sandbox's Set-Cookie through the preview: %q, want only its own app=2", got)
 	}
 
 	// Another port's page making the browser send this preview's cookie.

@@ -1,7 +1,8 @@
 # A dev server for the exposed-port tests: python3's http.server serving
 # this directory, plus /events (server-sent events, one every 400 ms),
-# /ws (a WebSocket echo) and /headers (the request's Cookie and
-# Authorization, to show what reached the sandbox). Standard library only.
+# /ws (a WebSocket echo), /headers (the request's Cookie and
+# Authorization, to show what reached the sandbox) and /setcookies (sets
+# its own cookie and two named like the daemon's). Standard library only.
 import base64, hashlib, http.server, json, struct, sys, time
 
 class Handler(http.server.SimpleHTTPRequestHandler):
@@ -12,6 +13,14 @@ class Handler(http.server.SimpleHTTPRequestHandler):
             return self.events()
         if self.path.startswith("/ws"):
             return self.websocket()
+        if self.path.startswith("/setcookies"):
+            self.send_response(200)
+            self.send_header("Set-Cookie", "app=2; Path=/")
+            self.send_header("Set-Cookie", "hearth_preview_1=tossed; Path=/")
+            self.send_header("Set-Cookie", " HEARTH_PREVIEW_2=tossed")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.path.startswith("/headers"):
             body = json.dumps({"cookie": self.headers.get("Cookie", ""), "authorization": self.headers.get("Authorization", "")}).encode()
             self.send_response(200)
