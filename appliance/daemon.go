@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +27,7 @@ type Daemon struct {
 	view   *fs.View
 	images *imageService
 	sbx    *sandboxManager
+	ports  *previews // the sandboxes' exposed ports
 	agents *agentService
 	sched  *scheduleService
 	srv    *http.Server
@@ -294,6 +296,9 @@ func (d *Daemon) closeDriver() {
 // client watching an execution sees it end; then it stops the servers,
 // giving requests in flight a grace period.
 func (d *Daemon) openAPI(context.Context) error {
+	d.ports = newPreviews(d.cfg.API.TCP, d.isCredential, d.sbx, d.log)
+	d.sbx.ports = d.ports
+	d.undo.push("previews", d.ports.closeAll)
 	h := d.routes()
 	d.srv = d.serveOn(d.ln, guardBrowsers(h))
 	if d.tcpLn != nil { // outermost, the guard covers signing in and out too
@@ -313,6 +318,15 @@ func (d *Daemon) openAPI(context.Context) error {
 		return nil
 	})
 	return nil
+}
+
+// isCredential says whether v is the API token or a dashboard session's
+// id: what the API takes as bearer on api.tcp.
+func (d *Daemon) isCredential(v string) bool {
+	if v == "" || d.token == "" {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(v), []byte(d.token)) == 1 || d.browsers.valid(v)
 }
 
 func (d *Daemon) serveOn(ln net.Listener, h http.Handler) *http.Server {

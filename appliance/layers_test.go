@@ -9,7 +9,7 @@ import (
 )
 
 // services are the Daemon's fields that hold a service, and their types.
-var services = map[string]string{"sbx": "sandboxManager", "agents": "agentService", "sched": "scheduleService", "images": "imageService"}
+var services = map[string]string{"sbx": "sandboxManager", "ports": "previews", "agents": "agentService", "sched": "scheduleService", "images": "imageService"}
 
 // TestHandlersAreThin: the handler files (*_api.go, see doc.go) reach a
 // service only through its exported methods: no unexported method, no

@@ -131,6 +131,10 @@ type sandboxManager struct {
 	driver    vmm.Driver
 	driverErr error // why sandboxes are unavailable when driver is nil
 
+	// ports are the exposed ports, which end with their sandbox; nil
+	// until the API opens.
+	ports *previews
+
 	// imagesMu keeps an image from being removed between a create
 	// resolving it and the sandbox being registered.
 	imagesMu sync.RWMutex
@@ -535,6 +539,14 @@ func (m *sandboxManager) Destroy(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	gone := false
+	defer func() {
+		// Its exposed ports end with it, once its lock is let go: closing
+		// their connections takes it.
+		if gone && m.ports != nil {
+			m.ports.closeSandbox(id)
+		}
+	}()
 	defer s.mu.Unlock()
 	if err := s.busy(); err != nil {
 		return err
@@ -557,7 +569,7 @@ func (m *sandboxManager) Destroy(ctx context.Context, id string) error {
 	if err := os.Remove(filepath.Join(m.dir, id+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("destroy sandbox %s: %w", id, err)
 	}
-	s.destroyed = true
+	s.destroyed, gone = true, true
 	m.mu.Lock()
 	delete(m.boxes, id)
 	m.mu.Unlock()

@@ -43,6 +43,9 @@ type (
 	Checkpoint           = api.Checkpoint
 	JobRequest           = api.JobRequest
 	Job                  = api.Job
+	ExposePortRequest    = api.ExposePortRequest
+	ExposedPort          = api.ExposedPort
+	PortSignIn           = api.PortSignIn
 	SessionInfo          = api.SessionInfo
 	SnapshotInfo         = api.SnapshotInfo
 	Health               = api.Health

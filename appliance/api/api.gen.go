@@ -597,6 +597,28 @@ type ExitStatus struct {
 	TimedOut bool   `json:"timed_out,omitempty,omitzero"`
 }
 
+// ExposePortRequest defines model for ExposePortRequest.
+type ExposePortRequest struct {
+	// Port The port inside the sandbox, 1 to 65535; the server must listen on 127.0.0.1 or 0.0.0.0 there.
+	Port int `json:"port"`
+
+	// Public Also make a public link anyone may open
+	Public bool `json:"public,omitempty,omitzero"`
+}
+
+// ExposedPort defines model for ExposedPort.
+type ExposedPort struct {
+	Created time.Time `json:"created"`
+	Port    int       `json:"port"`
+
+	// PublicUrl The public link
+	PublicUrl string `json:"public_url,omitempty,omitzero"`
+	Sandbox   string `json:"sandbox"`
+
+	// Url The preview URL: needs the API token as bearer, or a browser signed in with a sign-in link.
+	Url string `json:"url"`
+}
+
 // FileInfo defines model for FileInfo.
 type FileInfo struct {
 	IsDir   bool      `json:"is_dir"`
@@ -765,6 +787,14 @@ type OutputFile struct {
 type Package struct {
 	Name    string `json:"name"`
 	Version string `json:"version"`
+}
+
+// PortSignIn defines model for PortSignIn.
+type PortSignIn struct {
+	Expires time.Time `json:"expires"`
+
+	// Url Open it in a browser; it signs that browser in to this preview only
+	Url string `json:"url"`
 }
 
 // PriceEntry defines model for PriceEntry.
@@ -1065,6 +1095,9 @@ type ImageName = string
 // JobID defines model for JobID.
 type JobID = string
 
+// Port defines model for Port.
+type Port = int
+
 // SandboxID defines model for SandboxID.
 type SandboxID = string
 
@@ -1203,6 +1236,9 @@ type StartJobJSONRequestBody = JobRequest
 
 // StopJobJSONRequestBody defines body for StopJob for application/json ContentType.
 type StopJobJSONRequestBody = StopJobRequest
+
+// ExposePortJSONRequestBody defines body for ExposePort for application/json ContentType.
+type ExposePortJSONRequestBody = ExposePortRequest
 
 // SaveSandboxJSONRequestBody defines body for SaveSandbox for application/json ContentType.
 type SaveSandboxJSONRequestBody = SaveSandboxRequest
@@ -1679,6 +1715,60 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/pause (the `PauseSandbox` operationId).
 	PauseSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListPorts List the sandbox's exposed ports, lowest first.
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/ports (the `ListPorts` operationId).
+	ListPorts(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExposePortWithBody Expose a port of the sandbox at a preview URL on the daemon. Idempotent.
+	//
+	// The preview URL is an origin of its own (a port of the daemon's
+	// api.tcp host) that proxies HTTP, server-sent events and WebSockets
+	// to 127.0.0.1:PORT inside the sandbox's machine. It needs the API
+	// token as bearer, or a browser signed in through a one-time sign-in
+	// link (POST .../signin), or the public link if one was made. With
+	// public true, a public link is made (if there is none) that anyone
+	// may open until it is revoked. The port stays exposed until it is
+	// closed or the sandbox destroyed; it survives pause and resume, not
+	// a daemon restart. Needs api.tcp.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/ports (the `ExposePort` operationId).
+	ExposePortWithBody(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExposePort Expose a port of the sandbox at a preview URL on the daemon. Idempotent.
+	//
+	// The preview URL is an origin of its own (a port of the daemon's
+	// api.tcp host) that proxies HTTP, server-sent events and WebSockets
+	// to 127.0.0.1:PORT inside the sandbox's machine. It needs the API
+	// token as bearer, or a browser signed in through a one-time sign-in
+	// link (POST .../signin), or the public link if one was made. With
+	// public true, a public link is made (if there is none) that anyone
+	// may open until it is revoked. The port stays exposed until it is
+	// closed or the sandbox destroyed; it survives pause and resume, not
+	// a daemon restart. Needs api.tcp.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/ports (the `ExposePort` operationId).
+	ExposePort(ctx context.Context, id SandboxID, body ExposePortJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ClosePort Close an exposed port; its preview URL and public link stop answering, open connections end.
+	//
+	// Corresponds with DELETE /v1/sandboxes/{id}/ports/{port} (the `ClosePort` operationId).
+	ClosePort(ctx context.Context, id SandboxID, port Port, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RevokePublicPort Revoke the port's public link; browsers that opened it are refused from then on. Idempotent.
+	//
+	// Corresponds with DELETE /v1/sandboxes/{id}/ports/{port}/public (the `RevokePublicPort` operationId).
+	RevokePublicPort(ctx context.Context, id SandboxID, port Port, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SignInPort A one-time link that signs a browser in to the port's preview (valid two minutes, used once).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/ports/{port}/signin (the `SignInPort` operationId).
+	SignInPort(ctx context.Context, id SandboxID, port Port, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ResumeSandbox Thaw a paused sandbox. Idempotent.
 	//
@@ -2750,6 +2840,120 @@ func (c *Client) StopJob(ctx context.Context, id SandboxID, job JobID, body Stop
 // Corresponds with POST /v1/sandboxes/{id}/pause (the `PauseSandbox` operationId).
 func (c *Client) PauseSandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPauseSandboxRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListPorts List the sandbox's exposed ports, lowest first.
+//
+// Corresponds with GET /v1/sandboxes/{id}/ports (the `ListPorts` operationId).
+func (c *Client) ListPorts(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListPortsRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExposePortWithBody Expose a port of the sandbox at a preview URL on the daemon. Idempotent.
+//
+// The preview URL is an origin of its own (a port of the daemon's
+// api.tcp host) that proxies HTTP, server-sent events and WebSockets
+// to 127.0.0.1:PORT inside the sandbox's machine. It needs the API
+// token as bearer, or a browser signed in through a one-time sign-in
+// link (POST .../signin), or the public link if one was made. With
+// public true, a public link is made (if there is none) that anyone
+// may open until it is revoked. The port stays exposed until it is
+// closed or the sandbox destroyed; it survives pause and resume, not
+// a daemon restart. Needs api.tcp.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/sandboxes/{id}/ports (the `ExposePort` operationId).
+func (c *Client) ExposePortWithBody(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExposePortRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExposePort Expose a port of the sandbox at a preview URL on the daemon. Idempotent.
+//
+// The preview URL is an origin of its own (a port of the daemon's
+// api.tcp host) that proxies HTTP, server-sent events and WebSockets
+// to 127.0.0.1:PORT inside the sandbox's machine. It needs the API
+// token as bearer, or a browser signed in through a one-time sign-in
+// link (POST .../signin), or the public link if one was made. With
+// public true, a public link is made (if there is none) that anyone
+// may open until it is revoked. The port stays exposed until it is
+// closed or the sandbox destroyed; it survives pause and resume, not
+// a daemon restart. Needs api.tcp.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/sandboxes/{id}/ports (the `ExposePort` operationId).
+func (c *Client) ExposePort(ctx context.Context, id SandboxID, body ExposePortJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExposePortRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ClosePort Close an exposed port; its preview URL and public link stop answering, open connections end.
+//
+// Corresponds with DELETE /v1/sandboxes/{id}/ports/{port} (the `ClosePort` operationId).
+func (c *Client) ClosePort(ctx context.Context, id SandboxID, port Port, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewClosePortRequest(c.Server, id, port)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RevokePublicPort Revoke the port's public link; browsers that opened it are refused from then on. Idempotent.
+//
+// Corresponds with DELETE /v1/sandboxes/{id}/ports/{port}/public (the `RevokePublicPort` operationId).
+func (c *Client) RevokePublicPort(ctx context.Context, id SandboxID, port Port, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRevokePublicPortRequest(c.Server, id, port)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SignInPort A one-time link that signs a browser in to the port's preview (valid two minutes, used once).
+//
+// Corresponds with POST /v1/sandboxes/{id}/ports/{port}/signin (the `SignInPort` operationId).
+func (c *Client) SignInPort(ctx context.Context, id SandboxID, port Port, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSignInPortRequest(c.Server, id, port)
 	if err != nil {
 		return nil, err
 	}
@@ -4944,6 +5148,210 @@ func NewPauseSandboxRequest(server string, id SandboxID) (*http.Request, error) 
 	return req, nil
 }
 
+// NewListPortsRequest constructs an http.Request for the ListPorts method
+func NewListPortsRequest(server string, id SandboxID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/ports", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewExposePortRequest calls the generic ExposePort builder with application/json body
+func NewExposePortRequest(server string, id SandboxID, body ExposePortJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewExposePortRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewExposePortRequestWithBody constructs an http.Request for the ExposePort method, with any body, and a specified content type
+func NewExposePortRequestWithBody(server string, id SandboxID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/ports", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewClosePortRequest constructs an http.Request for the ClosePort method
+func NewClosePortRequest(server string, id SandboxID, port Port) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "port", port, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/ports/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRevokePublicPortRequest constructs an http.Request for the RevokePublicPort method
+func NewRevokePublicPortRequest(server string, id SandboxID, port Port) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "port", port, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/ports/%s/public", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSignInPortRequest constructs an http.Request for the SignInPort method
+func NewSignInPortRequest(server string, id SandboxID, port Port) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "port", port, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/ports/%s/signin", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewResumeSandboxRequest constructs an http.Request for the ResumeSandbox method
 func NewResumeSandboxRequest(server string, id SandboxID) (*http.Request, error) {
 	var err error
@@ -6147,6 +6555,68 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/sandboxes/{id}/pause (the `PauseSandbox` operationId).
 	PauseSandboxWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*PauseSandboxResponse, error)
+
+	// ListPortsWithResponse List the sandbox's exposed ports, lowest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sandboxes/{id}/ports (the `ListPorts` operationId).
+	ListPortsWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*ListPortsResponse, error)
+
+	// ExposePortWithBodyWithResponse Expose a port of the sandbox at a preview URL on the daemon. Idempotent.
+	//
+	// The preview URL is an origin of its own (a port of the daemon's
+	// api.tcp host) that proxies HTTP, server-sent events and WebSockets
+	// to 127.0.0.1:PORT inside the sandbox's machine. It needs the API
+	// token as bearer, or a browser signed in through a one-time sign-in
+	// link (POST .../signin), or the public link if one was made. With
+	// public true, a public link is made (if there is none) that anyone
+	// may open until it is revoked. The port stays exposed until it is
+	// closed or the sandbox destroyed; it survives pause and resume, not
+	// a daemon restart. Needs api.tcp.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/ports (the `ExposePort` operationId).
+	ExposePortWithBodyWithResponse(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExposePortResponse, error)
+
+	// ExposePortWithResponse Expose a port of the sandbox at a preview URL on the daemon. Idempotent.
+	//
+	// The preview URL is an origin of its own (a port of the daemon's
+	// api.tcp host) that proxies HTTP, server-sent events and WebSockets
+	// to 127.0.0.1:PORT inside the sandbox's machine. It needs the API
+	// token as bearer, or a browser signed in through a one-time sign-in
+	// link (POST .../signin), or the public link if one was made. With
+	// public true, a public link is made (if there is none) that anyone
+	// may open until it is revoked. The port stays exposed until it is
+	// closed or the sandbox destroyed; it survives pause and resume, not
+	// a daemon restart. Needs api.tcp.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/ports (the `ExposePort` operationId).
+	ExposePortWithResponse(ctx context.Context, id SandboxID, body ExposePortJSONRequestBody, reqEditors ...RequestEditorFn) (*ExposePortResponse, error)
+
+	// ClosePortWithResponse Close an exposed port; its preview URL and public link stop answering, open connections end.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/sandboxes/{id}/ports/{port} (the `ClosePort` operationId).
+	ClosePortWithResponse(ctx context.Context, id SandboxID, port Port, reqEditors ...RequestEditorFn) (*ClosePortResponse, error)
+
+	// RevokePublicPortWithResponse Revoke the port's public link; browsers that opened it are refused from then on. Idempotent.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/sandboxes/{id}/ports/{port}/public (the `RevokePublicPort` operationId).
+	RevokePublicPortWithResponse(ctx context.Context, id SandboxID, port Port, reqEditors ...RequestEditorFn) (*RevokePublicPortResponse, error)
+
+	// SignInPortWithResponse A one-time link that signs a browser in to the port's preview (valid two minutes, used once).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/ports/{port}/signin (the `SignInPort` operationId).
+	SignInPortWithResponse(ctx context.Context, id SandboxID, port Port, reqEditors ...RequestEditorFn) (*SignInPortResponse, error)
 
 	// ResumeSandboxWithResponse Thaw a paused sandbox. Idempotent.
 	//
@@ -8345,6 +8815,246 @@ func (r PauseSandboxResponse) ContentType() string {
 	return ""
 }
 
+type ListPortsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]ExposedPort
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListPortsResponse) GetJSON200() *[]ExposedPort {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListPortsResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListPortsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListPortsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListPortsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListPortsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ExposePortResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *ExposedPort
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r ExposePortResponse) GetJSON201() *ExposedPort {
+	return r.JSON201
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ExposePortResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ExposePortResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExposePortResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExposePortResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExposePortResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ClosePortResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ExposedPort
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ClosePortResponse) GetJSON200() *ExposedPort {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ClosePortResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ClosePortResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ClosePortResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ClosePortResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ClosePortResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RevokePublicPortResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ExposedPort
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RevokePublicPortResponse) GetJSON200() *ExposedPort {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r RevokePublicPortResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RevokePublicPortResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RevokePublicPortResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RevokePublicPortResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RevokePublicPortResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type SignInPortResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *PortSignIn
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r SignInPortResponse) GetJSON201() *PortSignIn {
+	return r.JSON201
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r SignInPortResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r SignInPortResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SignInPortResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SignInPortResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SignInPortResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ResumeSandboxResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -9910,6 +10620,104 @@ func (c *ClientWithResponses) PauseSandboxWithResponse(ctx context.Context, id S
 		return nil, err
 	}
 	return ParsePauseSandboxResponse(rsp)
+}
+
+// ListPortsWithResponse List the sandbox's exposed ports, lowest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sandboxes/{id}/ports (the `ListPorts` operationId).
+func (c *ClientWithResponses) ListPortsWithResponse(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*ListPortsResponse, error) {
+	rsp, err := c.ListPorts(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListPortsResponse(rsp)
+}
+
+// ExposePortWithBodyWithResponse Expose a port of the sandbox at a preview URL on the daemon. Idempotent.
+//
+// The preview URL is an origin of its own (a port of the daemon's
+// api.tcp host) that proxies HTTP, server-sent events and WebSockets
+// to 127.0.0.1:PORT inside the sandbox's machine. It needs the API
+// token as bearer, or a browser signed in through a one-time sign-in
+// link (POST .../signin), or the public link if one was made. With
+// public true, a public link is made (if there is none) that anyone
+// may open until it is revoked. The port stays exposed until it is
+// closed or the sandbox destroyed; it survives pause and resume, not
+// a daemon restart. Needs api.tcp.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/ports (the `ExposePort` operationId).
+func (c *ClientWithResponses) ExposePortWithBodyWithResponse(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExposePortResponse, error) {
+	rsp, err := c.ExposePortWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExposePortResponse(rsp)
+}
+
+// ExposePortWithResponse Expose a port of the sandbox at a preview URL on the daemon. Idempotent.
+//
+// The preview URL is an origin of its own (a port of the daemon's
+// api.tcp host) that proxies HTTP, server-sent events and WebSockets
+// to 127.0.0.1:PORT inside the sandbox's machine. It needs the API
+// token as bearer, or a browser signed in through a one-time sign-in
+// link (POST .../signin), or the public link if one was made. With
+// public true, a public link is made (if there is none) that anyone
+// may open until it is revoked. The port stays exposed until it is
+// closed or the sandbox destroyed; it survives pause and resume, not
+// a daemon restart. Needs api.tcp.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/ports (the `ExposePort` operationId).
+func (c *ClientWithResponses) ExposePortWithResponse(ctx context.Context, id SandboxID, body ExposePortJSONRequestBody, reqEditors ...RequestEditorFn) (*ExposePortResponse, error) {
+	rsp, err := c.ExposePort(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExposePortResponse(rsp)
+}
+
+// ClosePortWithResponse Close an exposed port; its preview URL and public link stop answering, open connections end.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/sandboxes/{id}/ports/{port} (the `ClosePort` operationId).
+func (c *ClientWithResponses) ClosePortWithResponse(ctx context.Context, id SandboxID, port Port, reqEditors ...RequestEditorFn) (*ClosePortResponse, error) {
+	rsp, err := c.ClosePort(ctx, id, port, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseClosePortResponse(rsp)
+}
+
+// RevokePublicPortWithResponse Revoke the port's public link; browsers that opened it are refused from then on. Idempotent.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/sandboxes/{id}/ports/{port}/public (the `RevokePublicPort` operationId).
+func (c *ClientWithResponses) RevokePublicPortWithResponse(ctx context.Context, id SandboxID, port Port, reqEditors ...RequestEditorFn) (*RevokePublicPortResponse, error) {
+	rsp, err := c.RevokePublicPort(ctx, id, port, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRevokePublicPortResponse(rsp)
+}
+
+// SignInPortWithResponse A one-time link that signs a browser in to the port's preview (valid two minutes, used once).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/ports/{port}/signin (the `SignInPort` operationId).
+func (c *ClientWithResponses) SignInPortWithResponse(ctx context.Context, id SandboxID, port Port, reqEditors ...RequestEditorFn) (*SignInPortResponse, error) {
+	rsp, err := c.SignInPort(ctx, id, port, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSignInPortResponse(rsp)
 }
 
 // ResumeSandboxWithResponse Thaw a paused sandbox. Idempotent.
@@ -11625,6 +12433,171 @@ func ParsePauseSandboxResponse(rsp *http.Response) (*PauseSandboxResponse, error
 	return response, nil
 }
 
+// ParseListPortsResponse parses an HTTP response from a ListPortsWithResponse call
+func ParseListPortsResponse(rsp *http.Response) (*ListPortsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListPortsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []ExposedPort
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseExposePortResponse parses an HTTP response from a ExposePortWithResponse call
+func ParseExposePortResponse(rsp *http.Response) (*ExposePortResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExposePortResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest ExposedPort
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseClosePortResponse parses an HTTP response from a ClosePortWithResponse call
+func ParseClosePortResponse(rsp *http.Response) (*ClosePortResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ClosePortResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ExposedPort
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRevokePublicPortResponse parses an HTTP response from a RevokePublicPortWithResponse call
+func ParseRevokePublicPortResponse(rsp *http.Response) (*RevokePublicPortResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RevokePublicPortResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ExposedPort
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSignInPortResponse parses an HTTP response from a SignInPortWithResponse call
+func ParseSignInPortResponse(rsp *http.Response) (*SignInPortResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SignInPortResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest PortSignIn
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseResumeSandboxResponse parses an HTTP response from a ResumeSandboxWithResponse call
 func ParseResumeSandboxResponse(rsp *http.Response) (*ResumeSandboxResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -12314,6 +13287,21 @@ type ServerInterface interface {
 	// PauseSandbox Freeze every process. Execs and file calls are refused (409) until it is resumed. Idempotent.
 	// (POST /v1/sandboxes/{id}/pause)
 	PauseSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// ListPorts List the sandbox's exposed ports, lowest first.
+	// (GET /v1/sandboxes/{id}/ports)
+	ListPorts(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// ExposePort Expose a port of the sandbox at a preview URL on the daemon. Idempotent.
+	// (POST /v1/sandboxes/{id}/ports)
+	ExposePort(w http.ResponseWriter, r *http.Request, id SandboxID)
+	// ClosePort Close an exposed port; its preview URL and public link stop answering, open connections end.
+	// (DELETE /v1/sandboxes/{id}/ports/{port})
+	ClosePort(w http.ResponseWriter, r *http.Request, id SandboxID, port Port)
+	// RevokePublicPort Revoke the port's public link; browsers that opened it are refused from then on. Idempotent.
+	// (DELETE /v1/sandboxes/{id}/ports/{port}/public)
+	RevokePublicPort(w http.ResponseWriter, r *http.Request, id SandboxID, port Port)
+	// SignInPort A one-time link that signs a browser in to the port's preview (valid two minutes, used once).
+	// (POST /v1/sandboxes/{id}/ports/{port}/signin)
+	SignInPort(w http.ResponseWriter, r *http.Request, id SandboxID, port Port)
 	// ResumeSandbox Thaw a paused sandbox. Idempotent.
 	// (POST /v1/sandboxes/{id}/resume)
 	ResumeSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
@@ -13613,6 +14601,163 @@ func (siw *ServerInterfaceWrapper) PauseSandbox(w http.ResponseWriter, r *http.R
 	handler.ServeHTTP(w, r)
 }
 
+// ListPorts operation middleware
+func (siw *ServerInterfaceWrapper) ListPorts(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListPorts(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ExposePort operation middleware
+func (siw *ServerInterfaceWrapper) ExposePort(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ExposePort(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ClosePort operation middleware
+func (siw *ServerInterfaceWrapper) ClosePort(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "port" -------------
+	var port Port
+
+	err = runtime.BindStyledParameterWithOptions("simple", "port", r.PathValue("port"), &port, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "port", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ClosePort(w, r, id, port)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RevokePublicPort operation middleware
+func (siw *ServerInterfaceWrapper) RevokePublicPort(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "port" -------------
+	var port Port
+
+	err = runtime.BindStyledParameterWithOptions("simple", "port", r.PathValue("port"), &port, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "port", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RevokePublicPort(w, r, id, port)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// SignInPort operation middleware
+func (siw *ServerInterfaceWrapper) SignInPort(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "port" -------------
+	var port Port
+
+	err = runtime.BindStyledParameterWithOptions("simple", "port", r.PathValue("port"), &port, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "port", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.SignInPort(w, r, id, port)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ResumeSandbox operation middleware
 func (siw *ServerInterfaceWrapper) ResumeSandbox(w http.ResponseWriter, r *http.Request) {
 
@@ -14198,6 +15343,11 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/jobs/{job}", wrapper.GetJob)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/jobs/{job}/output", wrapper.JobOutput)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/jobs/{job}/stop", wrapper.StopJob)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/ports", wrapper.ListPorts)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/ports", wrapper.ExposePort)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/sandboxes/{id}/ports/{port}", wrapper.ClosePort)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/sandboxes/{id}/ports/{port}/public", wrapper.RevokePublicPort)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/ports/{port}/signin", wrapper.SignInPort)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/images", wrapper.ListImages)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/images/{name}", wrapper.RemoveImage)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/images/{name}", wrapper.InspectImage)

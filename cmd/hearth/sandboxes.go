@@ -42,6 +42,12 @@ func sandboxesCmd() *command {
 			summary: "put a checkpoint back (every process ends, the agent restarts)"},
 		{name: "checkpoint-rm", args: "ID NAME", min: 2, max: 2, names: sandboxIDs, setup: sbxDeleteCheckpoint, summary: "delete a checkpoint"},
 		{name: "save", args: "ID IMAGE", min: 2, max: 2, names: sandboxIDs, setup: sbxSave, summary: "save a sandbox's root as a new image"},
+		{name: "expose", args: "ID PORT", min: 2, max: 2, names: sandboxIDs, setup: sbxExpose,
+			summary: "serve a port of the sandbox at a preview URL, print it"},
+		{name: "ports", args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxPorts, summary: "a sandbox's exposed ports"},
+		{name: "unexpose", args: "ID PORT", min: 2, max: 2, names: sandboxIDs, setup: sbxUnexpose, summary: "close an exposed port (or --public: revoke its public link)"},
+		{name: "code", args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxCode,
+			summary: "start code-server in the sandbox, expose it, print its URL"},
 		jobCmd(),
 	}}
 }

@@ -18,8 +18,9 @@ import (
 )
 
 // sandboxDaemon starts a real daemon that runs sandboxes of the tiny test
-// image, and returns the --config flag for the CLI.
-func sandboxDaemon(t *testing.T) (configFlag string, cfg appliance.Config) {
+// image, and returns the --config flag for the CLI. extra is appended to
+// its config file.
+func sandboxDaemon(t *testing.T, extra ...string) (configFlag string, cfg appliance.Config) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("sandboxes need root (namespaces, mounts, cgroups, FUSE)")
@@ -32,7 +33,7 @@ func sandboxDaemon(t *testing.T) (configFlag string, cfg appliance.Config) {
 	appliancetest.AddTinyImage(t, filepath.Join(cfg.StateDir, "images"))
 	config := filepath.Join(dir, "hearth.toml")
 	body := fmt.Sprintf("state_dir = %q\n[workspace]\nmount = %q\n[sandbox]\nagent = %q\ntier = \"jail\"\ndefault_image = \"tiny\"\nmemory = \"512M\"\nmax_upload = \"1MiB\"\n",
-		cfg.StateDir, cfg.Workspace.Mount, cfg.Sandbox.Agent)
+		cfg.StateDir, cfg.Workspace.Mount, cfg.Sandbox.Agent) + strings.Join(extra, "")
 	if err := os.WriteFile(config, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -463,3 +463,67 @@ func (c *Client) SetClock(ctx context.Context, t time.Time) error {
 func (c *Client) RemountWorkspace(ctx context.Context) error {
 	return c.do(ctx, "POST", "/v1/workspace/remount", nil, nil, nil)
 }
+
+// Dial opens a TCP connection to 127.0.0.1:port inside the machine (its
+// own network namespace) and returns it, carried over a stream of its
+// own. Nothing listening there is an error that says so.
+func (c *Client) Dial(ctx context.Context, port int) (net.Conn, error) {
+	if err := CheckPort(port); err != nil {
+		return nil, fmt.Errorf("guest dial: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("guest dial %d: %w", port, err)
+	}
+	st, err := c.sess.OpenStream()
+	if err != nil {
+		return nil, fmt.Errorf("guest dial %d: %w", port, err)
+	}
+	stop := context.AfterFunc(ctx, func() { st.Close() }) // the handshake ends with ctx
+	conn, err := dialHandshake(st, port)
+	if !stop() {
+		st.Close()
+		if err == nil {
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("guest dial %d: %w", port, err)
+	}
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+func dialHandshake(st *yamux.Stream, port int) (net.Conn, error) {
+	req, _ := http.NewRequest("POST", fmt.Sprintf("http://guest/v1/dial/%d", port), nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "tcp")
+	if err := req.Write(st); err != nil {
+		return nil, fmt.Errorf("guest dial %d: %w", port, err)
+	}
+	br := bufio.NewReader(st)
+	resp, err := http.ReadResponse(br, req)
+	if err != nil {
+		return nil, fmt.Errorf("guest dial %d: %w", port, err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		defer resp.Body.Close()
+		if resp.StatusCode == http.StatusNotFound && resp.Header.Get("Content-Type") != "application/json" {
+			return nil, fmt.Errorf("%w: the agent cannot open connections to ports in the machine (it is older than the daemon): recreate the sandbox", ErrNotSupported)
+		}
+		if err := responseError(resp); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("guest dial %d: HTTP %d", port, resp.StatusCode)
+	}
+	return &dialedConn{Stream: st, r: br}, nil
+}
+
+// dialedConn is a dialled stream whose first bytes may already sit in the
+// reader that parsed the handshake.
+type dialedConn struct {
+	*yamux.Stream
+	r *bufio.Reader
+}
+
+func (c *dialedConn) Read(p []byte) (int, error) { return c.r.Read(p) }

@@ -142,3 +142,11 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.Message }
+
+// CheckPort refuses what cannot be a TCP port: below 1 or above 65535.
+func CheckPort(port int) error {
+	if port < 1 || port > 65535 {
+		return fmt.Errorf("port %d: a TCP port is between 1 and 65535", port)
+	}
+	return nil
+}

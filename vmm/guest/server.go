@@ -149,6 +149,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/files/stat", s.stat)
 	mux.HandleFunc("GET /v1/files/list", s.list)
 	mux.HandleFunc("POST /v1/forward", s.forward)
+	mux.HandleFunc("POST /v1/dial/{port}", s.dial)
 	mux.HandleFunc("POST /v1/workspace/remount", s.remountWorkspace)
 	mux.HandleFunc("POST /v1/clock", s.setClock)
 	s.jobRoutes(mux)
@@ -540,6 +541,46 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 	}()
 	go acceptForwarded(sess, ln, req.Name)
 	reply(w, map[string]string{"listen": ln.Addr().String(), "name": req.Name})
+}
+
+// dial connects to 127.0.0.1:port inside the machine (its own network
+// namespace) and, once connected, turns the request's stream into that
+// connection: the answer is 101 Switching Protocols, then raw bytes both
+// ways. A port nothing listens on answers 502 before any switch.
+func (s *Server) dial(w http.ResponseWriter, r *http.Request) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err == nil {
+		err = CheckPort(port)
+	}
+	if err != nil {
+		fail(w, http.StatusBadRequest, "bad_request", "dial: %v", err)
+		return
+	}
+	var d net.Dialer
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	cancel()
+	if err != nil {
+		fail(w, http.StatusBadGateway, "refused", "dial 127.0.0.1:%d in the machine: %v", port, err)
+		return
+	}
+	defer c.Close()
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		fail(w, http.StatusInternalServerError, "io", "dial: %v", err)
+		return
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n"); err != nil {
+		return
+	}
+	if n := brw.Reader.Buffered(); n > 0 { // bytes the host sent after the request
+		buf, _ := brw.Reader.Peek(n)
+		if _, err := c.Write(buf); err != nil {
+			return
+		}
+	}
+	splice(c, conn)
 }
 
 func acceptForwarded(sess *yamux.Session, ln net.Listener, name string) {

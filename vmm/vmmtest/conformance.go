@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -33,6 +35,41 @@ func Run(t *testing.T, d vmm.Driver, spec func(id string) vmm.Spec) {
 		out, st := sh(t, m, "echo hello; echo oops >&2; exit 7")
 		if out != "hello\n" || st.Code != 7 {
 			t.Errorf("exec = %q, %+v; want hello and exit 7", out, st)
+		}
+	})
+	t.Run("Dial", func(t *testing.T) {
+		// A connection from the host to a port on the machine's loopback:
+		// the port is the agent's own forward listener, whose connections
+		// come back to an echo service on the host, so no server needs
+		// to be in the image.
+		m := create(t, "conf-dial")
+		gc := m.Guest()
+		gc.Serve("echo", func(context.Context) (net.Conn, error) {
+			a, b := net.Pipe()
+			go func() { io.Copy(b, b); b.Close() }()
+			return a, nil
+		})
+		listen, err := gc.Forward(ctx, "127.0.0.1:0", "echo")
+		if err != nil {
+			t.Fatalf("Forward = %v", err)
+		}
+		_, portText, _ := net.SplitHostPort(listen)
+		port, _ := strconv.Atoi(portText)
+		c, err := gc.Dial(ctx, port)
+		if err != nil {
+			t.Fatalf("Dial(%d) = %v", port, err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, "ping"); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 4)
+		if _, err := io.ReadFull(c, got); err != nil || string(got) != "ping" {
+			t.Errorf("through the dialled port: %q, %v; want ping back", got, err)
+		}
+		if _, err := gc.Dial(ctx, 1); err == nil {
+			t.Error("Dial(1), where nothing listens, succeeded")
 		}
 	})
 	t.Run("DuplicateID", func(t *testing.T) {
