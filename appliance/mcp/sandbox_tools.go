@@ -249,6 +249,9 @@ func (h *handlers) addSandboxTools(s *mcpsdk.Server) {
 	mcpsdk.AddTool(s, &mcpsdk.Tool{Name: "sandbox_stop_process", Description: "Stop a background process: TERM, then KILL after grace_seconds."}, h.sandboxStopProcess)
 	mcpsdk.AddTool(s, &mcpsdk.Tool{Name: "sandbox_checkpoint", Description: "Save a sandbox's files (outside its workspace session) as a named checkpoint to go back to with sandbox_restore."}, h.sandboxCheckpoint)
 	mcpsdk.AddTool(s, &mcpsdk.Tool{Name: "sandbox_restore", Description: "Put a sandbox's files back as they were at a checkpoint; every process in it ends."}, h.sandboxRestore)
+	mcpsdk.AddTool(s, &mcpsdk.Tool{Name: "sandbox_expose_port", Description: "Serve a port of a sandbox (a server listening on 127.0.0.1 or 0.0.0.0 in it) at a preview URL " +
+		"on the daemon: HTTP, server-sent events and WebSockets, behind the API's token; public makes a link anyone may open too. " +
+		"It ends with the sandbox. Needs the daemon's api.tcp."}, h.sandboxExposePort)
 	mcpsdk.AddTool(s, &mcpsdk.Tool{Name: "sandbox_destroy", Description: "Destroy a sandbox and its files (its workspace session stays).",
 		Annotations: &mcpsdk.ToolAnnotations{DestructiveHint: ptr(true)}}, h.sandboxDestroy)
 }
@@ -936,4 +939,31 @@ func (h *handlers) sandboxDestroy(ctx context.Context, _ *mcpsdk.CallToolRequest
 		return nil, destroyed{}, err
 	}
 	return nil, destroyed{Destroyed: in.Sandbox}, nil
+}
+
+type exposeIn struct {
+	Sandbox string `json:"sandbox" jsonschema:"the sandbox's id"`
+	Port    int    `json:"port" jsonschema:"the port inside the sandbox, 1 to 65535"`
+	Public  bool   `json:"public,omitempty" jsonschema:"also make a public link anyone may open (revoke it with hearth sandboxes unexpose --public)"`
+}
+
+type exposed struct {
+	Sandbox   string `json:"sandbox"`
+	Port      int    `json:"port"`
+	URL       string `json:"url" jsonschema:"the preview URL: send the API token as a bearer"`
+	PublicURL string `json:"public_url,omitempty"`
+}
+
+func (h *handlers) sandboxExposePort(ctx context.Context, _ *mcpsdk.CallToolRequest, in exposeIn) (*mcpsdk.CallToolResult, exposed, error) {
+	if err := checkSandbox(in.Sandbox); err != nil {
+		return nil, exposed{}, err
+	}
+	if in.Port < 1 || in.Port > 65535 {
+		return nil, exposed{}, fmt.Errorf("port %d: give the port the server listens on in the sandbox, 1 to 65535", in.Port)
+	}
+	p, err := h.d.ExposePort(ctx, in.Sandbox, client.ExposePortRequest{Port: in.Port, Public: in.Public})
+	if err != nil {
+		return nil, exposed{}, err
+	}
+	return nil, exposed{Sandbox: p.Sandbox, Port: p.Port, URL: p.Url, PublicURL: p.PublicUrl}, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -27,7 +29,7 @@ import (
 // base image (Debian with Python 3).
 
 // startSandboxDaemon starts a daemon whose sandboxes boot the base image.
-func startSandboxDaemon(t testing.TB) *appliance.Daemon {
+func startSandboxDaemon(t testing.TB, edit ...func(*appliance.Config)) *appliance.Daemon {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("sandboxes need root (namespaces, mounts, cgroups, FUSE)")
@@ -39,6 +41,9 @@ func startSandboxDaemon(t testing.TB) *appliance.Daemon {
 	cfg.Sandbox.Tier = appliance.TierJail
 	cfg.Sandbox.DefaultImage = "base"
 	appliancetest.LinkImages(t, cfg.StateDir, appliancetest.Images(t, "base"))
+	for _, e := range edit {
+		e(&cfg)
+	}
 	var logger *slog.Logger
 	if tt, ok := t.(*testing.T); ok {
 		logger = slog.New(slog.NewTextHandler(testWriter{tt}, nil))
@@ -181,7 +186,7 @@ func TestSandboxTools(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	want := []string{"sandbox_checkpoint", "sandbox_create", "sandbox_destroy", "sandbox_exec", "sandbox_list", "sandbox_list_files",
+	want := []string{"sandbox_checkpoint", "sandbox_create", "sandbox_destroy", "sandbox_exec", "sandbox_expose_port", "sandbox_list", "sandbox_list_files",
 		"sandbox_process_logs", "sandbox_read_file", "sandbox_restore", "sandbox_search", "sandbox_start_process", "sandbox_stop_process", "sandbox_write_file"}
 	if !slices.Equal(names, want) {
 		t.Errorf("sandbox tools %v, want %v", names, want)
@@ -232,11 +237,20 @@ func TestSandboxTools(t *testing.T) {
 	if run.ExitCode != 0 || run.Stdout != "mean: 2.5\n" || run.Stderr != "done\n" || run.Truncated {
 		t.Fatalf("second run = %+v, want mean: 2.5", run)
 	}
-	mu.Lock()
-	if got := streamed.String(); !strings.Contains(got, "stdout: mean: 2.5") || !strings.Contains(got, "stderr: done") {
+	// The client hands notifications to its handler on its own
+	// goroutine: the last may be handled just after the result.
+	var got string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		got = streamed.String()
+		mu.Unlock()
+		if strings.Contains(got, "stdout: mean: 2.5") && strings.Contains(got, "stderr: done") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !strings.Contains(got, "stdout: mean: 2.5") || !strings.Contains(got, "stderr: done") {
 		t.Errorf("progress notifications said %q, want the output as it came", got)
 	}
-	mu.Unlock()
 	var out fileOut
 	call(t, loop, "sandbox_read_file", map[string]any{"sandbox": sb.ID, "path": home + "/stats/out.txt"}, &out)
 	if out.Content != "mean: 2.5\n" || out.Encoding != "text" || out.Size != 10 {
@@ -569,4 +583,54 @@ func BenchmarkSandboxExec(b *testing.B) {
 	b.ReportMetric(float64(tool.Microseconds())/n, "mcp-µs/exec")
 	b.ReportMetric(float64(api.Microseconds())/n, "api-µs/exec")
 	b.ReportMetric(float64(tool)/float64(api), "x-mcp")
+}
+
+// TestSandboxExposePortTool: an agent loop outside starts a web server in
+// its sandbox and exposes its port with sandbox_expose_port; the preview
+// URL serves it with the API token and refuses a request without.
+func TestSandboxExposePortTool(t *testing.T) {
+	d := startSandboxDaemon(t, func(c *appliance.Config) { c.API.TCP = "127.0.0.1:0" })
+	loop := connectAs(t, d, "agent-loop", nil)
+	var created sandboxInfo
+	call(t, loop, "sandbox_create", map[string]any{}, &created)
+	call(t, loop, "sandbox_write_file", map[string]any{"sandbox": created.ID, "path": "/tmp/www/index.html", "content": "hello through the preview"}, nil)
+	call(t, loop, "sandbox_start_process", map[string]any{"sandbox": created.ID, "argv": []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", "/tmp/www"}}, nil)
+	var p struct {
+		URL       string `json:"url"`
+		PublicURL string `json:"public_url"`
+		Port      int
+	}
+	if msg := callErr(t, loop, "sandbox_expose_port", map[string]any{"sandbox": created.ID, "port": 70000}); !strings.Contains(msg, "1 to 65535") {
+		t.Errorf("port 70000: %q", msg)
+	}
+	call(t, loop, "sandbox_expose_port", map[string]any{"sandbox": created.ID, "port": 8000}, &p)
+	if p.Port != 8000 || p.URL == "" || p.PublicURL != "" {
+		t.Fatalf("exposed %+v", p)
+	}
+	get := func(auth bool) (int, string) {
+		req, _ := http.NewRequest("GET", p.URL, nil)
+		if auth {
+			req.Header.Set("Authorization", "Bearer "+d.Token())
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	var code int
+	var body string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if code, body = get(true); code == 200 {
+			break // the server is up
+		}
+	}
+	if code != 200 || body != "hello through the preview" {
+		t.Errorf("GET %s with the token = %d %q", p.URL, code, body)
+	}
+	if code, _ := get(false); code != http.StatusUnauthorized {
+		t.Errorf("GET %s without the token = %d, want 401", p.URL, code)
+	}
 }
