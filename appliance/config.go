@@ -317,11 +317,11 @@ type Duration = duration.Duration
 // DefaultConfig is what an empty config file means.
 func DefaultConfig() Config {
 	return Config{
-		StateDir:  "/var/lib/hearth",
+		StateDir: "/var/lib/hearth",
 		Workspace: WorkspaceConfig{Mount: "/workspace/agents", SessionBytes: DefaultSessionBytes, SessionFiles: DefaultSessionFiles,
 			UploadBytes: DefaultUploadBytes, UploadFiles: DefaultUploadFiles},
-		Sandbox:   DefaultSandboxConfig(),
-		Model:     DefaultModelConfig(),
+		Sandbox: DefaultSandboxConfig(),
+		Model:   DefaultModelConfig(),
 	}
 }
 

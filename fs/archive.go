@@ -44,6 +44,56 @@ func CheckFormat(format string) error {
 	return nil
 }
 
+// What archives leave while they work: a download's snapshot, an
+// upload's staging directory in inputs/. CleanArchiveLeftovers removes
+// those a crash left.
+const (
+	archiveSnapPrefix = "hearth-archive-"
+	uploadPrefix      = ".hearth-upload-"
+)
+
+// CleanArchiveLeftovers deletes the snapshots downloads took and the
+// staging directories uploads made that a daemon which died left behind;
+// it returns how many. Call it before serving.
+func (s *Store) CleanArchiveLeftovers() (int, error) {
+	n := 0
+	for _, info := range s.Sessions() {
+		snaps, err := s.Snapshots(info.ID)
+		if err != nil {
+			return n, err
+		}
+		for _, sn := range snaps {
+			if strings.HasPrefix(sn.Name, archiveSnapPrefix) {
+				if err := s.DeleteSnapshot(info.ID, sn.Name); err != nil {
+					return n, err
+				}
+				n++
+			}
+		}
+		s.mu.RLock()
+		sess, err := s.sessionLocked(info.ID)
+		var stale []string
+		if err == nil {
+			if _, d := sess.t.lookup(rootIno, InputsDir); d != nil && d.isDir() {
+				for it := d.entries.Iterator(); !it.Done(); {
+					name, _, _ := it.Next()
+					if strings.HasPrefix(name, uploadPrefix) {
+						stale = append(stale, InputsDir+"/"+name)
+					}
+				}
+			}
+		}
+		s.mu.RUnlock()
+		for _, p := range stale {
+			if err := s.RemoveAll(info.ID, p); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
+}
+
 // ArchiveOptions says what WriteArchive writes.
 type ArchiveOptions struct {
 	Format string // FormatTarGz or FormatZip
@@ -71,7 +121,7 @@ func (s *Store) WriteArchive(w io.Writer, id string, opts ArchiveOptions) error 
 	if err := CheckFormat(opts.Format); err != nil {
 		return err
 	}
-	name := "archive-" + randomHex()
+	name := archiveSnapPrefix + randomHex()
 	if err := s.Snapshot(id, name); err != nil {
 		return fmt.Errorf("archive of %q: %w", id, err)
 	}
@@ -276,7 +326,7 @@ type Unpacked struct {
 
 // UnpackArchive unpacks the archive in r (size bytes) into session id's
 // inputs/ (or inputs/<dir>), all or nothing: it unpacks into a hidden
-// directory inputs/.upload-<random> and moves what it made into place in
+// directory inputs/.hearth-upload-<random> and moves what it made into place in
 // one step, or removes it. It refuses (ErrBadArchive) a path that is
 // absolute or climbs out with "..", a name twice, an entry below a file
 // or a link, a hard link, a device, FIFO or other special file, and a
@@ -308,7 +358,7 @@ func (s *Store) UnpackArchive(id, dir string, r io.ReaderAt, size int64, opts Un
 			return Unpacked{}, fmt.Errorf("unpack into %s: %w: name another directory, or remove it first", target, ErrExists)
 		}
 	}
-	staging := InputsDir + "/.upload-" + randomHex()
+	staging := InputsDir + "/" + uploadPrefix + randomHex()
 	if err := s.MkdirAll(id, staging, owner); err != nil {
 		return Unpacked{}, fmt.Errorf("unpack: %w", err)
 	}

@@ -217,7 +217,7 @@ func TestArchiveRoundTrip(t *testing.T) {
 				}
 			}
 			for p := range have {
-				if strings.HasPrefix(p, "inputs/copy/.home") || strings.Contains(p, ".upload-") {
+				if strings.HasPrefix(p, "inputs/copy/.home") || strings.Contains(p, uploadPrefix) {
 					t.Errorf("unpacked %s: .home must stay out, staging must go", p)
 				}
 			}
@@ -608,4 +608,39 @@ func FuzzUnpackTarGz(f *testing.F) {
 
 func FuzzUnpackZip(f *testing.F) {
 	fuzzUnpack(f, FormatZip, archiveSeeds(f, makeZip))
+}
+
+// TestArchiveLeftovers: what a daemon that died mid-download or
+// mid-upload left (the snapshot, the staging directory) goes at the next
+// start; the user's own snapshots and files stay.
+func TestArchiveLeftovers(t *testing.T) {
+	s := testStore(t)
+	mustSession(t, s, "c1")
+	for _, name := range []string{archiveSnapPrefix + "dead", "mine"} {
+		if err := s.Snapshot("c1", name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"inputs/" + uploadPrefix + "dead/a.txt", "inputs/data/a.txt"} {
+		if err := s.MkdirAll("c1", p[:strings.LastIndex(p, "/")], Owner{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.WriteFile("c1", p, strings.NewReader("x"), 0, Owner{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := s.CleanArchiveLeftovers()
+	if err != nil || n != 2 {
+		t.Fatalf("CleanArchiveLeftovers = %d, %v; want 2", n, err)
+	}
+	if list, _ := s.Snapshots("c1"); len(list) != 1 || list[0].Name != "mine" {
+		t.Errorf("snapshots left: %+v", list)
+	}
+	tree := archTree(t, s, "c1", "")
+	if _, ok := tree["inputs/data/a.txt"]; !ok {
+		t.Error("the user's file went")
+	}
+	if _, ok := tree["inputs/"+uploadPrefix+"dead"]; ok {
+		t.Error("the staging directory stayed")
+	}
 }
