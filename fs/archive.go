@@ -481,7 +481,7 @@ func (u *unpacker) run(r io.ReaderAt, size int64) error {
 		e := entry{name: h.Name, mtime: h.ModTime, target: h.Linkname, open: func() (io.Reader, error) { return tr, nil }}
 		perm := os.FileMode(h.Mode & 0o777)
 		switch h.Typeflag {
-		case tar.TypeReg, tar.TypeRegA:
+		case tar.TypeReg: // the reader gives old-style TypeRegA as TypeReg
 			e.mode = perm
 		case tar.TypeDir:
 			e.mode = os.ModeDir | perm
