@@ -711,7 +711,7 @@ func (s *Store) syncBlobs() error {
 func (u *unpacker) place(target string) error {
 	slices.SortFunc(u.dirs, func(a, b dirAttrs) int { return strings.Count(b.path, "/") - strings.Count(a.path, "/") })
 	for _, d := range u.dirs {
-		if err := u.s.Chmod(u.id, d.path, d.mode|0o700); err != nil {
+		if err := u.s.Chmod(u.id, d.path, d.mode); err != nil {
 			return u.storeErr(d.path, err)
 		}
 		if err := u.s.Chtimes(u.id, d.path, d.mtime); err != nil {
