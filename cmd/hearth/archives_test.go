@@ -195,3 +195,47 @@ func TestHostileArchiveUpload(t *testing.T) {
 		t.Errorf("format rar: %v, want bad_request", err)
 	}
 }
+
+// TestArchiveDownloadCutOff: when the daemon fails halfway through an
+// archive (here a file's data vanished from under the store), the
+// connection is cut: the CLI fails and leaves no file of that name, so a
+// short archive never passes for a whole one.
+func TestArchiveDownloadCutOff(t *testing.T) {
+	config, cfg := archiveDaemon(t)
+	c := "--config=" + config
+	if _, errOut, code := hearth(t, "workspace", "create", "cut", c); code != 0 {
+		t.Fatal(errOut)
+	}
+	big := make([]byte, 4<<20)
+	for i := range big {
+		big[i] = byte(i * 7919 >> 3) // compresses poorly enough to send bytes before the next file
+	}
+	os.WriteFile(filepath.Join(cfg.Workspace.Mount, "cut/inputs/a-big"), big, 0o644)
+	os.WriteFile(filepath.Join(cfg.Workspace.Mount, "cut/outputs/b-gone"), bytes.Repeat([]byte("z"), 12345), 0o644)
+	blobs, _ := filepath.Glob(filepath.Join(cfg.StateDir, "workspace/blobs/*"))
+	removed := 0
+	for _, b := range blobs {
+		if fi, err := os.Stat(b); err == nil && fi.Size() == 12345 {
+			os.Remove(b)
+			removed++
+		}
+	}
+	if removed != 1 {
+		t.Fatalf("found %d blobs of b-gone's size, want 1", removed)
+	}
+	out := filepath.Join(t.TempDir(), "cut.tar.gz")
+	_, errOut, code := hearth(t, "workspace", "download", "cut", "-o", out, c)
+	if code == 0 {
+		t.Fatal("the download of a session whose file vanished succeeded")
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s exists after a failed download: %v", out, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(out), ".*hearth-*")); len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+	if stdout, _, _ := hearth(t, "workspace", "snapshots", "cut", c); !strings.Contains(stdout, "no snapshots") {
+		t.Errorf("the download's snapshot stayed: %s", stdout)
+	}
+	t.Logf("the CLI says: %s", strings.TrimSpace(errOut))
+}
