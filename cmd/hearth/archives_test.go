@@ -11,6 +11,7 @@ import (
 	"math/rand"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -98,6 +99,24 @@ func TestWorkspaceArchiveRoundTrip(t *testing.T) {
 		}
 		if _, err := os.Lstat(filepath.Join(root, ".home")); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s: .home came along: %v", name, err)
+		}
+	}
+	// The usual tools read them the same way: links stay links.
+	for _, tool := range [][]string{{"unzip", "-q", filepath.Join(work, "src.zip"), "-d"}, {"tar", "-xzf", filepath.Join(work, "src.tar.gz"), "-C"}} {
+		if _, err := exec.LookPath(tool[0]); err != nil {
+			t.Logf("%s is not installed (apt-get install %s): not checked with it", tool[0], tool[0])
+			continue
+		}
+		dir := filepath.Join(work, "by-"+tool[0])
+		os.MkdirAll(dir, 0o755)
+		if out, err := exec.Command(tool[0], append(tool[1:], dir)...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v %s", tool[0], err, out)
+		}
+		if target, err := os.Readlink(filepath.Join(dir, "outputs/latest")); err != nil || target != "notes/a.md" {
+			t.Errorf("%s: the link: %q %v", tool[0], target, err)
+		}
+		if fi, err := os.Stat(filepath.Join(dir, "outputs/run.sh")); err != nil || fi.Mode().Perm() != 0o755 {
+			t.Errorf("%s: run.sh: %v %v", tool[0], fi, err)
 		}
 	}
 	// A name that says no format is refused at the door.
