@@ -185,8 +185,8 @@ func isJSON(contentType string) bool {
 }
 
 // isUpload says whether r is one of the requests whose body is not JSON
-// (openapi.yaml): PUT /v1/sandboxes/{id}/files, application/octet-stream,
-// and a task that streams its input files, POST /v1/executions or
+// (openapi.yaml): PUT /v1/sandboxes/{id}/files and POST
+// /v1/workspace/sessions/{id}/archive, application/octet-stream, and a task that streams its input files, POST /v1/executions or
 // /v1/sessions/{id}/resume as multipart/form-data. A form that a page of
 // another origin makes a browser send is refused before this, by its
 // Origin or Sec-Fetch-Site.
@@ -194,6 +194,10 @@ func isUpload(r *http.Request) bool {
 	if rest, ok := strings.CutPrefix(r.URL.Path, "/v1/sandboxes/"); ok && r.Method == http.MethodPut {
 		id, tail, _ := strings.Cut(rest, "/")
 		return id != "" && tail == "files"
+	}
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/v1/workspace/sessions/"); ok && r.Method == http.MethodPost {
+		id, tail, _ := strings.Cut(rest, "/")
+		return id != "" && tail == "archive"
 	}
 	return r.Method == http.MethodPost && isTaskPath(r.URL.Path) && isMultipart(r)
 }

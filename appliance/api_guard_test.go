@@ -28,6 +28,14 @@ func TestGuardTaskUploads(t *testing.T) {
 		{"POST", "/v1/sessions/s1/resume/x", form, "", "", http.StatusUnsupportedMediaType},
 		{"POST", "/v1/credits", form, "", "", http.StatusUnsupportedMediaType},
 		{"POST", "/v1/sandboxes/x/exec", form, "", "", http.StatusUnsupportedMediaType},
+		// A session archive's upload: the archive is the body.
+		{"POST", "/v1/workspace/sessions/s1/archive", "application/octet-stream", "", "", 0},
+		{"POST", "/v1/workspace/sessions/s1/archive", "application/octet-stream", "same-origin", "http://h", 0},
+		{"POST", "/v1/workspace/sessions/s1/archive", "application/octet-stream", "cross-site", "", http.StatusForbidden},
+		{"POST", "/v1/workspace/sessions/s1/archive", "text/plain", "", "http://evil.example", http.StatusForbidden},
+		{"PUT", "/v1/workspace/sessions/s1/archive", "application/octet-stream", "", "", http.StatusUnsupportedMediaType},
+		{"POST", "/v1/workspace/sessions//archive", "application/octet-stream", "", "", http.StatusUnsupportedMediaType},
+		{"POST", "/v1/workspace/sessions/s1/archive/x", "application/octet-stream", "", "", http.StatusUnsupportedMediaType},
 	} {
 		r := httptest.NewRequest(c.method, "http://h"+c.path, nil)
 		r.Header.Set("Content-Type", c.ctype)

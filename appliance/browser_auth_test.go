@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +89,7 @@ func TestHostileCrossOriginAPI(t *testing.T) {
 		{"exec", "POST", "/v1/sandboxes/victim/exec", `{"argv":["sh","-c","echo pwned > /tmp/pwned"]}`},
 		{"make a workspace session", "POST", "/v1/workspace/sessions", `{"id":"intruder"}`},
 		{"upload", "PUT", "/v1/sandboxes/victim/files?path=/tmp/pwned", `pwned`},
+		{"archive upload", "POST", "/v1/workspace/sessions/s1/archive", "\x1f\x8bpwned"},
 		{"sign out", "POST", logoutPath, ``},
 		{"mcp", "POST", "/mcp", `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`},
 	}
@@ -107,7 +110,7 @@ func TestHostileCrossOriginAPI(t *testing.T) {
 	}
 	for _, rt := range routes {
 		for _, at := range attacks {
-			if rt.name == "upload" && !at.uploads || rt.body == "" && at.want == http.StatusUnsupportedMediaType {
+			if (rt.name == "upload" || rt.name == "archive upload") && !at.uploads || rt.body == "" && at.want == http.StatusUnsupportedMediaType {
 				continue
 			}
 			status, body := send(t, rt.method, base+rt.path, rt.body, session, at.headers)
@@ -133,6 +136,9 @@ func TestHostileCrossOriginAPI(t *testing.T) {
 		if s.ID == "intruder" {
 			t.Error("the attack made a workspace session")
 		}
+	}
+	if ents, err := os.ReadDir(filepath.Join(cfg.Workspace.Mount, "s1", "inputs")); err != nil || len(ents) != 0 {
+		t.Errorf("the session's inputs/ after the attacks: %v, %v; want empty", ents, err)
 	}
 	if got, _ := send(t, "GET", base+"/v1/credits", "", session, nil); got != http.StatusOK {
 		t.Errorf("after the attacks the browser's session gives %d, want 200", got)

@@ -195,13 +195,34 @@ type WorkspaceConfig struct {
 	// passthrough, so that every write is counted.
 	SessionBytes Size  `toml:"session_bytes"`
 	SessionFiles int64 `toml:"session_files"`
+	// UploadBytes and UploadFiles bound one archive uploaded into a
+	// session's inputs/ (hearth workspace upload): the bytes it unpacks
+	// to, counted as written (the archive itself may be no larger), and
+	// its files, directories and links. The session's quota applies too.
+	// 0 or absent: the defaults, 1GiB and 10000.
+	UploadBytes Size  `toml:"upload_bytes"`
+	UploadFiles int64 `toml:"upload_files"`
 }
 
 // Default workspace quotas; see WorkspaceConfig.
 const (
 	DefaultSessionBytes = 10 << 30
 	DefaultSessionFiles = 100000
+	DefaultUploadBytes  = 1 << 30
+	DefaultUploadFiles  = 10000
 )
+
+// uploadLimits are the caps of one uploaded archive.
+func (w WorkspaceConfig) uploadLimits() (bytes, files int64) {
+	bytes, files = int64(w.UploadBytes), w.UploadFiles
+	if bytes <= 0 {
+		bytes = DefaultUploadBytes
+	}
+	if files <= 0 {
+		files = DefaultUploadFiles
+	}
+	return bytes, files
+}
 
 // quota is the quota of a session whose agent or sandbox asks for bytes
 // and files (0: the config's default).
@@ -296,10 +317,11 @@ type Duration = duration.Duration
 // DefaultConfig is what an empty config file means.
 func DefaultConfig() Config {
 	return Config{
-		StateDir:  "/var/lib/hearth",
-		Workspace: WorkspaceConfig{Mount: "/workspace/agents", SessionBytes: DefaultSessionBytes, SessionFiles: DefaultSessionFiles},
-		Sandbox:   DefaultSandboxConfig(),
-		Model:     DefaultModelConfig(),
+		StateDir: "/var/lib/hearth",
+		Workspace: WorkspaceConfig{Mount: "/workspace/agents", SessionBytes: DefaultSessionBytes, SessionFiles: DefaultSessionFiles,
+			UploadBytes: DefaultUploadBytes, UploadFiles: DefaultUploadFiles},
+		Sandbox: DefaultSandboxConfig(),
+		Model:   DefaultModelConfig(),
 	}
 }
 
@@ -327,7 +349,7 @@ func DefaultSandboxConfig() SandboxConfig {
 
 const knownKeys = "state_dir, workspace.mount, sandbox.agent, sandbox.tier, sandbox.allow_tcg, sandbox.warm, sandbox.default_image, sandbox.idle_timeout, " +
 	"sandbox.exec_timeout, sandbox.cpus, sandbox.memory, sandbox.pids, sandbox.disk, sandbox.max_upload, " +
-	"agents.dir, agents.grace, agents.on_shutdown, agents.shutdown_timeout, agents.on_budget, agents.budget_wait, agents.max_depth, agents.max_children, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, model.unpriced, providers.<anthropic|openai|gemini>.upstream, providers.<name>.api_key_env, providers.<name>.api_key_file, providers.<name>.prices, credits.enabled, log.format, workspace.allow_other, workspace.session_bytes, workspace.session_files, sandbox.id_base, sandbox.id_machines"
+	"agents.dir, agents.grace, agents.on_shutdown, agents.shutdown_timeout, agents.on_budget, agents.budget_wait, agents.max_depth, agents.max_children, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, model.unpriced, providers.<anthropic|openai|gemini>.upstream, providers.<name>.api_key_env, providers.<name>.api_key_file, providers.<name>.prices, credits.enabled, log.format, workspace.allow_other, workspace.session_bytes, workspace.session_files, workspace.upload_bytes, workspace.upload_files, sandbox.id_base, sandbox.id_machines"
 
 // LoadConfig decodes the TOML file at path over the defaults. Unknown keys
 // are errors, so a typo does not silently fall back to a default.
@@ -364,6 +386,9 @@ func (c Config) Validate() error {
 	rel, err := filepath.Rel(c.StateDir, c.Workspace.Mount)
 	if err == nil && !strings.HasPrefix(rel, "..") {
 		return fmt.Errorf("workspace.mount = %q is inside state_dir = %q: put it elsewhere", c.Workspace.Mount, c.StateDir)
+	}
+	if c.Workspace.UploadBytes < 0 || c.Workspace.UploadFiles < 0 {
+		return errors.New("workspace.upload_bytes and workspace.upload_files: must not be negative (0: the defaults, 1GiB and 10000)")
 	}
 	if c.Workspace.SessionBytes < 0 || c.Workspace.SessionFiles < 0 {
 		return errors.New("workspace.session_bytes and workspace.session_files: must not be negative (0: no limit)")

@@ -183,6 +183,11 @@ func (d *Daemon) openWorkspace(context.Context) error {
 	for _, damage := range store.Damage() {
 		d.log.Warn("workspace damaged", "damage", damage)
 	}
+	if n, err := store.CleanArchiveLeftovers(); err != nil {
+		d.log.Warn("workspace: removing what archives left", "err", err)
+	} else if n > 0 {
+		d.log.Info("workspace: removed what interrupted archive downloads and uploads left", "count", n)
+	}
 	if d.view, err = store.Mount(d.cfg.Workspace.Mount, fs.ViewOptions{Host: true, AllowOther: d.cfg.Workspace.AllowOther}); err != nil {
 		return err
 	}

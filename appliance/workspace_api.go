@@ -1,6 +1,7 @@
 package appliance
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 
@@ -58,4 +59,56 @@ func (s *server) BranchSession(w http.ResponseWriter, r *http.Request) {
 	if decode(w, r, maxBody, &req) {
 		result(w, http.StatusCreated, req, s.d.store.Branch(req.Session, req.Snapshot, req.From, req.NewSession))
 	}
+}
+
+func (s *server) DownloadSessionArchive(w http.ResponseWriter, r *http.Request, id string, params api.DownloadSessionArchiveParams) {
+	format := string(params.Format)
+	if format == "" {
+		format = fs.FormatTarGz
+	}
+	aw := &archiveWriter{w: w, id: id, format: format}
+	err := s.d.DownloadArchive(aw, id, format, params.Home)
+	switch {
+	case err != nil && !aw.started:
+		fail(w, apiError(err))
+	case err != nil:
+		// Headers and part of the archive are out: cut the connection so
+		// that the client sees a failed transfer, never a short archive
+		// that looks whole.
+		panic(http.ErrAbortHandler)
+	case !aw.started:
+		aw.start() // an empty archive still has its headers
+	}
+}
+
+// archiveWriter sends the download's headers with its first bytes, so an
+// error before them (no such session) is still an error response.
+type archiveWriter struct {
+	w          http.ResponseWriter
+	id, format string
+	started    bool
+}
+
+func (a *archiveWriter) Write(p []byte) (int, error) {
+	if !a.started {
+		a.start()
+	}
+	return a.w.Write(p)
+}
+
+func (a *archiveWriter) start() {
+	a.started = true
+	ct := "application/gzip"
+	if a.format == fs.FormatZip {
+		ct = "application/zip"
+	}
+	a.w.Header().Set("Content-Type", ct)
+	a.w.Header().Set("X-Content-Type-Options", "nosniff")
+	a.w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", a.id+"."+a.format))
+	a.w.WriteHeader(http.StatusOK)
+}
+
+func (s *server) UploadSessionArchive(w http.ResponseWriter, r *http.Request, id string, params api.UploadSessionArchiveParams) {
+	got, err := s.d.UploadArchive(id, params.Dir, string(params.Format), r.Body)
+	result(w, http.StatusOK, got, err)
 }

@@ -443,6 +443,12 @@ func (s *Store) MkdirAll(id, p string, owner Owner) error {
 // content of r, copying at most limit bytes (0: no limit beyond the
 // session's quota). The file appears complete or not at all.
 func (s *Store) WriteFile(id, p string, r io.Reader, limit int64, owner Owner) (int64, error) {
+	return s.writeFile(id, p, r, limit, owner, true)
+}
+
+// writeFile is WriteFile; without durable neither the data nor the
+// journal is synced (a caller writing many files syncs once at the end).
+func (s *Store) writeFile(id, p string, r io.Reader, limit int64, owner Owner, durable bool) (int64, error) {
 	if _, err := splitPath(p); err != nil {
 		return 0, err
 	}
@@ -468,7 +474,7 @@ func (s *Store) WriteFile(id, p string, r io.Reader, limit int64, owner Owner) (
 		src = io.LimitReader(r, limit+1)
 	}
 	n, err := io.Copy(f, src)
-	if err == nil {
+	if err == nil && durable {
 		err = f.Sync()
 	}
 	f.Close()
@@ -479,7 +485,7 @@ func (s *Store) WriteFile(id, p string, r io.Reader, limit int64, owner Owner) (
 		os.Remove(f.Name())
 		return 0, fmt.Errorf("write %s: %w", p, err)
 	}
-	if err := s.linkBlob(id, p, blob, n, owner); err != nil {
+	if err := s.linkBlob(id, p, blob, n, owner, durable); err != nil {
 		os.Remove(f.Name())
 		return 0, err
 	}
@@ -487,7 +493,7 @@ func (s *Store) WriteFile(id, p string, r io.Reader, limit int64, owner Owner) (
 }
 
 // linkBlob puts a finished blob in the tree at path, replacing a file.
-func (s *Store) linkBlob(id, p string, blob uint64, size int64, owner Owner) error {
+func (s *Store) linkBlob(id, p string, blob uint64, size int64, owner Owner, durable bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sess, err := s.sessionLocked(id)
@@ -529,6 +535,9 @@ func (s *Store) linkBlob(id, p string, blob uint64, size int64, owner Owner) err
 	}
 	s.events.publish(Event{Session: id, Path: s.relPath(sess, dir, name), Op: OpWritten})
 	s.changedInode(nil, sess, ino)
+	if !durable {
+		return nil
+	}
 	return s.syncLocked()
 }
 

@@ -223,6 +223,42 @@ func (e JobOutputParamsStream) Valid() bool {
 	}
 }
 
+// Defines values for DownloadSessionArchiveParamsFormat.
+const (
+	DownloadSessionArchiveParamsFormatTarGz DownloadSessionArchiveParamsFormat = "tar.gz"
+	DownloadSessionArchiveParamsFormatZip   DownloadSessionArchiveParamsFormat = "zip"
+)
+
+// Valid indicates whether the value is a known member of the DownloadSessionArchiveParamsFormat enum.
+func (e DownloadSessionArchiveParamsFormat) Valid() bool {
+	switch e {
+	case DownloadSessionArchiveParamsFormatTarGz:
+		return true
+	case DownloadSessionArchiveParamsFormatZip:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UploadSessionArchiveParamsFormat.
+const (
+	UploadSessionArchiveParamsFormatTarGz UploadSessionArchiveParamsFormat = "tar.gz"
+	UploadSessionArchiveParamsFormatZip   UploadSessionArchiveParamsFormat = "zip"
+)
+
+// Valid indicates whether the value is a known member of the UploadSessionArchiveParamsFormat enum.
+func (e UploadSessionArchiveParamsFormat) Valid() bool {
+	switch e {
+	case UploadSessionArchiveParamsFormatTarGz:
+		return true
+	case UploadSessionArchiveParamsFormatZip:
+		return true
+	default:
+		return false
+	}
+}
+
 // AddCreditsRequest defines model for AddCreditsRequest.
 type AddCreditsRequest struct {
 	// Note Who added them and why.
@@ -1057,6 +1093,18 @@ type TopUpRequest struct {
 	Usd float64 `json:"usd"`
 }
 
+// Unpacked defines model for Unpacked.
+type Unpacked struct {
+	// Bytes Bytes of file content written.
+	Bytes int64 `json:"bytes"`
+
+	// Dir Where the archive was unpacked, relative to the session ("inputs" or "inputs/data").
+	Dir string `json:"dir"`
+
+	// Files Files
+	Files int64 `json:"files"`
+}
+
 // Usage What the sandbox uses now, as the host measures it; absent when it is stopped or its machine tier cannot say. Limits of 0 mean none.
 type Usage struct {
 	// CpuTime CPU time used since it started, as a Go duration ("1.52s").
@@ -1198,6 +1246,30 @@ type ListAgentSessionsParams struct {
 	// Limit Default 100, at most 10000.
 	Limit int `form:"limit,omitempty" json:"limit,omitempty,omitzero"`
 }
+
+// DownloadSessionArchiveParams defines parameters for DownloadSessionArchive.
+type DownloadSessionArchiveParams struct {
+	// Format tar.gz (default) or zip.
+	Format DownloadSessionArchiveParamsFormat `form:"format,omitempty" json:"format,omitempty,omitzero"`
+
+	// Home Include the session's private .home.
+	Home bool `form:"home,omitempty" json:"home,omitempty,omitzero"`
+}
+
+// DownloadSessionArchiveParamsFormat defines parameters for DownloadSessionArchive.
+type DownloadSessionArchiveParamsFormat string
+
+// UploadSessionArchiveParams defines parameters for UploadSessionArchive.
+type UploadSessionArchiveParams struct {
+	// Format tar.gz or zip; default: told by the body's first bytes.
+	Format UploadSessionArchiveParamsFormat `form:"format,omitempty" json:"format,omitempty,omitzero"`
+
+	// Dir A directory under inputs/ to unpack into, which must not exist ("data" or "runs/3").
+	Dir string `form:"dir,omitempty" json:"dir,omitempty,omitzero"`
+}
+
+// UploadSessionArchiveParamsFormat defines parameters for UploadSessionArchive.
+type UploadSessionArchiveParamsFormat string
 
 // DeleteSnapshotParams defines parameters for DeleteSnapshot.
 type DeleteSnapshotParams struct {
@@ -1933,6 +2005,38 @@ type ClientInterface interface {
 	//
 	// Corresponds with DELETE /v1/workspace/sessions/{id} (the `DeleteSession` operationId).
 	DeleteSession(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DownloadSessionArchive Stream the session as a .tar.gz or .zip, read from a snapshot taken for it (consistent while agents write; deleted after).
+	//
+	// Directories, regular files and symbolic links with their permission
+	// bits and modification times, paths relative to the session
+	// ("inputs/a.txt"). The private .home is left out unless home=true.
+	// Special files are left out; owners are not kept. In a zip a link is
+	// an entry whose mode says link and whose content is its target (as
+	// Info-ZIP writes it). The archive is streamed as it is made: an error
+	// after the first byte cuts the connection, so a cut-off archive never
+	// looks whole.
+	//
+	// Corresponds with GET /v1/workspace/sessions/{id}/archive (the `DownloadSessionArchive` operationId).
+	DownloadSessionArchive(ctx context.Context, id string, params *DownloadSessionArchiveParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UploadSessionArchiveWithBody Unpack the body, a .tar.gz or .zip, into the session's inputs/ (or inputs/DIR), all or nothing.
+	//
+	// Refused with bad_request, leaving nothing behind: paths that are
+	// absolute or climb out with "..", a name twice, an entry below a
+	// file or a link, hard links, devices, FIFOs, symbolic links that are
+	// absolute or lead out of the unpacked tree (links that stay inside
+	// are kept), a damaged archive. A name that exists already is
+	// refused with exists. Bytes and files are counted as written, not as
+	// declared: past workspace.upload_bytes or workspace.upload_files it
+	// is too_large, past the session's quota quota. Permission bits
+	// (without setuid, setgid, sticky) and modification times are kept;
+	// the files belong to the owner of inputs/.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/workspace/sessions/{id}/archive (the `UploadSessionArchive` operationId).
+	UploadSessionArchiveWithBody(ctx context.Context, id string, params *UploadSessionArchiveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeleteSnapshot Delete a snapshot.
 	//
@@ -3318,6 +3422,58 @@ func (c *Client) CreateSession(ctx context.Context, body CreateSessionJSONReques
 // Corresponds with DELETE /v1/workspace/sessions/{id} (the `DeleteSession` operationId).
 func (c *Client) DeleteSession(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDeleteSessionRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DownloadSessionArchive Stream the session as a .tar.gz or .zip, read from a snapshot taken for it (consistent while agents write; deleted after).
+//
+// Directories, regular files and symbolic links with their permission
+// bits and modification times, paths relative to the session
+// ("inputs/a.txt"). The private .home is left out unless home=true.
+// Special files are left out; owners are not kept. In a zip a link is
+// an entry whose mode says link and whose content is its target (as
+// Info-ZIP writes it). The archive is streamed as it is made: an error
+// after the first byte cuts the connection, so a cut-off archive never
+// looks whole.
+//
+// Corresponds with GET /v1/workspace/sessions/{id}/archive (the `DownloadSessionArchive` operationId).
+func (c *Client) DownloadSessionArchive(ctx context.Context, id string, params *DownloadSessionArchiveParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDownloadSessionArchiveRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UploadSessionArchiveWithBody Unpack the body, a .tar.gz or .zip, into the session's inputs/ (or inputs/DIR), all or nothing.
+//
+// Refused with bad_request, leaving nothing behind: paths that are
+// absolute or climb out with "..", a name twice, an entry below a
+// file or a link, hard links, devices, FIFOs, symbolic links that are
+// absolute or lead out of the unpacked tree (links that stay inside
+// are kept), a damaged archive. A name that exists already is
+// refused with exists. Bytes and files are counted as written, not as
+// declared: past workspace.upload_bytes or workspace.upload_files it
+// is too_large, past the session's quota quota. Permission bits
+// (without setuid, setgid, sticky) and modification times are kept;
+// the files belong to the owner of inputs/.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/workspace/sessions/{id}/archive (the `UploadSessionArchive` operationId).
+func (c *Client) UploadSessionArchiveWithBody(ctx context.Context, id string, params *UploadSessionArchiveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUploadSessionArchiveRequestWithBody(c.Server, id, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5919,6 +6075,138 @@ func NewDeleteSessionRequest(server string, id string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewDownloadSessionArchiveRequest constructs an http.Request for the DownloadSessionArchive method
+func NewDownloadSessionArchiveRequest(server string, id string, params *DownloadSessionArchiveParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workspace/sessions/%s/archive", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "format", params.Format, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "home", params.Home, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewUploadSessionArchiveRequestWithBody constructs an http.Request for the UploadSessionArchive method, with any body, and a specified content type
+func NewUploadSessionArchiveRequestWithBody(server string, id string, params *UploadSessionArchiveParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workspace/sessions/%s/archive", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "format", params.Format, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "dir", params.Dir, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewDeleteSnapshotRequest constructs an http.Request for the DeleteSnapshot method
 func NewDeleteSnapshotRequest(server string, params *DeleteSnapshotParams) (*http.Request, error) {
 	var err error
@@ -6797,6 +7085,40 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with DELETE /v1/workspace/sessions/{id} (the `DeleteSession` operationId).
 	DeleteSessionWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*DeleteSessionResponse, error)
+
+	// DownloadSessionArchiveWithResponse Stream the session as a .tar.gz or .zip, read from a snapshot taken for it (consistent while agents write; deleted after).
+	//
+	// Directories, regular files and symbolic links with their permission
+	// bits and modification times, paths relative to the session
+	// ("inputs/a.txt"). The private .home is left out unless home=true.
+	// Special files are left out; owners are not kept. In a zip a link is
+	// an entry whose mode says link and whose content is its target (as
+	// Info-ZIP writes it). The archive is streamed as it is made: an error
+	// after the first byte cuts the connection, so a cut-off archive never
+	// looks whole.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/workspace/sessions/{id}/archive (the `DownloadSessionArchive` operationId).
+	DownloadSessionArchiveWithResponse(ctx context.Context, id string, params *DownloadSessionArchiveParams, reqEditors ...RequestEditorFn) (*DownloadSessionArchiveResponse, error)
+
+	// UploadSessionArchiveWithBodyWithResponse Unpack the body, a .tar.gz or .zip, into the session's inputs/ (or inputs/DIR), all or nothing.
+	//
+	// Refused with bad_request, leaving nothing behind: paths that are
+	// absolute or climb out with "..", a name twice, an entry below a
+	// file or a link, hard links, devices, FIFOs, symbolic links that are
+	// absolute or lead out of the unpacked tree (links that stay inside
+	// are kept), a damaged archive. A name that exists already is
+	// refused with exists. Bytes and files are counted as written, not as
+	// declared: past workspace.upload_bytes or workspace.upload_files it
+	// is too_large, past the session's quota quota. Permission bits
+	// (without setuid, setgid, sticky) and modification times are kept;
+	// the files belong to the owner of inputs/.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workspace/sessions/{id}/archive (the `UploadSessionArchive` operationId).
+	UploadSessionArchiveWithBodyWithResponse(ctx context.Context, id string, params *UploadSessionArchiveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UploadSessionArchiveResponse, error)
 
 	// DeleteSnapshotWithResponse Delete a snapshot.
 	//
@@ -9727,6 +10049,95 @@ func (r DeleteSessionResponse) ContentType() string {
 	return ""
 }
 
+type DownloadSessionArchiveResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DownloadSessionArchiveResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DownloadSessionArchiveResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DownloadSessionArchiveResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DownloadSessionArchiveResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DownloadSessionArchiveResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UploadSessionArchiveResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Unpacked
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UploadSessionArchiveResponse) GetJSON200() *Unpacked {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r UploadSessionArchiveResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UploadSessionArchiveResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UploadSessionArchiveResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UploadSessionArchiveResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UploadSessionArchiveResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type DeleteSnapshotResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11018,6 +11429,52 @@ func (c *ClientWithResponses) DeleteSessionWithResponse(ctx context.Context, id 
 		return nil, err
 	}
 	return ParseDeleteSessionResponse(rsp)
+}
+
+// DownloadSessionArchiveWithResponse Stream the session as a .tar.gz or .zip, read from a snapshot taken for it (consistent while agents write; deleted after).
+//
+// Directories, regular files and symbolic links with their permission
+// bits and modification times, paths relative to the session
+// ("inputs/a.txt"). The private .home is left out unless home=true.
+// Special files are left out; owners are not kept. In a zip a link is
+// an entry whose mode says link and whose content is its target (as
+// Info-ZIP writes it). The archive is streamed as it is made: an error
+// after the first byte cuts the connection, so a cut-off archive never
+// looks whole.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/workspace/sessions/{id}/archive (the `DownloadSessionArchive` operationId).
+func (c *ClientWithResponses) DownloadSessionArchiveWithResponse(ctx context.Context, id string, params *DownloadSessionArchiveParams, reqEditors ...RequestEditorFn) (*DownloadSessionArchiveResponse, error) {
+	rsp, err := c.DownloadSessionArchive(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDownloadSessionArchiveResponse(rsp)
+}
+
+// UploadSessionArchiveWithBodyWithResponse Unpack the body, a .tar.gz or .zip, into the session's inputs/ (or inputs/DIR), all or nothing.
+//
+// Refused with bad_request, leaving nothing behind: paths that are
+// absolute or climb out with "..", a name twice, an entry below a
+// file or a link, hard links, devices, FIFOs, symbolic links that are
+// absolute or lead out of the unpacked tree (links that stay inside
+// are kept), a damaged archive. A name that exists already is
+// refused with exists. Bytes and files are counted as written, not as
+// declared: past workspace.upload_bytes or workspace.upload_files it
+// is too_large, past the session's quota quota. Permission bits
+// (without setuid, setgid, sticky) and modification times are kept;
+// the files belong to the owner of inputs/.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workspace/sessions/{id}/archive (the `UploadSessionArchive` operationId).
+func (c *ClientWithResponses) UploadSessionArchiveWithBodyWithResponse(ctx context.Context, id string, params *UploadSessionArchiveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UploadSessionArchiveResponse, error) {
+	rsp, err := c.UploadSessionArchiveWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUploadSessionArchiveResponse(rsp)
 }
 
 // DeleteSnapshotWithResponse Delete a snapshot.
@@ -13060,6 +13517,65 @@ func ParseDeleteSessionResponse(rsp *http.Response) (*DeleteSessionResponse, err
 	return response, nil
 }
 
+// ParseDownloadSessionArchiveResponse parses an HTTP response from a DownloadSessionArchiveWithResponse call
+func ParseDownloadSessionArchiveResponse(rsp *http.Response) (*DownloadSessionArchiveResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DownloadSessionArchiveResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUploadSessionArchiveResponse parses an HTTP response from a UploadSessionArchiveWithResponse call
+func ParseUploadSessionArchiveResponse(rsp *http.Response) (*UploadSessionArchiveResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UploadSessionArchiveResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Unpacked
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseDeleteSnapshotResponse parses an HTTP response from a DeleteSnapshotWithResponse call
 func ParseDeleteSnapshotResponse(rsp *http.Response) (*DeleteSnapshotResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -13344,6 +13860,12 @@ type ServerInterface interface {
 	// DeleteSession Delete a session and its snapshots.
 	// (DELETE /v1/workspace/sessions/{id})
 	DeleteSession(w http.ResponseWriter, r *http.Request, id string)
+	// DownloadSessionArchive Stream the session as a .tar.gz or .zip, read from a snapshot taken for it (consistent while agents write; deleted after).
+	// (GET /v1/workspace/sessions/{id}/archive)
+	DownloadSessionArchive(w http.ResponseWriter, r *http.Request, id string, params DownloadSessionArchiveParams)
+	// UploadSessionArchive Unpack the body, a .tar.gz or .zip, into the session's inputs/ (or inputs/DIR), all or nothing.
+	// (POST /v1/workspace/sessions/{id}/archive)
+	UploadSessionArchive(w http.ResponseWriter, r *http.Request, id string, params UploadSessionArchiveParams)
 	// DeleteSnapshot Delete a snapshot.
 	// (DELETE /v1/workspace/snapshots)
 	DeleteSnapshot(w http.ResponseWriter, r *http.Request, params DeleteSnapshotParams)
@@ -15099,6 +15621,116 @@ func (siw *ServerInterfaceWrapper) DeleteSession(w http.ResponseWriter, r *http.
 	handler.ServeHTTP(w, r)
 }
 
+// DownloadSessionArchive operation middleware
+func (siw *ServerInterfaceWrapper) DownloadSessionArchive(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params DownloadSessionArchiveParams
+
+	// ------------- Optional query parameter "format" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "format", r.URL.Query(), &params.Format, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "format"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "format", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "home" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "home", r.URL.Query(), &params.Home, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "home"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "home", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DownloadSessionArchive(w, r, id, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UploadSessionArchive operation middleware
+func (siw *ServerInterfaceWrapper) UploadSessionArchive(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params UploadSessionArchiveParams
+
+	// ------------- Optional query parameter "format" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "format", r.URL.Query(), &params.Format, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "format"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "format", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "dir" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "dir", r.URL.Query(), &params.Dir, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "dir"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "dir", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UploadSessionArchive(w, r, id, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // DeleteSnapshot operation middleware
 func (siw *ServerInterfaceWrapper) DeleteSnapshot(w http.ResponseWriter, r *http.Request) {
 
@@ -15317,6 +15949,8 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/workspace/sessions", wrapper.ListSessions)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/workspace/sessions", wrapper.CreateSession)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/workspace/sessions/{id}", wrapper.DeleteSession)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/workspace/sessions/{id}/archive", wrapper.DownloadSessionArchive)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/workspace/sessions/{id}/archive", wrapper.UploadSessionArchive)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/workspace/snapshots", wrapper.DeleteSnapshot)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/workspace/snapshots", wrapper.ListSnapshots)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/workspace/snapshots", wrapper.CreateSnapshot)

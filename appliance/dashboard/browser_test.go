@@ -411,6 +411,22 @@ func (l *live) executionPage(id string) {
 	if got != "application/octet-stream # Q2 report\n\ntotal 30\n" {
 		t.Errorf("clicking download made %q", got)
 	}
+	// The session's download button hands the browser the session as a
+	// .tar.gz (from a snapshot), with the report in it.
+	got = eval[string](t, l.page, `new Promise((done) => {
+	  const made = URL.createObjectURL;
+	  URL.createObjectURL = (b) => {
+	    URL.createObjectURL = made;
+	    new Response(b.stream().pipeThrough(new DecompressionStream('gzip'))).text().then((tar) =>
+	      done(['outputs/report.md', 'total 30', '.home/'].map((s) => s + ':' + tar.includes(s)).join(' ')), (err) => done('not gzip: ' + err));
+	    return made(b);
+	  };
+	  document.querySelector('#summary a.archive-targz').click();
+	  setTimeout(() => done('no blob: ' + (document.querySelector('#summary .error')?.innerText || '')), 10000);
+	})`)
+	if got != "outputs/report.md:true total 30:true .home/:false" {
+		t.Errorf("clicking the session's download .tar.gz made %q", got)
+	}
 	if n := eval[int](t, l.page, `document.querySelectorAll('#actions button').length`); n != 0 {
 		t.Errorf("a completed execution offers %d buttons, want neither Cancel nor Retry", n)
 	}

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -146,7 +148,115 @@ func workspaceCmd() *command {
 				return nil
 			}
 		}},
+		{name: "download", args: "SESSION", summary: "save the session as a .tar.gz or .zip (from a snapshot)", min: 1, max: 1, setup: func(fl *flag.FlagSet) action {
+			out := fl.String("o", "", "write to FILE (.tar.gz, .tgz or .zip: the format goes by the name; - for stdout); default: SESSION.tar.gz, or stdout when that is not a terminal")
+			format := fl.String("format", "", "tar.gz or zip, for stdout (default tar.gz)")
+			home := fl.Bool("home", false, "include the session's private .home (the agent CLI's own state)")
+			return func(inv *env) error {
+				c, err := inv.client()
+				if err != nil {
+					return err
+				}
+				return wsDownload(context.Background(), c, inv, inv.args[0], *out, *format, *home)
+			}
+		}},
+		{name: "upload", args: "SESSION ARCHIVE [DIR]", summary: "unpack a .tar.gz or .zip into the session's inputs/ (or inputs/DIR)", min: 2, max: 3, setup: func(*flag.FlagSet) action {
+			return func(inv *env) error {
+				c, err := inv.client()
+				if err != nil {
+					return err
+				}
+				dir := ""
+				if len(inv.args) > 2 {
+					dir = inv.args[2]
+				}
+				return wsUpload(context.Background(), c, inv, inv.args[0], inv.args[1], dir)
+			}
+		}},
 	}}
+}
+
+// archiveFormat is the format a file's name says, or "".
+func archiveFormat(name string) string {
+	switch {
+	case strings.HasSuffix(name, ".zip"):
+		return "zip"
+	case strings.HasSuffix(name, ".tar.gz"), strings.HasSuffix(name, ".tgz"):
+		return "tar.gz"
+	}
+	return ""
+}
+
+// wsDownload saves session's archive to out ("" chooses: see the flag),
+// through a temporary file renamed into place, so an archive cut short
+// never takes the name.
+func wsDownload(ctx context.Context, c *client.Client, inv *env, session, out, format string, home bool) error {
+	if out == "" {
+		if f, ok := inv.stdout.(*os.File); ok && isTerminal(f) {
+			out = session + ".tar.gz"
+		} else {
+			out = "-"
+		}
+	}
+	if out == "-" {
+		if format == "" {
+			format = "tar.gz"
+		}
+		if archiveFormat("x."+format) == "" {
+			return usageError{fmt.Sprintf("--format %q: use tar.gz or zip", format)}
+		}
+		_, err := c.DownloadArchive(ctx, session, format, home, inv.stdout)
+		return err
+	}
+	byName := archiveFormat(out)
+	switch {
+	case byName == "":
+		return usageError{fmt.Sprintf("-o %s: name the file .tar.gz, .tgz or .zip (the format goes by the name), or - for stdout", out)}
+	case format != "" && format != byName:
+		return usageError{fmt.Sprintf("--format %s and -o %s disagree: the name says %s", format, out, byName)}
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".hearth-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	n, err := c.DownloadArchive(ctx, session, byName, home, tmp)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), out)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(inv.stderr, "saved session %s to %s (%s)\n", session, out, humanize.IBytes(uint64(n)))
+	return nil
+}
+
+// wsUpload sends archive (a file, or - for stdin) to be unpacked.
+func wsUpload(ctx context.Context, c *client.Client, inv *env, session, archive, dir string) error {
+	var r io.Reader = inv.stdin
+	format := ""
+	if archive != "-" {
+		f, err := os.Open(archive)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		r = f
+		format = archiveFormat(archive) // else the daemon tells by the first bytes
+	}
+	got, err := c.UploadArchive(ctx, session, dir, format, r)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(inv.stdout, "unpacked %s into %s/%s: %s files, directories and links, %s\n", archive, session, got.Dir,
+		humanize.Comma(got.Files), humanize.IBytes(uint64(got.Bytes)))
+	return nil
 }
 
 // notFoundHint says how to list what exists when a workspace command

@@ -124,6 +124,12 @@ export function query(params) {
 
 export const executionPath = (id) => `/v1/executions/${encodeURIComponent(id)}`;
 
+// archiveURL is where a workspace session downloads from, as a .tar.gz
+// or .zip taken from a snapshot (GET /v1/workspace/sessions/{id}/archive).
+export function archiveURL(session, format) {
+  return `/v1/workspace/sessions/${encodeURIComponent(session)}/archive?format=${encodeURIComponent(format)}`;
+}
+
 // outputURL is where an output file downloads from: its path relative to
 // outputs/, with '/' written %2F, as the API wants.
 export function outputURL(execution, path) {

@@ -3,7 +3,7 @@
 // Events from the API, resumed with Last-Event-ID if the connection
 // drops).
 
-import { get, post, executionPath, outputURL, authFetch, sessionQuery, query } from '../api.js';
+import { get, post, executionPath, outputURL, archiveURL, authFetch, sessionQuery, query } from '../api.js';
 import { h, replace, badge, poll, errorBox } from '../dom.js';
 import { usd, turnsOf, spendOf, ranFor, terminal, bytes, count, when, oneLine } from '../format.js';
 import { renderEvent, attachResult } from './events.js';
@@ -139,7 +139,7 @@ function showSummary(v) {
   const rows = [
     ['status', badge(e.status)],
     ['agent', e.agent],
-    ['session', e.session],
+    ['session', [e.session, ' ', archiveLink(e.session, 'tar.gz'), ' ', archiveLink(e.session, 'zip')]],
     ['kind', e.previous ? [e.kind, ' of ', h('a', { href: `#/execution/${encodeURIComponent(e.previous)}` }, e.previous)] : e.kind],
     ['parent', e.parent ? [h('a', { href: `#/execution/${encodeURIComponent(e.parent)}`, id: 'parent-link' }, e.parent), ` (depth ${e.depth})`] : null],
     ['prompt', h('span', { class: 'prompt' }, e.prompt)],
@@ -232,7 +232,14 @@ async function loadOutputs(v) {
       h('td', {}, bytes(f.size)),
       h('td', {}, when(f.modified)),
       h('td', {}, h('button', { class: 'link open', onclick: () => openFile(v, f) }, 'open')),
-      h('td', {}, h('a', { class: 'download', href: '#', dataset: { url: outputURL(v.id, f.path) }, onclick: (e) => download(e, f) }, 'download')))))));
+      h('td', {}, h('a', { class: 'download', href: '#', dataset: { url: outputURL(v.id, f.path) }, onclick: (e) => download(e, f.path.split('/').pop()) }, 'download')))))));
+}
+
+// archiveLink downloads the whole session (its .home left out) as an
+// archive of format, read by the daemon from a snapshot.
+function archiveLink(session, format) {
+  return h('a', { class: `archive archive-${format.replace('.', '')}`, href: '#', title: `download the session's files as a .${format}`,
+    dataset: { url: archiveURL(session, format) }, onclick: (e) => download(e, `${session}.${format}`) }, `download .${format}`);
 }
 
 // loadClaims shows the leases on workspace paths the execution holds, if
@@ -252,9 +259,9 @@ async function loadClaims(v) {
       h('code', {}, c.path), h('span', { class: 'muted' }, ` until ${when(c.expires)}`)))));
 }
 
-// download saves an output: fetched with the session (a plain link
+// download saves an output or an archive as name: fetched with the session (a plain link
 // would carry none), then handed to the browser as a blob.
-async function download(e, f) {
+async function download(e, name) {
   e.preventDefault();
   const link = e.currentTarget;
   try {
@@ -263,7 +270,7 @@ async function download(e, f) {
     // Typed as bytes whatever the file: a blob: URL is this origin's, and
     // an agent's HTML opened from it would run with the session.
     const url = URL.createObjectURL(new Blob([await resp.arrayBuffer()], { type: 'application/octet-stream' }));
-    const a = h('a', { href: url, download: f.path.split('/').pop() });
+    const a = h('a', { href: url, download: name });
     a.click();
     setTimeout(() => URL.revokeObjectURL(url), 60000);
   } catch (err) {
