@@ -29,8 +29,7 @@ import (
 // and its README example run against a live daemon.
 
 // sdkOperations are the operations both SDKs must cover: the main API of
-// sandboxes, agents and the workspace. Exposed ports join the list when
-// their operations are in the document.
+// sandboxes (their exposed ports included), agents and the workspace.
 var sdkOperations = []string{
 	"getHealth", "getOpenAPIDocument",
 	// sandboxes
@@ -38,6 +37,7 @@ var sdkOperations = []string{
 	"uploadSandboxFile", "downloadSandboxFile", "statSandboxFile", "listSandboxDir",
 	"startJob", "listJobs", "getJob", "jobOutput", "stopJob",
 	"createCheckpoint", "listCheckpoints", "restoreCheckpoint",
+	"exposePort", "listPorts", "closePort", "revokePublicPort",
 	// agents
 	"listAgents", "delegateTask", "getExecution", "listExecutions", "executionEvents", "cancelExecution", "retryExecution",
 	"resumeSession", "listAgentSessions", "listOutputs", "downloadOutput",

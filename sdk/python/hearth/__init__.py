@@ -383,10 +383,24 @@ class Sandboxes:
         return self._c._call("POST", "/v1/sandboxes/{id}/checkpoints/{name}/restore", params={"id": id, "name": name})
 
     # -- ports -----------------------------------------------------------
-    # Exposed ports and preview URLs (issue 18, item 2) are being added to
-    # the API; their methods go here (expose, ports, unexpose), each a
-    # _call with the document's method and path, and their operationIds in
-    # appliance/sdk_test.go's sdkOperations.
+
+    def expose(self, id: str, port: int, public: bool = False) -> dict:
+        """Serves port of the sandbox at a preview URL on the daemon (it needs
+        api.tcp): url needs the API token as a bearer; with public, public_url
+        is a link anyone may open."""
+        body: dict = {"port": port}
+        if public:
+            body["public"] = True
+        return self._c._call("POST", "/v1/sandboxes/{id}/ports", params={"id": id}, json_body=body)
+
+    def ports(self, id: str) -> list:
+        return self._c._call("GET", "/v1/sandboxes/{id}/ports", params={"id": id})
+
+    def unexpose(self, id: str, port: int) -> dict:
+        return self._c._call("DELETE", "/v1/sandboxes/{id}/ports/{port}", params={"id": id, "port": str(port)})
+
+    def revoke_public(self, id: str, port: int) -> dict:
+        return self._c._call("DELETE", "/v1/sandboxes/{id}/ports/{port}/public", params={"id": id, "port": str(port)})
 
 
 class Agents:

@@ -379,10 +379,23 @@ export class Sandboxes {
     return this.c.call('POST', '/v1/sandboxes/{id}/checkpoints/{name}/restore', { params: { id, name } });
   }
 
-  // Ports: exposed ports and preview URLs (issue 18, item 2) are being
-  // added to the API; their methods go here (expose, ports, unexpose), each
-  // a call with the document's method and path, and their operationIds in
-  // appliance/sdk_test.go's sdkOperations.
+  /**
+   * Serves port of the sandbox at a preview URL on the daemon (it needs
+   * api.tcp): url needs the API token as a bearer; with public, public_url
+   * is a link anyone may open.
+   */
+  expose(id: string, port: number, opts: { public?: boolean } = {}): Promise<Json> {
+    return this.c.call('POST', '/v1/sandboxes/{id}/ports', { params: { id }, json: opts.public ? { port, public: true } : { port } });
+  }
+  ports(id: string): Promise<Json[]> {
+    return this.c.call('GET', '/v1/sandboxes/{id}/ports', { params: { id } });
+  }
+  unexpose(id: string, port: number): Promise<Json> {
+    return this.c.call('DELETE', '/v1/sandboxes/{id}/ports/{port}', { params: { id, port: String(port) } });
+  }
+  revokePublic(id: string, port: number): Promise<Json> {
+    return this.c.call('DELETE', '/v1/sandboxes/{id}/ports/{port}/public', { params: { id, port: String(port) } });
+  }
 }
 
 /** Agents: delegate tasks, follow them, fetch their outputs. */

@@ -71,6 +71,12 @@ try {
   await expectError('conflict', c.sandboxes.run('ts-sdk', ['true']));
   check((await c.sandboxes.resume('ts-sdk')).status === 'running', 'resumed');
   await c.sandboxes.run('ts-sdk', ['sh', '-c', 'echo kept > "$HOME/keep"']);
+  const exposed = await c.sandboxes.expose('ts-sdk', 8000, { public: true });
+  check(exposed.port === 8000 && exposed.url.startsWith('http://') && exposed.public_url, `exposed ${JSON.stringify(exposed)}`);
+  check(eq((await c.sandboxes.ports('ts-sdk')).map((p) => p.port), [8000]), 'ports list');
+  check(!(await c.sandboxes.revokePublic('ts-sdk', 8000)).public_url, 'public link revoked');
+  await c.sandboxes.unexpose('ts-sdk', 8000);
+  check((await c.sandboxes.ports('ts-sdk')).length === 0, 'port closed');
   const cp = await c.sandboxes.checkpoint('ts-sdk', 'cp1');
   check(cp.name === 'cp1', `checkpoint ${JSON.stringify(cp)}`);
   await c.sandboxes.run('ts-sdk', ['sh', '-c', 'rm "$HOME/keep"']);
