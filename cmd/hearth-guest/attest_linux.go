@@ -10,9 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -227,6 +229,11 @@ func attestMemory() AttestCheck {
 // attestPids starts idle children until the kernel refuses one: it must
 // refuse before limit of them run (this probe counts too).
 func attestPids(limit int) AttestCheck {
+	// Once the machine can start no more tasks, this process cannot
+	// either: a Go runtime that wanted one more thread then would die
+	// ("failed to create new OS thread"). Threads made now and left idle
+	// are reused instead.
+	spareThreads(8)
 	var kids []*exec.Cmd
 	var stdins []io.Closer
 	var err error
@@ -256,6 +263,28 @@ func attestPids(limit int) AttestCheck {
 		return check("pids", fmt.Errorf("started %d processes under a limit of %d before %v", len(kids), limit, err), "")
 	}
 	return check("pids", nil, fmt.Sprintf("the %dth process was refused (%v), limit %d", len(kids)+1, err, limit))
+}
+
+// spareThreads makes the runtime start n threads and leaves them idle,
+// for it to reuse rather than start new ones.
+func spareThreads(n int) {
+	var started sync.WaitGroup
+	release := make(chan struct{})
+	var done sync.WaitGroup
+	for range n {
+		started.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			runtime.LockOSThread() // a thread of its own, started for it
+			started.Done()
+			<-release
+			runtime.UnlockOSThread() // the thread goes idle, to be reused
+		}()
+	}
+	started.Wait()
+	close(release)
+	done.Wait()
 }
 
 func procStatus() (map[string]string, error) {
