@@ -19,6 +19,15 @@ ensure_packages() {
   fi
 }
 
+# ensure_command installs the Debian packages after CMD when the command
+# CMD is missing: a host may have it from elsewhere (a Node.js that
+# bundles npm conflicts with Debian's npm package).
+ensure_command() {
+  local cmd=$1
+  shift
+  command -v "$cmd" >/dev/null || ensure_packages "$@"
+}
+
 # ensure_go makes sure a Go that can build go.mod's version is on PATH.
 ensure_go() {
   export PATH="/usr/local/go/bin:$PATH"

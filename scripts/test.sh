@@ -21,7 +21,9 @@ ensure_packages chromium qemu-system-x86 qemu-system-common
 # nodejs, npm, python3: the SDKs' tests run against a live daemon; the
 # TypeScript SDK is compiled with its pinned compiler (sdk/typescript's
 # devDependencies).
-ensure_packages nodejs npm python3
+ensure_packages python3
+ensure_command node nodejs
+ensure_command npm npm
 (cd sdk/typescript && npm install --no-audit --no-fund --loglevel=error)
 
 echo "==> go vet"
