@@ -132,7 +132,7 @@ func TestBuiltin(t *testing.T) {
 	if err != nil {
 		t.Fatalf("BuiltinCatalog() = %v", err)
 	}
-	if got, want := strings.Join(c.Names(), " "), "base base-trixie claude-code codex gemini node node-trixie opencode"; got != want {
+	if got, want := strings.Join(c.Names(), " "), "base base-trixie claude-code code-server codex full gemini node node-trixie opencode python"; got != want {
 		t.Errorf("Names() = %q, want %q", got, want)
 	}
 	chain, err := c.chain("claude-code")

@@ -257,6 +257,10 @@ func (bd *build) npmInstall(ctx context.Context) error {
 	// some report a failure only there and still exit 0. No npm log
 	// file: it would be deleted with the failed build, yet npm's error
 	// would end by pointing at it.
+	// npm 7 and later run a global install's scripts as root anyway (the
+	// owner of the prefix); npm_config_unsafe_perm tells scripts written
+	// for npm 6's rule so, which code-server's postinstall requires.
+	env = append(env, "npm_config_unsafe_perm=true")
 	install := append(append([]string{"env"}, env...), "npm", "install", "-g",
 		"--no-fund", "--no-audit", "--foreground-scripts", "--logs-max=0")
 	err = bd.chroot(ctx, nil, nil, append(install, bd.r.Npm...)...)
