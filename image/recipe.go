@@ -26,6 +26,11 @@ type Recipe struct {
 	Suite  string `toml:"suite"`
 	// Apt lists Debian packages, installed without recommends.
 	Apt []string `toml:"apt"`
+	// Run lists shell commands run as root in the image after Apt and
+	// before Npm, each of which must exit 0: for what packages cannot
+	// say, such as seeding a download cache an npm install script would
+	// otherwise fill from a host the build cannot reach.
+	Run []string `toml:"run"`
 	// Npm lists npm packages installed globally with the image's own npm.
 	Npm   []string          `toml:"npm"`
 	Files []File            `toml:"files"`
@@ -82,7 +87,7 @@ var (
 	userRe   = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
 )
 
-const knownKeys = "name, parent, suite, apt, npm, files, env, user, check"
+const knownKeys = "name, parent, suite, apt, run, npm, files, env, user, check, cli"
 
 // Load reads and checks the recipe at path; files it copies are relative to
 // path's directory.
@@ -248,12 +253,19 @@ func (r *Recipe) validateCLI() error {
 }
 
 func (r *Recipe) validateCheck() error {
-	for i, c := range r.Check {
+	if err := validateCommands("check", r.Check, "codex --version"); err != nil {
+		return err
+	}
+	return validateCommands("run", r.Run, "mkdir -p /opt/x")
+}
+
+func validateCommands(key string, cmds []string, example string) error {
+	for i, c := range cmds {
 		switch {
 		case strings.TrimSpace(c) == "":
-			return fmt.Errorf("check[%d]: empty; want a command such as \"codex --version\"", i)
+			return fmt.Errorf("%s[%d]: empty; want a command such as %q", key, i, example)
 		case strings.ContainsAny(c, "\n\r\x00"):
-			return fmt.Errorf("check[%d]: must be one line; write one command per entry", i)
+			return fmt.Errorf("%s[%d]: must be one line; write one command per entry", key, i)
 		}
 	}
 	return nil

@@ -24,7 +24,10 @@ npm = ["@anthropic-ai/claude-code", "typescript@5"]
 files = [{src = "hello.sh", dst = "/usr/local/bin/hello", mode = "0755"}]
 env = {A = "1", PATH_EXTRA = "/opt/bin"}
 user = {name = "agent", uid = 1000}
-check = ["claude --version", "test -x /usr/local/bin/hello"]`, ""},
+check = ["claude --version", "test -x /usr/local/bin/hello"]
+run = ["mkdir -p /opt/x"]`, ""},
+		{"empty run", "name = \"c\"\nparent = \"b\"\nrun = [\"true\", \" \"]", "run[1]: empty"},
+		{"two-line run", "name = \"c\"\nparent = \"b\"\nrun = [\"a\\nb\"]", "run[0]: must be one line"},
 		{"unknown key", "name = \"b\"\nsuite = \"bookworm\"\npackages = [\"git\"]", "unknown key packages"},
 		{"unknown nested key", "name = \"b\"\nsuite = \"bookworm\"\nuser = {name = \"a\", uid = 1000, home = \"/h\"}", "unknown key user.home"},
 		{"syntax error", "name = \"b", "recipe r.toml:"},
