@@ -130,7 +130,9 @@ func TestCodeServerImage(t *testing.T) {
 	if !recipePins(t, "code-server", "code-server@"+npmVersion(img, "code-server")) {
 		t.Fatalf("manifest of code-server records code-server %q, not the recipe's pin", npmVersion(img, "code-server"))
 	}
-	version := execOut(t, m, "code-server", "--version")
+	// The first run also says it wrote a default config file.
+	out := execOut(t, m, "code-server", "--version")
+	version := out[strings.LastIndex(out, "\n")+1:]
 	t.Logf("code-server --version: %s", version)
 	if !strings.HasPrefix(version, npmVersion(img, "code-server")+" ") {
 		t.Errorf("code-server --version = %q, want it to start with %s", version, npmVersion(img, "code-server"))
@@ -139,6 +141,7 @@ func TestCodeServerImage(t *testing.T) {
 	// the page (following the redirect to the folder) and a script it
 	// names, then stops it.
 	script := `set -e
+cd "$HOME"
 mkdir -p "$HOME/proj" && echo 'print("hi")' > "$HOME/proj/hello.py"
 code-server --auth none --bind-addr 127.0.0.1:8080 "$HOME/proj" > "$HOME/cs.log" 2>&1 &
 pid=$!
@@ -157,7 +160,7 @@ echo "script $src"
 curl -fsS -o /dev/null -w 'status %{http_code} bytes %{size_download}\n' "http://127.0.0.1:8080/$(echo "$src" | sed 's,^\./,,; s,^/,,')"
 cat page.html`
 	start := time.Now()
-	out := shOut(t, m, 3*time.Minute, script)
+	out = shOut(t, m, 3*time.Minute, script)
 	t.Logf("code-server started and served its page in %s", time.Since(start).Round(time.Millisecond))
 	head, page, _ := strings.Cut(out, "\n<!")
 	t.Logf("%s", head)
