@@ -32,9 +32,15 @@ type Recipe struct {
 	// otherwise fill from a host the build cannot reach.
 	Run []string `toml:"run"`
 	// Npm lists npm packages installed globally with the image's own npm.
-	Npm   []string          `toml:"npm"`
-	Files []File            `toml:"files"`
-	Env   map[string]string `toml:"env"`
+	Npm []string `toml:"npm"`
+	// NpmLocalScripts runs the npm packages' install scripts after
+	// installing them, as a local install in the global prefix's lib
+	// (npm rebuild), for packages whose scripts run npm install themselves
+	// (code-server). A failing script of an optional dependency then
+	// fails the build, which npm install -g would skip.
+	NpmLocalScripts bool              `toml:"npm_local_scripts"`
+	Files           []File            `toml:"files"`
+	Env             map[string]string `toml:"env"`
 	// User is the default user; nil keeps the parent's.
 	User *User `toml:"user"`
 	// Check lists shell commands run at the end of the build as the
@@ -87,7 +93,7 @@ var (
 	userRe   = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
 )
 
-const knownKeys = "name, parent, suite, apt, run, npm, files, env, user, check, cli"
+const knownKeys = "name, parent, suite, apt, run, npm, npm_local_scripts, files, env, user, check, cli"
 
 // Load reads and checks the recipe at path; files it copies are relative to
 // path's directory.
@@ -168,6 +174,9 @@ func (r *Recipe) validateBase() error {
 }
 
 func (r *Recipe) validatePackages() error {
+	if r.NpmLocalScripts && len(r.Npm) == 0 {
+		return errors.New("npm_local_scripts: only for recipes with npm packages")
+	}
 	for i, p := range r.Apt {
 		if !debRe.MatchString(p) {
 			return fmt.Errorf("apt[%d] = %q: not a Debian package name", i, p)

@@ -25,7 +25,9 @@ files = [{src = "hello.sh", dst = "/usr/local/bin/hello", mode = "0755"}]
 env = {A = "1", PATH_EXTRA = "/opt/bin"}
 user = {name = "agent", uid = 1000}
 check = ["claude --version", "test -x /usr/local/bin/hello"]
-run = ["mkdir -p /opt/x"]`, ""},
+run = ["mkdir -p /opt/x"]
+npm_local_scripts = true`, ""},
+		{"npm_local_scripts without npm", "name = \"c\"\nparent = \"b\"\nnpm_local_scripts = true", "npm_local_scripts: only for recipes with npm packages"},
 		{"empty run", "name = \"c\"\nparent = \"b\"\nrun = [\"true\", \" \"]", "run[1]: empty"},
 		{"two-line run", "name = \"c\"\nparent = \"b\"\nrun = [\"a\\nb\"]", "run[0]: must be one line"},
 		{"unknown key", "name = \"b\"\nsuite = \"bookworm\"\npackages = [\"git\"]", "unknown key packages"},

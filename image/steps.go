@@ -256,25 +256,15 @@ func (bd *build) npmInstall(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// The packages go in with npm install -g, their install scripts run
-	// after with npm rebuild in the global prefix's lib, as a local
-	// install there: scripts see no npm_config_global, which npm exports
-	// to scripts of a -g install, and under which a script's own "npm
-	// install" (code-server's postinstall runs one in lib/vscode)
-	// installs its directory globally in place of the package itself.
-	// rebuild covers every package there, so a parent's run again.
-	//
 	// --foreground-scripts puts install scripts' output in the build log:
 	// some report a failure only there and still exit 0. No npm log
 	// file: it would be deleted with the failed build, yet npm's error
-	// would end by pointing at it. npm 7 and later run scripts as root
-	// here anyway (the owner of the prefix); npm_config_unsafe_perm tells
-	// scripts written for npm 6's rule so (code-server's requires it).
-	env = append(env, "npm_config_unsafe_perm=true")
+	// would end by pointing at it.
 	npm := append(append([]string{"env"}, env...), "npm", "--no-fund", "--no-audit", "--logs-max=0")
-	err = bd.chroot(ctx, nil, nil, append(append(npm, "install", "-g", "--ignore-scripts"), bd.r.Npm...)...)
-	if err == nil {
-		err = bd.sh(ctx, nil, `cd /usr/local/lib && exec "$@"`, append(npm, "rebuild", "--no-bin-links", "--foreground-scripts")...)
+	if !bd.r.NpmLocalScripts {
+		err = bd.chroot(ctx, nil, nil, append(append(npm, "install", "-g", "--foreground-scripts"), bd.r.Npm...)...)
+	} else {
+		err = bd.npmLocalScripts(ctx, npm)
 	}
 	if rerr := bd.sh(ctx, nil, `set -e; npm cache clean --force; rm -rf /root/.npm /tmp/* /tmp/.[!.]*`); err == nil {
 		err = rerr
@@ -289,6 +279,23 @@ func (bd *build) run1(ctx context.Context, command string) error {
 		return err
 	}
 	return bd.sh(ctx, nil, "set -e; "+command)
+}
+
+// npmLocalScripts installs the packages with npm install -g and runs
+// their install scripts after, with npm rebuild in the global prefix's lib
+// as a local install there: scripts then see no npm_config_global, which
+// npm exports to the scripts of a -g install and under which a script's
+// own "npm install" (code-server's postinstall runs one in lib/vscode)
+// installs its directory globally in place of the package itself. npm 7
+// and later run these scripts as root (the owner of the prefix);
+// npm_config_unsafe_perm tells scripts written for npm 6's rule so, which
+// code-server's requires.
+func (bd *build) npmLocalScripts(ctx context.Context, npm []string) error {
+	npm = append([]string{npm[0], "npm_config_unsafe_perm=true"}, npm[1:]...)
+	if err := bd.chroot(ctx, nil, nil, append(append(npm, "install", "-g", "--ignore-scripts"), bd.r.Npm...)...); err != nil {
+		return err
+	}
+	return bd.sh(ctx, nil, `cd /usr/local/lib && exec "$@"`, append(npm, "rebuild", "--no-bin-links", "--foreground-scripts")...)
 }
 
 // hostCAs is the host's CA bundle, where Debian keeps it.
