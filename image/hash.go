@@ -15,15 +15,19 @@ const buildVersion = 1
 // canonical is what a recipe's hash covers: every field, in a fixed order
 // and with defaults filled in, so formatting and key order do not matter.
 type canonical struct {
-	Version int               `json:"version"`
-	Name    string            `json:"name"`
-	Parent  string            `json:"parent"`
-	Suite   string            `json:"suite"`
-	Apt     []string          `json:"apt"`
-	Npm     []string          `json:"npm"`
-	Files   []canonicalFile   `json:"files"`
-	Env     map[string]string `json:"env"`
-	User    *User             `json:"user"`
+	Version int      `json:"version"`
+	Name    string   `json:"name"`
+	Parent  string   `json:"parent"`
+	Suite   string   `json:"suite"`
+	Apt     []string `json:"apt"`
+	// Run is omitted when empty, as Check is.
+	Run []string `json:"run,omitempty"`
+	Npm []string `json:"npm"`
+	// NpmLocalScripts is omitted when false, as Run when empty.
+	NpmLocalScripts bool              `json:"npm_local_scripts,omitempty"`
+	Files           []canonicalFile   `json:"files"`
+	Env             map[string]string `json:"env"`
+	User            *User             `json:"user"`
 	// Check is omitted when empty, so recipes without one keep the
 	// hashes (and cached images) they had before checks existed.
 	Check []string `json:"check,omitempty"`
@@ -61,7 +65,7 @@ func (r *Recipe) hash(parentHash string) (string, error) {
 	}
 	data, err := json.Marshal(canonical{
 		Version: buildVersion, Name: r.Name, Parent: r.Parent, Suite: r.Suite,
-		Apt: r.Apt, Npm: r.Npm, Files: cf, Env: r.Env, User: r.User, Check: r.Check,
+		Apt: r.Apt, Run: r.Run, Npm: r.Npm, NpmLocalScripts: r.NpmLocalScripts, Files: cf, Env: r.Env, User: r.User, Check: r.Check,
 		ParentHash: parentHash,
 	})
 	if err != nil {

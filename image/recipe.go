@@ -26,10 +26,21 @@ type Recipe struct {
 	Suite  string `toml:"suite"`
 	// Apt lists Debian packages, installed without recommends.
 	Apt []string `toml:"apt"`
+	// Run lists shell commands run as root in the image after Apt and
+	// before Npm, each of which must exit 0: for what packages cannot
+	// say, such as seeding a download cache an npm install script would
+	// otherwise fill from a host the build cannot reach.
+	Run []string `toml:"run"`
 	// Npm lists npm packages installed globally with the image's own npm.
-	Npm   []string          `toml:"npm"`
-	Files []File            `toml:"files"`
-	Env   map[string]string `toml:"env"`
+	Npm []string `toml:"npm"`
+	// NpmLocalScripts runs the npm packages' install scripts after
+	// installing them, as a local install in the global prefix's lib
+	// (npm rebuild), for packages whose scripts run npm install themselves
+	// (code-server). A failing script of an optional dependency then
+	// fails the build, which npm install -g would skip.
+	NpmLocalScripts bool              `toml:"npm_local_scripts"`
+	Files           []File            `toml:"files"`
+	Env             map[string]string `toml:"env"`
 	// User is the default user; nil keeps the parent's.
 	User *User `toml:"user"`
 	// Check lists shell commands run at the end of the build as the
@@ -82,7 +93,7 @@ var (
 	userRe   = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
 )
 
-const knownKeys = "name, parent, suite, apt, npm, files, env, user, check"
+const knownKeys = "name, parent, suite, apt, run, npm, npm_local_scripts, files, env, user, check, cli"
 
 // Load reads and checks the recipe at path; files it copies are relative to
 // path's directory.
@@ -102,7 +113,7 @@ func Parse(file string, data []byte, src fs.FS) (*Recipe, error) {
 	if err != nil {
 		var perr toml.ParseError
 		if errors.As(err, &perr) {
-			return nil, fmt.Errorf("recipe %s: %s", file, perr.ErrorWithPosition())
+			return nil, fmt.Errorf("recipe %s: %s", file, withPosition(perr))
 		}
 		return nil, fmt.Errorf("recipe %s: %w", file, err)
 	}
@@ -117,6 +128,18 @@ func Parse(file string, data []byte, src fs.FS) (*Recipe, error) {
 		return nil, fmt.Errorf("recipe %s: %w", file, err)
 	}
 	return r, nil
+}
+
+// withPosition is the error with the line it is on, or without when the
+// TOML library cannot say: its ErrorWithPosition panics on some inputs
+// (a lone `"\` indexes a line before the first).
+func withPosition(perr toml.ParseError) (msg string) {
+	defer func() {
+		if recover() != nil {
+			msg = perr.Error()
+		}
+	}()
+	return perr.ErrorWithPosition()
 }
 
 func (r *Recipe) validate() error {
@@ -151,6 +174,9 @@ func (r *Recipe) validateBase() error {
 }
 
 func (r *Recipe) validatePackages() error {
+	if r.NpmLocalScripts && len(r.Npm) == 0 {
+		return errors.New("npm_local_scripts: only for recipes with npm packages")
+	}
 	for i, p := range r.Apt {
 		if !debRe.MatchString(p) {
 			return fmt.Errorf("apt[%d] = %q: not a Debian package name", i, p)
@@ -248,12 +274,19 @@ func (r *Recipe) validateCLI() error {
 }
 
 func (r *Recipe) validateCheck() error {
-	for i, c := range r.Check {
+	if err := validateCommands("check", r.Check, "codex --version"); err != nil {
+		return err
+	}
+	return validateCommands("run", r.Run, "mkdir -p /opt/x")
+}
+
+func validateCommands(key string, cmds []string, example string) error {
+	for i, c := range cmds {
 		switch {
 		case strings.TrimSpace(c) == "":
-			return fmt.Errorf("check[%d]: empty; want a command such as \"codex --version\"", i)
+			return fmt.Errorf("%s[%d]: empty; want a command such as %q", key, i, example)
 		case strings.ContainsAny(c, "\n\r\x00"):
-			return fmt.Errorf("check[%d]: must be one line; write one command per entry", i)
+			return fmt.Errorf("%s[%d]: must be one line; write one command per entry", key, i)
 		}
 	}
 	return nil

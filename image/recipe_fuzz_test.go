@@ -23,6 +23,7 @@ func FuzzRecipe(f *testing.F) {
 	for _, s := range []string{
 		"name = \"x\"\nsuite = \"bookworm\"\n[user]\nname = \"a\"\nuid = 0\n",
 		"name = \"x\"\nparent = \"x\"\n",
+		"name = \"x\"\nparent = \"base\"\nrun = [\"true\", \"\", \"a\\nb\"]\nnpm_local_scripts = true\n",
 		"name = \"x\"\nparent = \"base\"\ncheck = [\"x --version\", \"\", \"a\\nb\"]\n",
 		"name = \"x\"\nparent = \"base\"\nfiles = [{ src = \"../etc/passwd\", dst = \"/x\" }]\n",
 		"name = \"x\"\nparent = \"base\"\nfiles = [{ src = \"hello.sh\", dst = \"/x/../y\", mode = \"7777\" }]\n[env]\nA = \"a\\nb\"\n",

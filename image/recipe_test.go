@@ -24,10 +24,16 @@ npm = ["@anthropic-ai/claude-code", "typescript@5"]
 files = [{src = "hello.sh", dst = "/usr/local/bin/hello", mode = "0755"}]
 env = {A = "1", PATH_EXTRA = "/opt/bin"}
 user = {name = "agent", uid = 1000}
-check = ["claude --version", "test -x /usr/local/bin/hello"]`, ""},
+check = ["claude --version", "test -x /usr/local/bin/hello"]
+run = ["mkdir -p /opt/x"]
+npm_local_scripts = true`, ""},
+		{"npm_local_scripts without npm", "name = \"c\"\nparent = \"b\"\nnpm_local_scripts = true", "npm_local_scripts: only for recipes with npm packages"},
+		{"empty run", "name = \"c\"\nparent = \"b\"\nrun = [\"true\", \" \"]", "run[1]: empty"},
+		{"two-line run", "name = \"c\"\nparent = \"b\"\nrun = [\"a\\nb\"]", "run[0]: must be one line"},
 		{"unknown key", "name = \"b\"\nsuite = \"bookworm\"\npackages = [\"git\"]", "unknown key packages"},
 		{"unknown nested key", "name = \"b\"\nsuite = \"bookworm\"\nuser = {name = \"a\", uid = 1000, home = \"/h\"}", "unknown key user.home"},
 		{"syntax error", "name = \"b", "recipe r.toml:"},
+		{"syntax error the TOML library cannot place", "\"\\", "recipe r.toml:"},
 		{"wrong type", "name = \"b\"\nsuite = \"bookworm\"\napt = \"git\"", "apt"},
 		{"bad mode", "name = \"c\"\nparent = \"b\"\nfiles = [{src = \"hello.sh\", dst = \"/x\", mode = \"0999\"}]", `files[0].mode = "0999"`},
 		{"mode too big", "name = \"c\"\nparent = \"b\"\nfiles = [{src = \"hello.sh\", dst = \"/x\", mode = \"17777\"}]", `files[0].mode`},
@@ -132,7 +138,7 @@ func TestBuiltin(t *testing.T) {
 	if err != nil {
 		t.Fatalf("BuiltinCatalog() = %v", err)
 	}
-	if got, want := strings.Join(c.Names(), " "), "base base-trixie claude-code codex gemini node node-trixie opencode"; got != want {
+	if got, want := strings.Join(c.Names(), " "), "base base-trixie claude-code code-server codex full gemini node node-trixie opencode python"; got != want {
 		t.Errorf("Names() = %q, want %q", got, want)
 	}
 	chain, err := c.chain("claude-code")

@@ -94,6 +94,9 @@ func (bd *build) steps() []step {
 	if len(r.Apt) > 0 {
 		s = append(s, step{"apt install " + strings.Join(r.Apt, " "), bd.aptInstall})
 	}
+	for _, c := range r.Run {
+		s = append(s, step{"run " + c, func(ctx context.Context) error { return bd.run1(ctx, c) }})
+	}
 	if len(r.Npm) > 0 {
 		s = append(s, step{"npm install -g " + strings.Join(r.Npm, " "), bd.npmInstall})
 	}
@@ -257,13 +260,42 @@ func (bd *build) npmInstall(ctx context.Context) error {
 	// some report a failure only there and still exit 0. No npm log
 	// file: it would be deleted with the failed build, yet npm's error
 	// would end by pointing at it.
-	install := append(append([]string{"env"}, env...), "npm", "install", "-g",
-		"--no-fund", "--no-audit", "--foreground-scripts", "--logs-max=0")
-	err = bd.chroot(ctx, nil, nil, append(install, bd.r.Npm...)...)
+	npm := append(append([]string{"env"}, env...), "npm", "--no-fund", "--no-audit", "--logs-max=0")
+	if !bd.r.NpmLocalScripts {
+		err = bd.chroot(ctx, nil, nil, append(append(npm, "install", "-g", "--foreground-scripts"), bd.r.Npm...)...)
+	} else {
+		err = bd.npmLocalScripts(ctx, npm)
+	}
 	if rerr := bd.sh(ctx, nil, `set -e; npm cache clean --force; rm -rf /root/.npm /tmp/* /tmp/.[!.]*`); err == nil {
 		err = rerr
 	}
 	return err
+}
+
+// run1 runs one of the recipe's run commands as root, with the host's
+// resolver.
+func (bd *build) run1(ctx context.Context, command string) error {
+	if err := bd.useHostDNS(ctx); err != nil {
+		return err
+	}
+	return bd.sh(ctx, nil, "set -e; "+command)
+}
+
+// npmLocalScripts installs the packages with npm install -g and runs
+// their install scripts after, with npm rebuild in the global prefix's lib
+// as a local install there: scripts then see no npm_config_global, which
+// npm exports to the scripts of a -g install and under which a script's
+// own "npm install" (code-server's postinstall runs one in lib/vscode)
+// installs its directory globally in place of the package itself. npm 7
+// and later run these scripts as root (the owner of the prefix);
+// npm_config_unsafe_perm tells scripts written for npm 6's rule so, which
+// code-server's requires.
+func (bd *build) npmLocalScripts(ctx context.Context, npm []string) error {
+	npm = append([]string{npm[0], "npm_config_unsafe_perm=true"}, npm[1:]...)
+	if err := bd.chroot(ctx, nil, nil, append(append(npm, "install", "-g", "--ignore-scripts"), bd.r.Npm...)...); err != nil {
+		return err
+	}
+	return bd.sh(ctx, nil, `cd /usr/local/lib && exec "$@"`, append(npm, "rebuild", "--no-bin-links", "--foreground-scripts")...)
 }
 
 // hostCAs is the host's CA bundle, where Debian keeps it.

@@ -71,6 +71,12 @@ func buildImage(t *testing.T, name string) image.Image {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return buildFrom(t, cat, name)
+}
+
+// buildFrom is buildImage with a catalog of the test's own.
+func buildFrom(t *testing.T, cat *image.Catalog, name string) image.Image {
+	t.Helper()
 	dir := os.Getenv("HEARTH_TEST_IMAGES")
 	if dir == "" {
 		dir = filepath.Join(t.TempDir(), "images")
