@@ -156,3 +156,32 @@ type openAIAuth struct{}
 func (openAIAuth) check(s *Server, r *http.Request) *protoError    { return checkOpenAI(s, r) }
 func (openAIAuth) fail(e *APIError) *protoError                    { return failOpenAI(e) }
 func (openAIAuth) writeError(w http.ResponseWriter, e *protoError) { writeOpenAIError(w, e) }
+
+// parseToolList reads an OpenAI request's tools into out: an array of
+// objects, each with a type, which check then checks in its protocol's
+// terms (where is its place in the request, for errors).
+func parseToolList(fields map[string]json.RawMessage, out *[]json.RawMessage, check func(where, typ string, tool json.RawMessage) *protoError) *protoError {
+	raw, ok := present(fields, "tools")
+	if !ok {
+		return nil
+	}
+	if jsonKind(raw) != '[' || json.Unmarshal(raw, out) != nil {
+		return invalidType("tools", "an array")
+	}
+	for i, t := range *out {
+		where := fmt.Sprintf("tools[%d]", i)
+		var tool struct {
+			Type *string `json:"type"`
+		}
+		if jsonKind(t) != '{' || json.Unmarshal(t, &tool) != nil {
+			return invalidType(where, "an object")
+		}
+		if tool.Type == nil {
+			return missingParam(where + ".type")
+		}
+		if e := check(where, *tool.Type, t); e != nil {
+			return e
+		}
+	}
+	return nil
+}

@@ -115,30 +115,18 @@ func parseChat(body []byte) (*ChatRequest, *protoError) {
 }
 
 func (req *ChatRequest) parseTools() *protoError {
-	raw, ok := present(req.Fields, "tools")
-	if !ok {
-		return nil
-	}
-	if jsonKind(raw) != '[' || json.Unmarshal(raw, &req.Tools) != nil {
-		return invalidType("tools", "an array")
-	}
-	for i, t := range req.Tools {
-		where := fmt.Sprintf("tools[%d]", i)
+	return parseToolList(req.Fields, &req.Tools, func(where, typ string, t json.RawMessage) *protoError {
 		var tool struct {
-			Type     *string `json:"type"`
 			Function *struct {
 				Name       *string         `json:"name"`
 				Parameters json.RawMessage `json:"parameters"`
 			} `json:"function"`
 			Custom json.RawMessage `json:"custom"`
 		}
-		if jsonKind(t) != '{' || json.Unmarshal(t, &tool) != nil {
+		if json.Unmarshal(t, &tool) != nil {
 			return invalidType(where, "an object")
 		}
-		if tool.Type == nil {
-			return missingParam(where + ".type")
-		}
-		switch *tool.Type {
+		switch typ {
 		case "function":
 			if tool.Function == nil {
 				return missingParam(where + ".function")
@@ -154,10 +142,10 @@ func (req *ChatRequest) parseTools() *protoError {
 				return missingParam(where + ".custom")
 			}
 		default:
-			return invalidValue(where+".type", *tool.Type, "function", "custom")
+			return invalidValue(where+".type", typ, "function", "custom")
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (req *ChatRequest) parseMessages() *protoError {

@@ -126,39 +126,28 @@ func parseResponses(body []byte) (*ResponsesRequest, *protoError) {
 }
 
 func (req *ResponsesRequest) parseTools() *protoError {
-	raw, ok := present(req.Fields, "tools")
-	if !ok {
-		return nil
-	}
-	if jsonKind(raw) != '[' || json.Unmarshal(raw, &req.Tools) != nil {
-		return invalidType("tools", "an array")
-	}
-	for i, t := range req.Tools {
-		where := fmt.Sprintf("tools[%d]", i)
+	return parseToolList(req.Fields, &req.Tools, func(where, typ string, t json.RawMessage) *protoError {
+		if !slices.Contains(responsesToolTypes, typ) {
+			return invalidValue(where+".type", typ, responsesToolTypes...)
+		}
+		if typ != "function" && typ != "custom" {
+			return nil
+		}
 		var tool struct {
-			Type       *string         `json:"type"`
 			Name       *string         `json:"name"`
 			Parameters json.RawMessage `json:"parameters"`
 		}
-		if jsonKind(t) != '{' || json.Unmarshal(t, &tool) != nil {
+		if json.Unmarshal(t, &tool) != nil {
 			return invalidType(where, "an object")
 		}
-		if tool.Type == nil {
-			return missingParam(where + ".type")
+		if tool.Name == nil || *tool.Name == "" {
+			return missingParam(where + ".name")
 		}
-		if !slices.Contains(responsesToolTypes, *tool.Type) {
-			return invalidValue(where+".type", *tool.Type, responsesToolTypes...)
+		if k := jsonKind(tool.Parameters); k != 0 && k != '{' && k != 'n' {
+			return invalidType(where+".parameters", "an object")
 		}
-		if *tool.Type == "function" || *tool.Type == "custom" {
-			if tool.Name == nil || *tool.Name == "" {
-				return missingParam(where + ".name")
-			}
-			if k := jsonKind(tool.Parameters); k != 0 && k != '{' && k != 'n' {
-				return invalidType(where+".parameters", "an object")
-			}
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (req *ResponsesRequest) parseInput() *protoError {
