@@ -173,7 +173,9 @@ func TestSandboxCodeInBrowser(t *testing.T) {
 	t.Logf("hello.md shown in the editor %s after opening", time.Since(opened).Round(time.Millisecond))
 
 	// Edit it: a line typed at its end and saved reaches the sandbox's
-	// file and the session's workspace view on the host.
+	// file and the session's workspace view on the host. (The web
+	// workbench also saves by itself after a second, files.autoSave's
+	// default in a browser; Ctrl+S saves at once.)
 	edit := "edited-" + hex.EncodeToString(nonce[:])
 	ctx, cancelEdit := context.WithTimeout(browser, 30*time.Second)
 	defer cancelEdit()
