@@ -1,0 +1,196 @@
+package appliance
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSandboxPauseNeverLosesAByte (issue 19, item 5): cycles of writing
+// files of random sizes and contents into a sandbox, in its writable
+// layer and in its workspace session, then pausing and resuming it: on
+// request, or every few cycles by its idle timeout, and once, in the
+// middle, across a daemon restart while paused. After every cycle every
+// file written so far is hashed inside the machine and compared with the
+// test's own hashes, and a counter started at the beginning (a line every
+// 100 ms) must still run, with no number skipped or repeated.
+//
+// The counter is a detached process, not a background job: a running
+// job keeps a sandbox awake (TestSandboxIdlePause), so with one the idle
+// pause would never come.
+func TestSandboxPauseNeverLosesAByte(t *testing.T) {
+	t.Run("jail", func(t *testing.T) {
+		cfg := sandboxConfig(t)
+		pauseCycles(t, cfg, 100, 0)
+	})
+	t.Run("qemu", func(t *testing.T) {
+		if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+			t.Skip("qemu-system-x86_64 not on PATH: apt-get install qemu-system-x86 (scripts/test.sh does)")
+		}
+		if _, err := exec.LookPath("apt-get"); err != nil {
+			t.Skip("the VM kernel comes from Debian's linux-image-cloud-amd64, fetched with apt-get")
+		}
+		cfg := sandboxConfig(t)
+		cfg.Sandbox.Tier = TierQEMU
+		cfg.Sandbox.AllowTCG = true
+		cfg.Sandbox.Memory = 256 << 20
+		pauseCycles(t, cfg, 10, 60*time.Second)
+	})
+}
+
+// pauseCycles runs at least min cycles on a daemon of cfg, and more while
+// budget (if any) lasts, up to 100.
+func pauseCycles(t *testing.T, cfg Config, min int, budget time.Duration) {
+	ctx := context.Background()
+	d, err := Start(ctx, cfg, testLogger(t))
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { destroyAll(d); d.Close() })
+	c := NewClient(cfg.SocketPath())
+	const id, session = "keeper", "pl"
+	if _, err := c.CreateSandbox(ctx, CreateSandboxRequest{Id: id, Session: session, IdleTimeout: "400ms"}); err != nil {
+		t.Fatal(err)
+	}
+	exe := func(script string, stdin []byte, args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		argv := append([]string{"sh", "-c", script, "sh"}, args...)
+		st, err := c.Exec(ctx, id, ExecRequest{Argv: argv, Stdin: stdin, Timeout: "60s"}, &out, &errb)
+		if err != nil || st.Code != 0 {
+			t.Fatalf("exec %q %q: %+v, %v; stderr %q", script, args, st, err, errb.String())
+		}
+		return out.String()
+	}
+
+	// The counter, detached from the exec that starts it.
+	pid := strings.TrimSpace(exe(`mkdir -p /home/agent/pl /workspace/agents/`+session+`/outputs/pl &&
+		setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i >> /home/agent/counter; sleep 0.1; done' </dev/null >/dev/null 2>&1 &
+		echo $!`, nil))
+	if _, err := strconv.Atoi(pid); err != nil {
+		t.Fatalf("counter pid %q", pid)
+	}
+	lastCount := 0
+	checkCounter := func(cycle int) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			out := exe(`kill -0 "$1" || { echo "counter $1 is gone" >&2; exit 1; }; cat /home/agent/counter`, nil, pid)
+			lines := strings.Fields(out)
+			for i, l := range lines {
+				if l != strconv.Itoa(i+1) {
+					t.Fatalf("cycle %d: counter line %d is %q, want %d (it skipped or restarted)", cycle, i+1, l, i+1)
+				}
+			}
+			if len(lines) > lastCount {
+				lastCount = len(lines)
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cycle %d: the counter has not moved past %d in 15s after the resume", cycle, lastCount)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 19))
+	want := map[string]string{} // path in the machine: hex sha256
+	var paths []string
+	randomBytes := func() []byte {
+		n := rng.IntN(4096)
+		switch rng.IntN(8) {
+		case 0:
+			n = 0
+		case 1, 2:
+			n = rng.IntN(128 << 10)
+		}
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	write := func(path string) {
+		t.Helper()
+		b := randomBytes()
+		exe(`cat > "$1"`, b, path)
+		sum := sha256.Sum256(b)
+		if _, ok := want[path]; !ok {
+			paths = append(paths, path)
+		}
+		want[path] = hex.EncodeToString(sum[:])
+	}
+	check := func(cycle int) {
+		t.Helper()
+		out := exe(`sha256sum "$@"`, nil, paths...)
+		got := map[string]string{}
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			if f := strings.Fields(l); len(f) == 2 {
+				got[f[1]] = f[0]
+			}
+		}
+		for _, p := range paths {
+			if got[p] != want[p] {
+				t.Fatalf("cycle %d: %s has sha256 %q in the machine, want %s", cycle, p, got[p], want[p])
+			}
+		}
+	}
+
+	start := time.Now()
+	n, idle, explicit := 0, 0, 0
+	restartAt := -1
+	for cycle := 1; cycle <= 100; cycle++ {
+		if cycle > min && (budget == 0 || time.Since(start) > budget) {
+			break
+		}
+		if budget == 0 && cycle == 51 || budget > 0 && restartAt < 0 && time.Since(start) > budget/2 {
+			restartAt = cycle
+		}
+		write(fmt.Sprintf("/home/agent/pl/f%03d", cycle))
+		write(fmt.Sprintf("/workspace/agents/%s/outputs/pl/f%03d", session, cycle))
+		if cycle%3 == 0 { // rewrite an older file: shorter or longer
+			write(paths[rng.IntN(len(paths))])
+		}
+		switch {
+		case cycle == restartAt:
+			if _, err := c.PauseSandbox(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			d.Close()
+			if d, err = Start(ctx, cfg, testLogger(t)); err != nil {
+				t.Fatalf("cycle %d: restart: %v", cycle, err)
+			}
+			waitStatus(t, c, id, "paused", false)
+			if _, err := c.ResumeSandbox(ctx, id); err != nil {
+				t.Fatalf("cycle %d: resume after the restart: %v", cycle, err)
+			}
+			explicit++
+		case cycle%5 == 0: // the idle timeout pauses it; the next exec resumes it
+			waitStatus(t, c, id, "paused", true)
+			idle++
+		default:
+			if sb, err := c.PauseSandbox(ctx, id); err != nil || sb.Status != "paused" {
+				t.Fatalf("cycle %d: pause = %+v, %v", cycle, sb, err)
+			}
+			if sb, err := c.ResumeSandbox(ctx, id); err != nil || sb.Status != "running" {
+				t.Fatalf("cycle %d: resume = %+v, %v", cycle, sb, err)
+			}
+			explicit++
+		}
+		check(cycle)
+		checkCounter(cycle)
+		n = cycle
+	}
+	slices.Sort(paths)
+	t.Logf("%d cycles in %v (%d paused on request, %d by the idle timeout, daemon restarted at cycle %d): %d files checked after each, counter at %d lines",
+		n, time.Since(start).Round(time.Millisecond), explicit, idle, restartAt, len(paths), lastCount)
+}
