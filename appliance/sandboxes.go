@@ -660,11 +660,14 @@ func (m *sandboxManager) use(ctx context.Context, id string) (s *sandbox, releas
 
 // Close stops the idle loop and lets go of the sandboxes without stopping
 // them: their machines keep running for the next daemon to recover. A
-// paused machine is thawed first (its record keeps it paused and the next
-// daemon pauses it again), since a frozen agent cannot answer the next
-// daemon. The views' FUSE connections end with this daemon, so they are
-// aborted rather than left for the machines to hold open. The driver is
-// the daemon's to close.
+// paused machine stays paused: the views' FUSE connections end with this
+// daemon, so they are aborted rather than left for the machines to hold
+// open, and a machine let run meanwhile would have its writes into the
+// workspace fail until the next daemon attaches a new view (bytes lost
+// across a pause, issue 19). The jail's Recover thaws only the agent of
+// a paused machine, while it connects. A VM is still thawed (see
+// release): its guest loses workspace writes while no daemon serves the
+// view. The driver is the daemon's to close.
 func (m *sandboxManager) Close() error {
 	m.closeOnce.Do(func() {
 		close(m.stop)
@@ -679,13 +682,16 @@ func (m *sandboxManager) Close() error {
 func (m *sandboxManager) release(s *sandbox) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	if s.m != nil && !s.stopped() {
-		if s.rec.Paused != "" {
+		if s.rec.Paused != "" && m.driver.Name() != TierJail {
+			// A VM's guest caches the workspace share's entry and sees a
+			// new view only after running for the entry timeout: kept
+			// paused, it would find the workspace gone on resume.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			if err := s.m.Resume(ctx); err != nil {
 				m.log.Warn("sandbox: thaw before the daemon stops", "id", s.rec.ID, "err", err)
 			}
+			cancel()
 		}
 		s.m.Guest().Close()
 	}

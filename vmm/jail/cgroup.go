@@ -283,3 +283,24 @@ func removeCgroupParent(parent string) {
 		os.Remove(dir) // fails, as it should, while machines are in it
 	}
 }
+
+// thawOne lets one process of a frozen machine run (on cgroup v1, by
+// moving it into the parent freezer cgroup, which is thawed) and returns
+// the function that freezes it again (moving it back). On v2, or without
+// the freezer controller, it cannot single a process out: ok is false.
+func (cg *cgroup) thawOne(pid int) (refreeze func() error, ok bool, err error) {
+	dir, has := cg.dirs["freezer"]
+	if cg.v2 || !has {
+		return nil, false, nil
+	}
+	procs := func(d string) error {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("cgroup freezer: move pid %d to %s: %w", pid, d, err)
+		}
+		return nil
+	}
+	if err := procs(filepath.Dir(dir)); err != nil {
+		return nil, true, err
+	}
+	return func() error { return procs(dir) }, true, nil
+}

@@ -181,14 +181,25 @@ func (d *Driver) Recover(ctx context.Context, id string) (vmm.Machine, error) {
 	}
 	m.adopt(pid)
 	// A paused machine's agent cannot answer: thaw it to connect, then
-	// leave it paused as it was.
+	// leave it paused as it was. Only the agent, where the host can: the
+	// machine's other processes would find its workspace view gone until
+	// the daemon attaches a new one, and their writes there would fail.
 	paused := m.paused.Load()
+	var refreeze func() error
 	if paused {
-		cg.freeze(false)
+		var one bool
+		if refreeze, one, err = cg.thawOne(pid); !one {
+			cg.freeze(false)
+			refreeze = func() error { return cg.freeze(true) }
+		}
 	}
-	err = m.connect(ctx)
-	if err == nil && paused {
-		err = cg.freeze(true)
+	if err == nil {
+		err = m.connect(ctx)
+	}
+	if paused && refreeze != nil {
+		if rerr := refreeze(); err == nil {
+			err = rerr
+		}
 	}
 	if err != nil {
 		m.Destroy(context.Background())
