@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"hearth/vmm"
 	"hearth/vmm/guest"
@@ -256,5 +257,58 @@ func TestAuditLog(t *testing.T) {
 	data, _ := os.ReadFile(filepath.Join(d.dir, "audit.jsonl"))
 	if lines := strings.Count(string(data), "\n"); lines != 5 || !strings.Contains(string(data), `"machine":"audited"`) {
 		t.Errorf("audit.jsonl has %d lines:\n%s", lines, data)
+	}
+}
+
+// TestRecoverPausedThawsOnlyTheAgent: recovering a paused machine lets
+// its agent answer the new daemon but nothing else run, since the
+// machine's workspace view is gone until the daemon attaches a new one
+// (issue 19: writes there were lost). A loop in the machine appends to a
+// file as fast as it can: the file must not grow from the pause to the
+// resume.
+func TestRecoverPausedThawsOnlyTheAgent(t *testing.T) {
+	d := newDriver(t)
+	if cgroupV2() {
+		t.Skip("on cgroup v2 the jail thaws the whole machine to reconnect: it cannot thaw one process of a frozen cgroup")
+	}
+	root := busyboxRoot(t)
+	ctx := context.Background()
+	m, err := d.Create(ctx, vmm.Spec{ID: "thaw-one", RootFS: root, UID: 1000, GID: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Destroy(ctx)
+	vmmtest.Sh(t, m, "(while :; do echo x >> /tmp/busy; done) </dev/null >/dev/null 2>&1 &")
+	time.Sleep(50 * time.Millisecond)
+	if err := m.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	file := fmt.Sprintf("/proc/%d/root/tmp/busy", m.(*machine).agent().pid)
+	size := func() int64 {
+		st, err := os.Stat(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Size()
+	}
+	before := size()
+	m.Guest().Close() // as a daemon that stopped would
+	r, err := d.Recover(ctx, "thaw-one")
+	if err != nil {
+		t.Fatalf("Recover = %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if after := size(); after != before {
+		t.Errorf("the paused machine's loop ran while it was recovered: %d bytes, then %d", before, after)
+	}
+	if !r.(*machine).cg.frozen() {
+		t.Error("the recovered machine is not frozen")
+	}
+	if err := r.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if after := size(); after == before {
+		t.Error("the loop did not run again after Resume")
 	}
 }
