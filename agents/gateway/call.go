@@ -199,6 +199,10 @@ func (c *call) outcome(err error) (status int, msg string) {
 	switch {
 	case m.errType != "":
 		return statusOf(m.errType, c.status), m.errType + ": " + m.errMsg
+	case errors.Is(err, errClientGone) && c.status > 0 && c.status < 400 && m.stopped && (m.final || !c.pr.usageRequired()):
+		// The message had ended, with its usage, before the agent let go
+		// (Codex closes a stream at response.completed): it lost nothing.
+		return c.status, m.problem
 	case errors.Is(err, errClientGone):
 		return 499, err.Error()
 	case c.status == 0:

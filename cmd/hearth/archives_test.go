@@ -62,11 +62,36 @@ func TestWorkspaceArchiveRoundTrip(t *testing.T) {
 	os.MkdirAll(filepath.Join(src, "outputs/notes"), 0o755)
 	for p, mode := range files {
 		full := filepath.Join(src, p)
-		if err := os.WriteFile(full, []byte("content of "+p), mode); err != nil {
+		// Written and synced before its mode and times are set: data the
+		// kernel writes back later would move its mtime again.
+		f, err := os.OpenFile(full, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+		if err == nil {
+			_, err = f.WriteString("content of " + p)
+		}
+		if err == nil {
+			err = f.Sync()
+		}
+		if err == nil {
+			err = f.Close()
+		}
+		if err == nil {
+			err = os.Chmod(full, mode)
+		}
+		if err == nil {
+			err = os.Chtimes(full, when, when)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
-		os.Chmod(full, mode)
-		os.Chtimes(full, when, when)
+	}
+	for p := range files {
+		fi, err := os.Stat(filepath.Join(src, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !fi.ModTime().Equal(when) {
+			t.Fatalf("source %s: mtime %v just after it was set to %v", p, fi.ModTime(), when)
+		}
 	}
 	os.Symlink("notes/a.md", filepath.Join(src, "outputs/latest"))
 	os.WriteFile(filepath.Join(src, ".home/secret"), []byte("private"), 0o600)
