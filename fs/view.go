@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -132,7 +133,9 @@ type handle struct {
 	fusePath bool // keep data on the FUSE path (byte-quota sessions)
 	dir      uint64
 	name     string
-	wrote    bool
+	// wrote is set by every write; concurrent writes of one handle set
+	// it together (FUSE serves requests in parallel).
+	wrote atomic.Bool
 
 	// directories
 	entries []fuse.DirEntry

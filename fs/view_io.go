@@ -235,7 +235,7 @@ func (v *View) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uin
 	if h == nil || !h.write || h.f == nil {
 		return 0, fuse.EBADF
 	}
-	h.wrote = true
+	h.wrote.Store(true)
 	var n int
 	var err error
 	var before, off int64 // blob size before the write, and where it writes
@@ -350,7 +350,7 @@ func (v *View) settle(h *handle) bool {
 	c := n.clone()
 	v.s.statInto(c)
 	if c.size == n.size && c.mtime == n.mtime {
-		return h.wrote
+		return h.wrote.Load()
 	}
 	v.s.log(&record{op: opPut, sess: sess.name, ino: h.key.ino, n: c})
 	// If the journal cannot take it, the size stays what it was; the next
@@ -447,7 +447,7 @@ func (v *View) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Stat
 	if err := unix.Fallocate(int(f.Fd()), in.Mode, int64(in.Offset), int64(in.Length)); err != nil {
 		return fuse.ToStatus(err)
 	}
-	h.wrote = true
+	h.wrote.Store(true)
 	v.settle(h)
 	return fuse.OK
 }
