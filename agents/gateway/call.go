@@ -164,6 +164,9 @@ func (c *call) finish(err error) {
 			USD: usd, LatencyMS: time.Since(c.start).Milliseconds(), InputBound: c.inBound, InputBoundSource: c.inSource,
 			Status: status, Error: msg, Duplicate: dup, Cut: cut, OutputEstimated: estimated,
 		}
+		if c.ex.Finished != nil {
+			c.ex.Finished(&p)
+		}
 		// Recorded before it is charged: a daemon that dies in between
 		// leaves a record the next start charges from (RecoverCalls),
 		// never a charge without its record.

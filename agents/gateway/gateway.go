@@ -123,6 +123,12 @@ type Execution struct {
 	// hangs up or the gateway drains (the call is then answered with a
 	// retryable 529). The call keeps the execution's one slot meanwhile.
 	Hold func(ctx context.Context, d Decision) bool
+	// Finished, if set, is called with each call's finish record (never a
+	// start record) before it is recorded and charged, in the call's
+	// goroutine while it holds the execution's slot, so calls reach it
+	// one at a time and in order. It may set p.Snapshot; it must not
+	// fail the call (the call is metered whatever it does).
+	Finished func(p *ModelCallPayload)
 }
 
 // Gateway is the metering proxy, an http.Handler. It is safe for
