@@ -780,3 +780,40 @@ func TestAgentsNetwork(t *testing.T) {
 		t.Errorf("a request to an unlisted domain: want a refusal in the stream and in the tool's output\n%s", eventDump(evs))
 	}
 }
+
+// TestAgentsCallSnapshots: through the daemon (whose gateway records each
+// call in the store before it goes on), a three-call task leaves its
+// start, call and end snapshots in the session's list as
+// agents.call_snapshots = "last 2" keeps them, each call's model_call
+// event naming its snapshot.
+func TestAgentsCallSnapshots(t *testing.T) {
+	env := startAgentDaemon(t, modeltest.Config{Turns: []modeltest.Turn{
+		bashTurn("echo one > outputs/a.txt", modeltest.Usage{InputTokens: 100}),
+		bashTurn("echo two > outputs/b.txt", modeltest.Usage{InputTokens: 100}),
+		textTurn("done"),
+	}}, func(cfg *Config) { cfg.Agents.CallSnapshots = "last 2" })
+	ctx := context.Background()
+	e, err := env.c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "write two files", Wait: true})
+	if err != nil || e.Status != "completed" {
+		t.Fatalf("Delegate = %+v, %v", e, err)
+	}
+	evs := allEvents(t, env.c, e.Id)
+	for n := 1; n <= 3; n++ {
+		if got := countEvents(evs, "model_call", fmt.Sprintf(`"snapshot":"%s.call-%d"`, e.Id, n)); got != 1 {
+			t.Errorf("%d model_call events name snapshot call-%d, want 1\n%s", got, n, eventDump(evs))
+		}
+	}
+	list, err := env.c.Snapshots(ctx, e.Session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range list {
+		names = append(names, s.Name)
+	}
+	slices.Sort(names)
+	want := []string{e.Id + ".call-2", e.Id + ".call-3", e.Id + ".end", e.Id + ".start"}
+	if !slices.Equal(names, want) {
+		t.Errorf("session snapshots %q, want %q", names, want)
+	}
+}
