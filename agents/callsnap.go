@@ -1,6 +1,8 @@
 package agents
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -179,4 +181,26 @@ func (ru *run) snapshot(kind string) string {
 // model_call record.
 func (ru *run) callFinished(p *gateway.ModelCallPayload) {
 	p.Snapshot = ru.snapshot("call")
+}
+
+// resumeCallCount counts, for a run taken up again after a restart, the
+// calls its execution finished before, so its next call snapshot is
+// numbered after them rather than over call-1.
+func (ru *run) resumeCallCount(ctx context.Context) {
+	evs, err := ru.r.cfg.Store.Events(ctx, ru.exec.ID, 0, 0)
+	if err != nil {
+		ru.emit(stream.New("", "", stream.Error, map[string]string{
+			"message": "could not count the execution's earlier model calls, so its call snapshots may be numbered over earlier ones (those fail): " + err.Error()}))
+		return
+	}
+	n := 0
+	for _, e := range evs {
+		var p gateway.ModelCallPayload
+		if e.Type == stream.ModelCall && json.Unmarshal(e.Payload, &p) == nil && p.Phase != gateway.PhaseStart {
+			n++
+		}
+	}
+	ru.snaps.mu.Lock()
+	ru.snaps.calls = n
+	ru.snaps.mu.Unlock()
 }

@@ -702,6 +702,15 @@ func TestAgentsShutdownLeave(t *testing.T) {
 	if countEvents(evs, "status", `"detached"`) != 1 || countEvents(evs, "status", `"reattached":true`) != 1 || countEvents(evs, "model_call", `"status":200`) != 3 {
 		t.Errorf("want one detach, one take-up and three model calls:\n%s", eventDump(evs))
 	}
+	// Call snapshots go on numbering under the next daemon.
+	for n := 1; n <= 3; n++ {
+		if countEvents(evs, "model_call", fmt.Sprintf(`"snapshot":"%s.call-%d"`, e.Id, n)) != 1 {
+			t.Errorf("no model_call event names snapshot call-%d\n%s", n, eventDump(evs))
+		}
+	}
+	if n := countEvents(evs, "error", "snapshot"); n != 0 {
+		t.Errorf("%d error events about snapshots\n%s", n, eventDump(evs))
+	}
 	cr, _ := c.Credits(ctx)
 	if cr.Reserved != 0 || math.Abs(cr.Spent-got.Usd) > 1e-9 || math.Abs(cr.Available-(10-got.Usd)) > 1e-9 {
 		t.Errorf("credits after the run: %+v, want $%.4f spent and nothing reserved", cr, got.Usd)
