@@ -133,7 +133,19 @@ func (r Retention) expired(snaps []SnapshotRef, now time.Time) []string {
 // callSnaps is a run's snapshot state.
 type callSnaps struct {
 	mu    sync.Mutex
-	calls int // finished calls so far
+	calls int  // finished calls so far
+	began bool // the execution's start snapshot was taken (or tried)
+}
+
+// endSnapshot takes the end snapshot of a run that failed after its
+// start snapshot, so that every start has its end.
+func (ru *run) endSnapshot() {
+	ru.snaps.mu.Lock()
+	began := ru.snaps.began
+	ru.snaps.mu.Unlock()
+	if began {
+		ru.snapshot("end")
+	}
 }
 
 // snapshot takes the run's snapshot of kind (start, call, end) and
@@ -148,6 +160,9 @@ func (ru *run) snapshot(kind string) string {
 	ru.snaps.mu.Lock()
 	defer ru.snaps.mu.Unlock()
 	n := 0
+	if kind == "start" {
+		ru.snaps.began = true
+	}
 	if kind == "call" {
 		ru.snaps.calls++
 		n = ru.snaps.calls
@@ -176,11 +191,13 @@ func (ru *run) snapshot(kind string) string {
 	return name
 }
 
-// callFinished is the gateway's Execution.Finished: the session is
-// snapshotted after every finished call, the name going into the call's
-// model_call record.
-func (ru *run) callFinished(p *gateway.ModelCallPayload) {
-	p.Snapshot = ru.snapshot("call")
+// callAnswered is the gateway's Execution.Answered: the session is
+// snapshotted as each call's answer arrives, before the agent has any of
+// it (so nothing it does with the answer is in the snapshot, and all it
+// did before the call is), the name going into the call's model_call
+// record.
+func (ru *run) callAnswered() string {
+	return ru.snapshot("call")
 }
 
 // resumeCallCount counts, for a run taken up again after a restart, the
@@ -201,6 +218,6 @@ func (ru *run) resumeCallCount(ctx context.Context) {
 		}
 	}
 	ru.snaps.mu.Lock()
-	ru.snaps.calls = n
+	ru.snaps.calls, ru.snaps.began = n, true
 	ru.snaps.mu.Unlock()
 }
