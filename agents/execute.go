@@ -68,6 +68,7 @@ func (ru *run) run(ctx context.Context, req TaskRequest) (Result, error) {
 	if ru.ctxArgs, err = ru.place(req, uid, gid); err != nil {
 		return ru.fail(err)
 	}
+	ru.snapshot("start") // the session as the agent finds it
 	files, stopFiles := cfg.Workspace.FileEvents(sess)
 	defer stopFiles()
 	go ru.fileEvents(files)
@@ -120,7 +121,7 @@ func (ru *run) connect(ctx context.Context, gc *guest.Client) (listen, proxy, to
 	// The token is admitted only through this machine's channel: one
 	// that leaks from its outputs cannot be spent from another machine.
 	token = cfg.Gateway.Register(gateway.Execution{Session: ru.exec.Session, ID: ru.exec.ID, Budget: budget,
-		Token: ru.r.token("gateway", ru.exec.ID), Channel: ru.exec.ID, Hold: ru.holdCall})
+		Token: ru.r.token("gateway", ru.exec.ID), Channel: ru.exec.ID, Hold: ru.holdCall, Answered: ru.callAnswered})
 	gc.Serve("gateway", channel.Dial(cfg.GatewayDial, ru.exec.ID))
 	listen = "127.0.0.1:" + strconv.Itoa(cfg.GatewayPort)
 	if _, err := gc.Forward(ctx, listen, "gateway"); err != nil {
@@ -431,6 +432,7 @@ func (ru *run) finish(why stopReason, st guest.ExitStatus, sum adapter.Summary) 
 		cfg.Store.SetAgentSessionID(ctx, ru.exec.Session, sum.AgentSessionID)
 	}
 	ru.endClaims()
+	ru.snapshot("end")
 	if err := cfg.Store.Flush(ctx); err != nil && ru.err == nil {
 		ru.err = err
 	}
@@ -466,6 +468,7 @@ func (ru *run) finish(why stopReason, st guest.ExitStatus, sum adapter.Summary) 
 func (ru *run) fail(cause error) (Result, error) {
 	ru.endChildren("failed")
 	ru.endClaims()
+	ru.endSnapshot()
 	status, errText := store.Failed, cause.Error()
 	if note := ru.parentCancelNote(); note != "" {
 		status, errText = store.Cancelled, note+" ("+errText+")"

@@ -185,6 +185,7 @@ func (ru *run) reattach(ctx context.Context, m vmm.Machine, job agentJob) (Resul
 	files, stopFiles := cfg.Workspace.FileEvents(ru.exec.Session)
 	defer stopFiles()
 	go ru.fileEvents(files)
+	ru.resumeCallCount(ctx)
 	gc := m.Guest()
 	_, _, _, disconnect, err := ru.connect(ctx, gc)
 	if err != nil {

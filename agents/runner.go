@@ -49,6 +49,14 @@ type Workspace interface {
 	// read (skills from a session): a symbolic link in them cannot lead
 	// out of the session.
 	OpenSession(session string) (*os.Root, error)
+	// Snapshot takes snapshot name of the session's whole tree (.home
+	// included); Snapshots lists the session's snapshots, oldest first,
+	// cheaply (it is called after each one the runner takes);
+	// DeleteSnapshot deletes one. The runner's call snapshots use them
+	// (callsnap.go).
+	Snapshot(session, name string) error
+	Snapshots(session string) ([]SnapshotRef, error)
+	DeleteSnapshot(session, name string) error
 }
 
 // Quota is what an agent's definition asks of its session's quota; zero
@@ -136,6 +144,11 @@ type RunnerConfig struct {
 	// MaxChildren bounds the children one execution has running at once.
 	// Default 8.
 	MaxChildren int
+	// CallSnapshots is which snapshots of a session the runner keeps of
+	// those it takes at each execution's start, after each of its model
+	// calls and at its end (agents.call_snapshots; see ParseRetention).
+	// The zero value keeps the last DefaultCallSnapshots of each kind.
+	CallSnapshots Retention
 }
 
 // Runner runs agent tasks, each execution in a machine of its own.
@@ -170,6 +183,9 @@ func NewRunner(cfg RunnerConfig) *Runner {
 	}
 	if cfg.BudgetWait == 0 {
 		cfg.BudgetWait = DefaultBudgetWait
+	}
+	if cfg.CallSnapshots == (Retention{}) {
+		cfg.CallSnapshots.Last = DefaultCallSnapshots
 	}
 	r := &Runner{cfg: cfg, runs: map[string]*run{}, agents: cfg.Agents}
 	if cfg.Store != nil {
@@ -489,6 +505,7 @@ type run struct {
 	storeErr error // the first write the store refused: the run stops
 
 	claims claimState // its leases on paths (claims.go)
+	snaps  callSnaps  // its call snapshots (callsnap.go)
 }
 
 // storeFailed stops the run because the store refused one of its writes;

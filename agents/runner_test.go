@@ -69,6 +69,21 @@ func (w fsWorkspace) OpenSession(session string) (*os.Root, error) {
 	return os.OpenRoot(filepath.Join(w.views, "host", session))
 }
 
+func (w fsWorkspace) Snapshot(session, name string) error { return w.s.Snapshot(session, name) }
+
+func (w fsWorkspace) DeleteSnapshot(session, name string) error {
+	return w.s.DeleteSnapshot(session, name)
+}
+
+func (w fsWorkspace) Snapshots(session string) ([]SnapshotRef, error) {
+	list, err := w.s.SnapshotNames(session)
+	out := make([]SnapshotRef, len(list))
+	for i, sn := range list {
+		out[i] = SnapshotRef{Name: sn.Name, Created: sn.Created}
+	}
+	return out, err
+}
+
 func (w fsWorkspace) MountView(session, machine string) (string, func() error, error) {
 	var ids fs.IDShift
 	if r, ok := w.driver.(vmm.IDRanger); ok {

@@ -236,6 +236,10 @@ func (a *agentService) startRunner(driver vmm.Driver, providers map[string]gatew
 	if err != nil {
 		return err
 	}
+	callSnaps, err := agents.ParseRetention(a.cfg.Agents.CallSnapshots)
+	if err != nil {
+		return fmt.Errorf("agents.%w", err)
+	}
 	a.runner = agents.NewRunner(agents.RunnerConfig{
 		Driver: driver, Workspace: a.ws, Store: a.store,
 		Gateway: gw, GatewayDial: dial(a.gwSock),
@@ -246,9 +250,10 @@ func (a *agentService) startRunner(driver vmm.Driver, providers map[string]gatew
 		Grace:    time.Duration(a.cfg.Agents.Grace),
 		OnBudget: a.cfg.Agents.OnBudget, BudgetWait: time.Duration(a.cfg.Agents.BudgetWait),
 		MaxDepth: a.cfg.Agents.MaxDepth, MaxChildren: a.cfg.Agents.MaxChildren,
-		Credits: a.cfg.Credits.Enabled,
-		Secret:  secret,
-		Disk:    int64(a.cfg.Sandbox.Disk),
+		Credits:       a.cfg.Credits.Enabled,
+		Secret:        secret,
+		Disk:          int64(a.cfg.Sandbox.Disk),
+		CallSnapshots: callSnaps,
 	})
 	return nil
 }

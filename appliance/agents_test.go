@@ -702,6 +702,15 @@ func TestAgentsShutdownLeave(t *testing.T) {
 	if countEvents(evs, "status", `"detached"`) != 1 || countEvents(evs, "status", `"reattached":true`) != 1 || countEvents(evs, "model_call", `"status":200`) != 3 {
 		t.Errorf("want one detach, one take-up and three model calls:\n%s", eventDump(evs))
 	}
+	// Call snapshots go on numbering under the next daemon.
+	for n := 1; n <= 3; n++ {
+		if countEvents(evs, "model_call", fmt.Sprintf(`"snapshot":"%s.call-%d"`, e.Id, n)) != 1 {
+			t.Errorf("no model_call event names snapshot call-%d\n%s", n, eventDump(evs))
+		}
+	}
+	if n := countEvents(evs, "error", "snapshot"); n != 0 {
+		t.Errorf("%d error events about snapshots\n%s", n, eventDump(evs))
+	}
 	cr, _ := c.Credits(ctx)
 	if cr.Reserved != 0 || math.Abs(cr.Spent-got.Usd) > 1e-9 || math.Abs(cr.Available-(10-got.Usd)) > 1e-9 {
 		t.Errorf("credits after the run: %+v, want $%.4f spent and nothing reserved", cr, got.Usd)
@@ -778,5 +787,42 @@ func TestAgentsNetwork(t *testing.T) {
 	if countEvents(evs, "network", `"host":"denied.test"`) != 1 || countEvents(evs, "network", `"allowed":false`) != 1 ||
 		countEvents(evs, "tool_result", "network list") != 1 {
 		t.Errorf("a request to an unlisted domain: want a refusal in the stream and in the tool's output\n%s", eventDump(evs))
+	}
+}
+
+// TestAgentsCallSnapshots: through the daemon (whose gateway records each
+// call in the store before it goes on), a three-call task leaves its
+// start, call and end snapshots in the session's list as
+// agents.call_snapshots = "last 2" keeps them, each call's model_call
+// event naming its snapshot.
+func TestAgentsCallSnapshots(t *testing.T) {
+	env := startAgentDaemon(t, modeltest.Config{Turns: []modeltest.Turn{
+		bashTurn("echo one > outputs/a.txt", modeltest.Usage{InputTokens: 100}),
+		bashTurn("echo two > outputs/b.txt", modeltest.Usage{InputTokens: 100}),
+		textTurn("done"),
+	}}, func(cfg *Config) { cfg.Agents.CallSnapshots = "last 2" })
+	ctx := context.Background()
+	e, err := env.c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "write two files", Wait: true})
+	if err != nil || e.Status != "completed" {
+		t.Fatalf("Delegate = %+v, %v", e, err)
+	}
+	evs := allEvents(t, env.c, e.Id)
+	for n := 1; n <= 3; n++ {
+		if got := countEvents(evs, "model_call", fmt.Sprintf(`"snapshot":"%s.call-%d"`, e.Id, n)); got != 1 {
+			t.Errorf("%d model_call events name snapshot call-%d, want 1\n%s", got, n, eventDump(evs))
+		}
+	}
+	list, err := env.c.Snapshots(ctx, e.Session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range list {
+		names = append(names, s.Name)
+	}
+	slices.Sort(names)
+	want := []string{e.Id + ".call-2", e.Id + ".call-3", e.Id + ".end", e.Id + ".start"}
+	if !slices.Equal(names, want) {
+		t.Errorf("session snapshots %q, want %q", names, want)
 	}
 }

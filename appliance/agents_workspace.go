@@ -88,6 +88,27 @@ func (w agentWorkspace) OpenSession(session string) (*os.Root, error) {
 	return top.OpenRoot(session)
 }
 
+// Snapshot takes snapshot name of the session's whole tree: an O(1)
+// pointer copy in the store (the runner's call snapshots).
+func (w agentWorkspace) Snapshot(session, name string) error {
+	return w.store.Snapshot(session, name)
+}
+
+// Snapshots lists the session's snapshots by name, oldest first, without
+// counting their bytes.
+func (w agentWorkspace) Snapshots(session string) ([]agents.SnapshotRef, error) {
+	list, err := w.store.SnapshotNames(session)
+	out := make([]agents.SnapshotRef, len(list))
+	for i, sn := range list {
+		out[i] = agents.SnapshotRef{Name: sn.Name, Created: sn.Created}
+	}
+	return out, err
+}
+
+func (w agentWorkspace) DeleteSnapshot(session, name string) error {
+	return w.store.DeleteSnapshot(session, name)
+}
+
 // MountView mounts the view machine boots with; unmounting removes its
 // directory too.
 func (w agentWorkspace) MountView(session, machine string) (string, func() error, error) {

@@ -55,6 +55,9 @@ func TestLoadConfig(t *testing.T) {
 		{"delegation", "[agents]\nmax_depth = 2\nmax_children = 4\n", ""},
 		{"negative depth", "[agents]\nmax_depth = -1\n", "agents.max_depth = -1: give how deep delegation may go, 1 to 16"},
 		{"too many children", "[agents]\nmax_children = 1000\n", "agents.max_children = 1000: give how many children"},
+		{"call snapshots", "[agents]\ncall_snapshots = \"last 5\"\n", ""},
+		{"call snapshots off", "[agents]\ncall_snapshots = \"off\"\n", ""},
+		{"bad call snapshots", "[agents]\ncall_snapshots = \"last 0\"\n", `agents.call_snapshots = "last 0": use "all", "last N"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

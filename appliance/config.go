@@ -124,6 +124,13 @@ type AgentsConfig struct {
 	// MaxChildren bounds the children one execution has running at once.
 	// 0 means 8; at most 64.
 	MaxChildren int `toml:"max_children"`
+	// CallSnapshots is which of the snapshots a session gets at each
+	// execution's start, after each of its model calls and at its end
+	// (named <execution>.start, <execution>.call-N, <execution>.end) it
+	// keeps: "all", "last N" (the newest N of each kind), "days D", or
+	// "off" (none taken). Empty means "last 100". Enforced as they are
+	// taken; snapshots taken otherwise are never touched.
+	CallSnapshots string `toml:"call_snapshots"`
 }
 
 // Bounds of agents.max_depth and agents.max_children.
@@ -413,6 +420,9 @@ func (c Config) Validate() error {
 	}
 	if n := c.Agents.MaxChildren; n < 0 || n > maxMaxChildren {
 		return fmt.Errorf("agents.max_children = %d: give how many children one execution may have running at once, 1 to %d (0 or none: %d)", n, maxMaxChildren, agents.DefaultMaxChildren)
+	}
+	if _, err := agents.ParseRetention(c.Agents.CallSnapshots); err != nil {
+		return fmt.Errorf("agents.%w", err)
 	}
 	switch c.Agents.OnShutdown {
 	case "", OnShutdownStop, OnShutdownFinish, OnShutdownLeave:

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -292,6 +293,42 @@ func (s *Store) Snapshots(id string) ([]SnapshotInfo, error) {
 		slices.Sort(info.Sessions)
 		out = append(out, info)
 	}
+	return out, nil
+}
+
+// SnapshotName is a snapshot's name and when it was taken.
+type SnapshotName struct {
+	Name    string
+	Created time.Time
+}
+
+// SnapshotNames lists the names of session id's snapshots ("" lists
+// whole-tree ones), oldest first. Unlike Snapshots it counts no bytes, so
+// it costs the number of snapshots, not the files they hold: retention
+// calls it after every snapshot it takes.
+func (s *Store) SnapshotNames(id string) ([]SnapshotName, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if id != "" {
+		if _, err := s.sessionLocked(id); err != nil {
+			return nil, fmt.Errorf("list snapshots: %w", err)
+		}
+	}
+	var out []SnapshotName
+	for k, sn := range s.snaps {
+		if k.scope == id {
+			out = append(out, SnapshotName{Name: k.name, Created: time.Unix(0, sn.created)})
+		}
+	}
+	slices.SortFunc(out, func(a, b SnapshotName) int {
+		if c := a.Created.Compare(b.Created); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
 	return out, nil
 }
 

@@ -42,6 +42,9 @@ type call struct {
 	status int // the upstream's HTTP status; 0 until it answered
 	m      meter
 	once   sync.Once
+
+	answered sync.Once // runs the execution's Answered hook once (see answer)
+	snapshot string    // what Answered returned
 }
 
 // modifyResponse starts metering an upstream answer.
@@ -61,6 +64,9 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	default:
 		c.m.kind = kindJSON
 	}
+	// Before any of the answer goes on: the agent, waiting for it, has
+	// done nothing with it yet.
+	c.answer()
 	resp.Body = &meteredBody{ReadCloser: resp.Body, c: c}
 	return nil
 }
@@ -100,6 +106,17 @@ func (b *meteredBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.c.finish(errClientGone) // a no-op once the body was read to its end
 	return err
+}
+
+// answer runs the execution's Answered hook once: when the upstream's
+// answer arrives, before any of it is passed on, or, for a call the
+// upstream never answered, when it finishes.
+func (c *call) answer() {
+	c.answered.Do(func() {
+		if c.ex.Answered != nil {
+			c.snapshot = c.ex.Answered()
+		}
+	})
 }
 
 // abandon ends a call that was never forwarded.
@@ -164,6 +181,8 @@ func (c *call) finish(err error) {
 			USD: usd, LatencyMS: time.Since(c.start).Milliseconds(), InputBound: c.inBound, InputBoundSource: c.inSource,
 			Status: status, Error: msg, Duplicate: dup, Cut: cut, OutputEstimated: estimated,
 		}
+		c.answer()
+		p.Snapshot = c.snapshot
 		// Recorded before it is charged: a daemon that dies in between
 		// leaves a record the next start charges from (RecoverCalls),
 		// never a charge without its record.

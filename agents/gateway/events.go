@@ -55,6 +55,10 @@ type ModelCallPayload struct {
 	// this record was written at the next start, with the charge it was
 	// settled at, and no token figures (they were never seen).
 	Recovered bool `json:"recovered,omitempty"`
+	// Snapshot is the name of the session snapshot taken as this call's
+	// answer arrived, before the agent had any of it (see
+	// Execution.Answered), if one was.
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // PhaseStart is the Phase of a start record.

@@ -123,6 +123,14 @@ type Execution struct {
 	// hangs up or the gateway drains (the call is then answered with a
 	// retryable 529). The call keeps the execution's one slot meanwhile.
 	Hold func(ctx context.Context, d Decision) bool
+	// Answered, if set, is called once for each forwarded call, while
+	// the call holds the execution's slot (so calls reach it one at a
+	// time, in order): when the upstream's answer arrives, before any of
+	// it goes on to the agent, so the agent, waiting for it, has done
+	// nothing with it yet; or, for a call the upstream never answered,
+	// when it finishes. What it returns is the finish record's Snapshot.
+	// It cannot fail the call: the call is metered whatever it does.
+	Answered func() string
 }
 
 // Gateway is the metering proxy, an http.Handler. It is safe for

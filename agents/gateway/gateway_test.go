@@ -645,3 +645,67 @@ func TestInjectWrapUp(t *testing.T) {
 		})
 	}
 }
+
+// TestAnswered: the Answered hook runs once a call, when the provider's
+// answer arrives and before any of it reaches the agent (the agent's
+// request is still waiting while the hook runs), and what it returns is
+// the call's model_call Snapshot.
+func TestAnswered(t *testing.T) {
+	h := newHarness(t, []modeltest.Turn{
+		{Blocks: []modeltest.Block{modeltest.Text("one")}},
+		{Blocks: []modeltest.Block{modeltest.Text("two")}},
+	})
+	entered, release := make(chan int, 2), make(chan struct{})
+	n := 0
+	token := h.gw.Register(Execution{Session: "s1", ID: "e1", Answered: func() string {
+		n++
+		entered <- n
+		select { // bounded: a hook run at the wrong time must not hang the test
+		case <-release:
+		case <-time.After(15 * time.Second):
+		}
+		return fmt.Sprintf("snap-%d", n)
+	}})
+	for i := 1; i <= 2; i++ {
+		got := make(chan *http.Response, 1)
+		go func() { // not h.post: no t.Fatal off the test's goroutine
+			req, _ := http.NewRequest("POST", h.url+"/v1/messages?beta=true", strings.NewReader(request(true, hello)))
+			req.Header.Set("x-api-key", token)
+			req.Header.Set("anthropic-version", "2023-06-01")
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				resp = &http.Response{StatusCode: 0, Body: io.NopCloser(strings.NewReader(err.Error()))}
+			}
+			got <- resp
+		}()
+		select {
+		case k := <-entered:
+			if k != i {
+				t.Fatalf("call %d entered the hook as %d", i, k)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("call %d: the hook never ran", i)
+		}
+		select {
+		case <-got:
+			t.Fatalf("call %d: the agent had the answer's headers while the hook ran", i)
+		case <-time.After(100 * time.Millisecond):
+		}
+		release <- struct{}{}
+		select {
+		case resp := <-got:
+			if resp.StatusCode != http.StatusOK {
+				b, _ := io.ReadAll(resp.Body)
+				t.Fatalf("call %d: %d %s", i, resp.StatusCode, b)
+			}
+			readAll(t, resp)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("call %d: no answer after the hook returned", i)
+		}
+	}
+	calls := h.modelCalls(t)
+	if len(calls) != 2 || calls[0].Snapshot != "snap-1" || calls[1].Snapshot != "snap-2" {
+		t.Errorf("model_call records %+v, want snapshots snap-1 and snap-2", calls)
+	}
+}
