@@ -680,12 +680,13 @@ func TestEventsSlowSubscriber(t *testing.T) {
 		t.Errorf("later event %+v reports Dropped %d, want >= %d", later, later.Dropped, n)
 	}
 	// It keeps receiving. (The written event of that put found the buffer
-	// full again, so the next event reports one drop.)
+	// full again, and so may its closed event, which comes when the
+	// kernel releases the file: the next event reports one drop or two.)
 	put(t, s, "s", "outputs/later2", "x")
 	select {
 	case ev := <-slow.C:
-		if ev.Path != "outputs/later2" || ev.Dropped != 1 {
-			t.Errorf("next event = %+v, want outputs/later2 with Dropped 1", ev)
+		if ev.Path != "outputs/later2" || ev.Dropped < 1 || ev.Dropped > 2 {
+			t.Errorf("next event = %+v, want outputs/later2 with Dropped 1 or 2", ev)
 		}
 	case <-time.After(3 * time.Second):
 		t.Error("no further event for the slow subscriber")

@@ -116,8 +116,19 @@ func (c *client) put(ctx context.Context, call string) error {
 	return c.do(ctx, call, callTimeout, func(ctx context.Context) (*http.Response, error) { return fn(ctx) }, nil)
 }
 
+// addFs adds a virtio-fs device. virtiofsd's socket exists from its
+// bind, a moment before it listens: a VMM that connects in between is
+// refused ("cannot connect to vhost-user socket"), so that answer is
+// tried again for a second before it is the error.
 func (c *client) addFs(ctx context.Context, fs api.FsConfig) error {
-	return c.do(ctx, "vm.add-fs", callTimeout, func(ctx context.Context) (*http.Response, error) { return c.api.PutVmAddFs(ctx, fs) }, nil)
+	deadline := time.Now().Add(time.Second)
+	for {
+		err := c.do(ctx, "vm.add-fs", callTimeout, func(ctx context.Context) (*http.Response, error) { return c.api.PutVmAddFs(ctx, fs) }, nil)
+		if err == nil || !strings.Contains(err.Error(), "cannot connect to vhost-user socket") || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func (c *client) removeDevice(ctx context.Context, id string) error {
