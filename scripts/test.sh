@@ -22,6 +22,9 @@ ensure_packages chromium qemu-system-x86 qemu-system-common
 # TypeScript SDK is compiled with its pinned compiler (sdk/typescript's
 # devDependencies).
 ensure_packages python3
+# postgresql: the cluster's store and job queue are tested on a real
+# server, started per test from a fresh initdb (internal/pgtest).
+ensure_packages postgresql
 ensure_command node nodejs
 ensure_command npm npm
 (cd sdk/typescript && npm install --no-audit --no-fund --loglevel=error)
