@@ -30,6 +30,7 @@ type Client struct {
 // Types of the API, for the client's callers.
 type (
 	Sandbox              = api.Sandbox
+	ForkResult           = api.ForkResult
 	CreateSandboxRequest = api.CreateSandboxRequest
 	ExecRequest          = api.ExecRequest
 	ExitStatus           = api.ExitStatus

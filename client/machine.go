@@ -70,3 +70,13 @@ func readBuildFrames(resp *http.Response, progress io.Writer, what string) (Imag
 		}
 	}
 }
+
+// ForkSandbox makes count new sandboxes (1 to 16) that start with a copy
+// of sandbox id's files as they are now and, with a session, a branch of
+// it. Processes are not carried over.
+func (c *Client) ForkSandbox(ctx context.Context, id string, count int) (ForkResult, error) {
+	var out ForkResult
+	return out, c.call(ctx, &out, func(ctx context.Context) (*http.Response, error) {
+		return c.api.ForkSandbox(ctx, id, api.ForkSandboxRequest{Count: count})
+	})
+}
