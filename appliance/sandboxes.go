@@ -231,6 +231,7 @@ type createSpec struct {
 	// Layer and ForkedFrom make a fork (sandboxes_fork.go): the captured
 	// writable layer it starts with, and its source.
 	Layer, ForkedFrom string
+	TakeLayer         bool   // see vmm.Spec.TakeLayer
 	ImageHash         string // the image's version; "" the newest
 }
 
@@ -426,7 +427,7 @@ func (m *sandboxManager) boot(ctx context.Context, spec createSpec, img image.Im
 		undo = append(undo, func() { s.view.Unmount(); os.Remove(m.viewDir(spec.ID)) })
 	}
 	vspec := vmm.Spec{ID: spec.ID, RootFS: img.Rootfs(), Hostname: spec.ID, CPUs: spec.CPUs, Memory: spec.Memory,
-		Pids: spec.Pids, Disk: spec.Disk, UID: acct.uid, GID: acct.gid, Layer: spec.Layer}
+		Pids: spec.Pids, Disk: spec.Disk, UID: acct.uid, GID: acct.gid, Layer: spec.Layer, TakeLayer: spec.TakeLayer}
 	if s.view != nil {
 		vspec.Workspace = s.view.Dir()
 	}

@@ -70,8 +70,8 @@ func (m *sandboxManager) Fork(ctx context.Context, id string, count int) (ForkRe
 	}
 	defer m.dropSource(src)
 	forks := make([]*sandbox, 0, count)
-	for range count {
-		s, err := m.createFork(ctx, src)
+	for i := range count {
+		s, err := m.createFork(ctx, src, i == count-1)
 		if err != nil {
 			m.undoForks(forks)
 			return ForkResult{}, fmt.Errorf("fork sandbox %s: %w", id, err)
@@ -151,12 +151,13 @@ func (m *sandboxManager) dropSource(src forkSource) {
 }
 
 // createFork makes one fork of src.
-func (m *sandboxManager) createFork(ctx context.Context, src forkSource) (*sandbox, error) {
+// The last one takes the capture itself rather than a copy.
+func (m *sandboxManager) createFork(ctx context.Context, src forkSource, last bool) (*sandbox, error) {
 	idle, exec := time.Duration(src.rec.IdleTimeout), time.Duration(src.rec.ExecTimeout)
 	spec := createSpec{ID: newSandboxID(), Image: src.rec.Image, ImageHash: src.rec.ImageHash, Owner: src.rec.Owner,
 		CPUs: src.rec.CPUs, Memory: src.rec.Memory, Pids: src.rec.Pids, Disk: src.rec.Disk,
 		Env: maps.Clone(src.rec.Env), IdleTimeout: &idle, ExecTimeout: &exec,
-		Layer: src.layer, ForkedFrom: src.rec.ID}
+		Layer: src.layer, TakeLayer: last, ForkedFrom: src.rec.ID}
 	if src.snapshot != "" {
 		spec.Session = forkSessionID(src.rec.Session, spec.ID)
 		if err := m.branchWorkspace(src.rec.Session, src.snapshot, spec.Session); err != nil {

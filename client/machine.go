@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"hearth/appliance/api"
 )
@@ -76,7 +77,9 @@ func readBuildFrames(resp *http.Response, progress io.Writer, what string) (Imag
 // it. Processes are not carried over.
 func (c *Client) ForkSandbox(ctx context.Context, id string, count int) (ForkResult, error) {
 	var out ForkResult
-	return out, c.call(ctx, &out, func(ctx context.Context) (*http.Response, error) {
+	// Without reflinks each fork copies the layer: a big layer takes
+	// seconds per fork. The transport waits 2 minutes for an answer.
+	return out, c.callWithin(ctx, max(c.Timeout, 2*time.Minute), &out, func(ctx context.Context) (*http.Response, error) {
 		return c.api.ForkSandbox(ctx, id, api.ForkSandboxRequest{Count: count})
 	})
 }

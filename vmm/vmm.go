@@ -61,6 +61,9 @@ type Spec struct {
 	// (with the same Disk): the machine starts with a copy of it instead
 	// of an empty one. Empty: an empty layer.
 	Layer string
+	// TakeLayer lets the machine take Layer itself (move it) instead of
+	// copying it: the last of a capture's forks.
+	TakeLayer bool
 }
 
 // Validate checks the spec.

@@ -74,7 +74,7 @@ func (d *Driver) makeLayer(dir string, spec vmm.Spec) (*layer, error) {
 	if spec.Layer == "" {
 		return newLayer(dir, spec.Disk, d.templates())
 	}
-	l, err := seedLayer(dir, spec.Disk, spec.Layer)
+	l, err := seedLayer(dir, spec.Disk, spec.Layer, spec.TakeLayer)
 	if err != nil {
 		if l != nil {
 			l.Remove()
@@ -88,9 +88,10 @@ func (d *Driver) makeLayer(dir string, spec vmm.Spec) (*layer, error) {
 // disk limit (an image of another size, or a tree for a limited layer).
 var errLayerKind = errors.New("captured layer does not match the disk limit: a fork must have its source's limit")
 
-// seedLayer makes the layer of dir a copy of the captured layer seed. On
-// error the layer it returns (if any) is to be removed.
-func seedLayer(dir string, limit int64, seed string) (*layer, error) {
+// seedLayer makes the layer of dir a copy of the captured layer seed,
+// or seed itself if take. On error the layer it returns (if any) is to
+// be removed.
+func seedLayer(dir string, limit int64, seed string, take bool) (*layer, error) {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -105,13 +106,16 @@ func seedLayer(dir string, limit int64, seed string) (*layer, error) {
 		if err := os.Mkdir(l.root, 0o755); err != nil {
 			return nil, err
 		}
+		if take && os.Rename(seed, l.Upper()) == nil {
+			return l, l.makeDirs()
+		}
 		if err := copyTree(seed, l.Upper()); err != nil {
 			return l, err
 		}
 		return l, l.makeDirs()
 	case limit > 0 && st.Mode().IsRegular() && st.Size() == limit&^4095:
 		l.img = filepath.Join(dir, layerImage)
-		if err := cloneFile(l.img, seed); err != nil {
+		if err := takeOrClone(l.img, seed, take); err != nil {
 			return nil, err
 		}
 		if err := os.Mkdir(l.root, 0o700); err != nil {
@@ -128,4 +132,13 @@ func seedLayer(dir string, limit int64, seed string) (*layer, error) {
 func sameDevice(a, b string) bool {
 	var sa, sb unix.Stat_t
 	return unix.Stat(a, &sa) == nil && unix.Stat(b, &sb) == nil && sa.Dev == sb.Dev
+}
+
+// takeOrClone makes dst seed's file: seed itself, moved, if take and
+// both are on one filesystem; else a clone.
+func takeOrClone(dst, seed string, take bool) error {
+	if take && os.Rename(seed, dst) == nil {
+		return nil
+	}
+	return cloneFile(dst, seed)
 }

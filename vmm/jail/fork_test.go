@@ -60,7 +60,7 @@ func TestForkLayer(t *testing.T) {
 			var forks []vmm.Machine
 			for i, id := range []string{"fk1-" + tc.name, "fk2-" + tc.name} {
 				spec := forkSpec(id, root, tc.disk)
-				spec.Layer = dst
+				spec.Layer, spec.TakeLayer = dst, i == 1
 				forks = append(forks, createT(t, d, spec))
 				sh(t, forks[i], "echo "+id+" > /data/own")
 			}
@@ -71,6 +71,9 @@ func TestForkLayer(t *testing.T) {
 				if got := sh(t, f, "cat /data/own"); got != f.ID() {
 					t.Errorf("fork %s: /data/own = %q, want its own write", f.ID(), got)
 				}
+			}
+			if _, err := os.Lstat(dst); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("capture still there after the last fork took it: %v", err)
 			}
 			if got := sh(t, src, "test -e /data/own || echo none; cat /data/s"); got != "none\nsrc" {
 				t.Errorf("source after forks sees %q, want no fork's write and its own", got)

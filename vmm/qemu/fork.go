@@ -98,6 +98,9 @@ func writableDisk(ctx context.Context, spec vmm.Spec, path string, size int64) e
 		return fmt.Errorf("captured layer %s is not a %d-byte disk: a fork must have its source's disk limit", spec.Layer, size)
 	}
 	os.Remove(path)
+	if spec.TakeLayer && os.Rename(spec.Layer, path) == nil {
+		return nil
+	}
 	return copyDisk(ctx, spec.Layer, path)
 }
 
