@@ -3,7 +3,10 @@ package appliance
 import (
 	"context"
 	"maps"
+	"strings"
 	"testing"
+
+	"hearth/fs"
 )
 
 // TestSandboxFork: forks start with the source's files, outside and in
@@ -117,4 +120,17 @@ func mustRun(t *testing.T, c *Client, id, script string) string {
 		t.Fatalf("%q in %s: exit %d: %s", script, id, st.Code, out)
 	}
 	return out
+}
+
+func TestForkSessionID(t *testing.T) {
+	long := strings.Repeat("a", 63)
+	for _, tc := range []struct{ session, fork, want string }{
+		{"s1", "sbx-abc123", "s1-sbx-abc123"},
+		{long, "sbx-abc123", strings.Repeat("a", 52) + "-sbx-abc123"},
+	} {
+		got := forkSessionID(tc.session, tc.fork)
+		if got != tc.want || fs.ValidateID("session", got) != nil {
+			t.Errorf("forkSessionID(%q, %q) = %q, want %q (a valid session id)", tc.session, tc.fork, got, tc.want)
+		}
+	}
 }
