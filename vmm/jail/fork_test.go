@@ -115,10 +115,17 @@ func TestHostileForkLayer(t *testing.T) {
 	if got := sh(t, f, "readlink /data/out; cat /data/out 2>&1 || true; test -p /data/fifo && echo fifo; ls -i /data/h1 /data/h2 | awk '{print $1}' | uniq | wc -l"); strings.Contains(got, "host only") || !strings.HasSuffix(got, "fifo\n1") {
 		t.Errorf("fork sees %q: want the symlink unresolved on the host, the fifo and one inode for the hard links", got)
 	}
+	// A limited layer's image, larger than a smaller limit.
+	big := createT(t, d, forkSpec("hbig", root, 64<<20))
+	img := filepath.Join(t.TempDir(), "img")
+	if _, err := big.(vmm.Forker).CaptureLayer(ctx, img); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name, layer string
 		disk        int64
-	}{{"tree-into-limited", dst, 64 << 20}, {"missing", dst + "-none", 0}, {"file-into-unlimited", secret, 0}} {
+	}{{"tree-into-limited", dst, 64 << 20}, {"missing", dst + "-none", 0}, {"file-into-unlimited", secret, 0},
+		{"image-over-limit", img, 32 << 20}, {"image-into-unlimited", img, 0}} {
 		spec := forkSpec("hbad-"+strings.ReplaceAll(tc.name, "-", ""), root, tc.disk)
 		spec.Layer = tc.layer
 		if m, err := d.Create(ctx, spec); err == nil {
