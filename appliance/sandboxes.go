@@ -75,6 +75,8 @@ type sandboxRecord struct {
 	Created time.Time `json:"created"`
 	// Paused is "", pausedByUser or pausedIdle.
 	Paused string `json:"paused,omitempty"`
+	// ForkedFrom is the sandbox this one is a fork of (sandboxes_fork.go).
+	ForkedFrom string `json:"forked_from,omitempty"`
 }
 
 // sandbox is one sandbox the daemon knows. rec is fixed after creation
@@ -178,6 +180,7 @@ func newSandboxManager(deps SandboxDeps) (*sandboxManager, error) {
 			return nil, err
 		}
 	}
+	os.RemoveAll(m.forksDir()) // captures a crashed fork left
 	if m.driverErr != nil {
 		m.log.Warn("sandboxes are unavailable", "err", m.driverErr)
 	} else {
@@ -225,6 +228,11 @@ type createSpec struct {
 	WorkspaceFiles           int64
 	Env                      map[string]string
 	IdleTimeout, ExecTimeout *time.Duration
+	// Layer and ForkedFrom make a fork (sandboxes_fork.go): the captured
+	// writable layer it starts with, and its source.
+	Layer, ForkedFrom string
+	TakeLayer         bool   // see vmm.Spec.TakeLayer
+	ImageHash         string // the image's version; "" the newest
 }
 
 var (
@@ -342,7 +350,7 @@ func (m *sandboxManager) create(ctx context.Context, spec createSpec) (*sandbox,
 	defer m.unreserve(spec.ID)
 	m.imagesMu.RLock()
 	defer m.imagesMu.RUnlock()
-	img, err := m.images.resolve(spec.Image)
+	img, err := m.images.resolveVersion(spec.Image, spec.ImageHash)
 	if err != nil {
 		return nil, err
 	}
@@ -388,6 +396,7 @@ func (m *sandboxManager) boot(ctx context.Context, spec createSpec, img image.Im
 		Env: spec.Env, BaseEnv: baseEnv(img), Home: acct.home,
 		IdleTimeout: Duration(*spec.IdleTimeout), ExecTimeout: Duration(*spec.ExecTimeout),
 		User: acct.name, UID: acct.uid, GID: acct.gid, Network: networkNone, Created: time.Now().UTC(),
+		ForkedFrom: spec.ForkedFrom,
 	}}
 	var undo []func()
 	defer func() {
@@ -418,7 +427,7 @@ func (m *sandboxManager) boot(ctx context.Context, spec createSpec, img image.Im
 		undo = append(undo, func() { s.view.Unmount(); os.Remove(m.viewDir(spec.ID)) })
 	}
 	vspec := vmm.Spec{ID: spec.ID, RootFS: img.Rootfs(), Hostname: spec.ID, CPUs: spec.CPUs, Memory: spec.Memory,
-		Pids: spec.Pids, Disk: spec.Disk, UID: acct.uid, GID: acct.gid}
+		Pids: spec.Pids, Disk: spec.Disk, UID: acct.uid, GID: acct.gid, Layer: spec.Layer, TakeLayer: spec.TakeLayer}
 	if s.view != nil {
 		vspec.Workspace = s.view.Dir()
 	}

@@ -23,7 +23,7 @@ func sandboxView(sb SandboxInfo) api.Sandbox {
 		Cpus: sb.CPUs, Memory: sb.Memory, Pids: sb.Pids, Disk: sb.Disk, Env: sb.Env,
 		IdleTimeout: time.Duration(sb.IdleTimeout).String(), ExecTimeout: time.Duration(sb.ExecTimeout).String(),
 		User: sb.User, Network: sb.Network, Created: sb.Created, LastActive: sb.LastActive.UTC(), Driver: sb.Driver,
-		Owner: sb.Owner,
+		Owner: sb.Owner, ForkedFrom: sb.ForkedFrom,
 	}
 	if sb.Usage != nil {
 		out.Usage = usageView(*sb.Usage)

@@ -30,6 +30,7 @@ type Client struct {
 // Types of the API, for the client's callers.
 type (
 	Sandbox              = api.Sandbox
+	ForkResult           = api.ForkResult
 	CreateSandboxRequest = api.CreateSandboxRequest
 	ExecRequest          = api.ExecRequest
 	ExitStatus           = api.ExitStatus
@@ -131,7 +132,12 @@ func responseError(resp *http.Response) error {
 // call makes a request that does not stream, within c.Timeout, and
 // decodes the JSON answer into out (nil: discard it).
 func (c *Client) call(ctx context.Context, out any, call func(context.Context) (*http.Response, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	return c.callWithin(ctx, c.Timeout, out, call)
+}
+
+// callWithin is call within timeout instead of c.Timeout.
+func (c *Client) callWithin(ctx context.Context, timeout time.Duration, out any, call func(context.Context) (*http.Response, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	resp, err := c.send(ctx, call)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"hearth/appliance/api"
 )
@@ -69,4 +70,16 @@ func readBuildFrames(resp *http.Response, progress io.Writer, what string) (Imag
 			fmt.Fprintln(progress, f.Progress)
 		}
 	}
+}
+
+// ForkSandbox makes count new sandboxes (1 to 16) that start with a copy
+// of sandbox id's files as they are now and, with a session, a branch of
+// it. Processes are not carried over.
+func (c *Client) ForkSandbox(ctx context.Context, id string, count int) (ForkResult, error) {
+	var out ForkResult
+	// Without reflinks each fork copies the layer: a big layer takes
+	// seconds per fork. The transport waits 2 minutes for an answer.
+	return out, c.callWithin(ctx, max(c.Timeout, 2*time.Minute), &out, func(ctx context.Context) (*http.Response, error) {
+		return c.api.ForkSandbox(ctx, id, api.ForkSandboxRequest{Count: count})
+	})
 }

@@ -57,6 +57,13 @@ type Spec struct {
 	Disk   int64 // bytes the writable layer may hold
 	// UID and GID run processes that ask for no user (the image's agent).
 	UID, GID uint32
+	// Layer is a writable layer a Forker of the same driver captured
+	// (with the same Disk): the machine starts with a copy of it instead
+	// of an empty one. Empty: an empty layer.
+	Layer string
+	// TakeLayer lets the machine take Layer itself (move it) instead of
+	// copying it: the last of a capture's forks.
+	TakeLayer bool
 }
 
 // Validate checks the spec.

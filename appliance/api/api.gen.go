@@ -672,6 +672,19 @@ type FileWritten struct {
 	Size int64  `json:"size"`
 }
 
+// ForkResult defines model for ForkResult.
+type ForkResult struct {
+	// Reflinked Whether the layer was captured as reflinks (sharing extents) rather than copied byte by byte.
+	Reflinked bool      `json:"reflinked"`
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// ForkSandboxRequest defines model for ForkSandboxRequest.
+type ForkSandboxRequest struct {
+	// Count How many forks to make, 1 to 16; default 1.
+	Count int `json:"count,omitempty,omitzero"`
+}
+
 // Health defines model for Health.
 type Health struct {
 	// Prices Absent when the price table in force is the price file on disk (or the built-in one); else why the file's last change was not taken (the table before it stays in force).
@@ -938,12 +951,15 @@ type Sandbox struct {
 	Driver      string            `json:"driver"`
 	Env         map[string]string `json:"env,omitempty,omitzero"`
 	ExecTimeout string            `json:"exec_timeout,omitempty,omitzero"`
-	Id          string            `json:"id"`
-	IdleTimeout string            `json:"idle_timeout,omitempty,omitzero"`
-	Image       string            `json:"image"`
-	ImageHash   string            `json:"image_hash,omitempty,omitzero"`
-	LastActive  time.Time         `json:"last_active,omitempty,omitzero"`
-	Memory      int64             `json:"memory"`
+
+	// ForkedFrom The sandbox this one was forked from; absent when it was created.
+	ForkedFrom  string    `json:"forked_from,omitempty,omitzero"`
+	Id          string    `json:"id"`
+	IdleTimeout string    `json:"idle_timeout,omitempty,omitzero"`
+	Image       string    `json:"image"`
+	ImageHash   string    `json:"image_hash,omitempty,omitzero"`
+	LastActive  time.Time `json:"last_active,omitempty,omitzero"`
+	Memory      int64     `json:"memory"`
 
 	// Network "none": loopback only (the only policy for now).
 	Network string `json:"network"`
@@ -1302,6 +1318,9 @@ type CreateCheckpointJSONRequestBody = CheckpointRequest
 
 // ExecSandboxJSONRequestBody defines body for ExecSandbox for application/json ContentType.
 type ExecSandboxJSONRequestBody = ExecRequest
+
+// ForkSandboxJSONRequestBody defines body for ForkSandbox for application/json ContentType.
+type ForkSandboxJSONRequestBody = ForkSandboxRequest
 
 // StartJobJSONRequestBody defines body for StartJob for application/json ContentType.
 type StartJobJSONRequestBody = JobRequest
@@ -1727,6 +1746,44 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/sandboxes/{id}/files/stat (the `StatSandboxFile` operationId).
 	StatSandboxFile(ctx context.Context, id SandboxID, params *StatSandboxFileParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ForkSandboxWithBody Make new sandboxes that start with a copy of this one's files as they are now.
+	//
+	// Each fork has the source's image, limits, owner label, environment
+	// and timeouts, and a copy of its writable layer (every file it
+	// changed outside the workspace): reflinks where the filesystem has
+	// them, a copy otherwise. The source is paused only while its layer
+	// is captured, then carries on (a paused source stays paused). With
+	// a workspace session, the session is snapshotted and each fork gets
+	// a new session branched from it (data shared until written).
+	// Processes are not carried over: each fork starts with no process
+	// but its agent, on every tier. All forks are made or none: if one
+	// fails, those made are destroyed. count is 1 to 16 (400 otherwise);
+	// a stopped or busy source is a 409; a tier that cannot fork, a 501.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/fork (the `ForkSandbox` operationId).
+	ForkSandboxWithBody(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ForkSandbox Make new sandboxes that start with a copy of this one's files as they are now.
+	//
+	// Each fork has the source's image, limits, owner label, environment
+	// and timeouts, and a copy of its writable layer (every file it
+	// changed outside the workspace): reflinks where the filesystem has
+	// them, a copy otherwise. The source is paused only while its layer
+	// is captured, then carries on (a paused source stays paused). With
+	// a workspace session, the session is snapshotted and each fork gets
+	// a new session branched from it (data shared until written).
+	// Processes are not carried over: each fork starts with no process
+	// but its agent, on every tier. All forks are made or none: if one
+	// fails, those made are destroyed. count is 1 to 16 (400 otherwise);
+	// a stopped or busy source is a 409; a tier that cannot fork, a 501.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/fork (the `ForkSandbox` operationId).
+	ForkSandbox(ctx context.Context, id SandboxID, body ForkSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListJobs List the sandbox's background jobs, running and ended, oldest first.
 	//
@@ -2804,6 +2861,64 @@ func (c *Client) ListSandboxDir(ctx context.Context, id SandboxID, params *ListS
 // Corresponds with GET /v1/sandboxes/{id}/files/stat (the `StatSandboxFile` operationId).
 func (c *Client) StatSandboxFile(ctx context.Context, id SandboxID, params *StatSandboxFileParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewStatSandboxFileRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ForkSandboxWithBody Make new sandboxes that start with a copy of this one's files as they are now.
+//
+// Each fork has the source's image, limits, owner label, environment
+// and timeouts, and a copy of its writable layer (every file it
+// changed outside the workspace): reflinks where the filesystem has
+// them, a copy otherwise. The source is paused only while its layer
+// is captured, then carries on (a paused source stays paused). With
+// a workspace session, the session is snapshotted and each fork gets
+// a new session branched from it (data shared until written).
+// Processes are not carried over: each fork starts with no process
+// but its agent, on every tier. All forks are made or none: if one
+// fails, those made are destroyed. count is 1 to 16 (400 otherwise);
+// a stopped or busy source is a 409; a tier that cannot fork, a 501.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/sandboxes/{id}/fork (the `ForkSandbox` operationId).
+func (c *Client) ForkSandboxWithBody(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForkSandboxRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ForkSandbox Make new sandboxes that start with a copy of this one's files as they are now.
+//
+// Each fork has the source's image, limits, owner label, environment
+// and timeouts, and a copy of its writable layer (every file it
+// changed outside the workspace): reflinks where the filesystem has
+// them, a copy otherwise. The source is paused only while its layer
+// is captured, then carries on (a paused source stays paused). With
+// a workspace session, the session is snapshotted and each fork gets
+// a new session branched from it (data shared until written).
+// Processes are not carried over: each fork starts with no process
+// but its agent, on every tier. All forks are made or none: if one
+// fails, those made are destroyed. count is 1 to 16 (400 otherwise);
+// a stopped or busy source is a 409; a tier that cannot fork, a 501.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/sandboxes/{id}/fork (the `ForkSandbox` operationId).
+func (c *Client) ForkSandbox(ctx context.Context, id SandboxID, body ForkSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewForkSandboxRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5030,6 +5145,53 @@ func NewStatSandboxFileRequest(server string, id SandboxID, params *StatSandboxF
 	return req, nil
 }
 
+// NewForkSandboxRequest calls the generic ForkSandbox builder with application/json body
+func NewForkSandboxRequest(server string, id SandboxID, body ForkSandboxJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewForkSandboxRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewForkSandboxRequestWithBody constructs an http.Request for the ForkSandbox method, with any body, and a specified content type
+func NewForkSandboxRequestWithBody(server string, id SandboxID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sandboxes/%s/fork", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListJobsRequest constructs an http.Request for the ListJobs method
 func NewListJobsRequest(server string, id SandboxID) (*http.Request, error) {
 	var err error
@@ -6775,6 +6937,44 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/sandboxes/{id}/files/stat (the `StatSandboxFile` operationId).
 	StatSandboxFileWithResponse(ctx context.Context, id SandboxID, params *StatSandboxFileParams, reqEditors ...RequestEditorFn) (*StatSandboxFileResponse, error)
+
+	// ForkSandboxWithBodyWithResponse Make new sandboxes that start with a copy of this one's files as they are now.
+	//
+	// Each fork has the source's image, limits, owner label, environment
+	// and timeouts, and a copy of its writable layer (every file it
+	// changed outside the workspace): reflinks where the filesystem has
+	// them, a copy otherwise. The source is paused only while its layer
+	// is captured, then carries on (a paused source stays paused). With
+	// a workspace session, the session is snapshotted and each fork gets
+	// a new session branched from it (data shared until written).
+	// Processes are not carried over: each fork starts with no process
+	// but its agent, on every tier. All forks are made or none: if one
+	// fails, those made are destroyed. count is 1 to 16 (400 otherwise);
+	// a stopped or busy source is a 409; a tier that cannot fork, a 501.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/fork (the `ForkSandbox` operationId).
+	ForkSandboxWithBodyWithResponse(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ForkSandboxResponse, error)
+
+	// ForkSandboxWithResponse Make new sandboxes that start with a copy of this one's files as they are now.
+	//
+	// Each fork has the source's image, limits, owner label, environment
+	// and timeouts, and a copy of its writable layer (every file it
+	// changed outside the workspace): reflinks where the filesystem has
+	// them, a copy otherwise. The source is paused only while its layer
+	// is captured, then carries on (a paused source stays paused). With
+	// a workspace session, the session is snapshotted and each fork gets
+	// a new session branched from it (data shared until written).
+	// Processes are not carried over: each fork starts with no process
+	// but its agent, on every tier. All forks are made or none: if one
+	// fails, those made are destroyed. count is 1 to 16 (400 otherwise);
+	// a stopped or busy source is a 409; a tier that cannot fork, a 501.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sandboxes/{id}/fork (the `ForkSandbox` operationId).
+	ForkSandboxWithResponse(ctx context.Context, id SandboxID, body ForkSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*ForkSandboxResponse, error)
 
 	// ListJobsWithResponse List the sandbox's background jobs, running and ended, oldest first.
 	//
@@ -8856,6 +9056,54 @@ func (r StatSandboxFileResponse) ContentType() string {
 	return ""
 }
 
+type ForkSandboxResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *ForkResult
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r ForkSandboxResponse) GetJSON201() *ForkResult {
+	return r.JSON201
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ForkSandboxResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ForkSandboxResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ForkSandboxResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ForkSandboxResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ForkSandboxResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListJobsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10917,6 +11165,56 @@ func (c *ClientWithResponses) StatSandboxFileWithResponse(ctx context.Context, i
 	return ParseStatSandboxFileResponse(rsp)
 }
 
+// ForkSandboxWithBodyWithResponse Make new sandboxes that start with a copy of this one's files as they are now.
+//
+// Each fork has the source's image, limits, owner label, environment
+// and timeouts, and a copy of its writable layer (every file it
+// changed outside the workspace): reflinks where the filesystem has
+// them, a copy otherwise. The source is paused only while its layer
+// is captured, then carries on (a paused source stays paused). With
+// a workspace session, the session is snapshotted and each fork gets
+// a new session branched from it (data shared until written).
+// Processes are not carried over: each fork starts with no process
+// but its agent, on every tier. All forks are made or none: if one
+// fails, those made are destroyed. count is 1 to 16 (400 otherwise);
+// a stopped or busy source is a 409; a tier that cannot fork, a 501.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/fork (the `ForkSandbox` operationId).
+func (c *ClientWithResponses) ForkSandboxWithBodyWithResponse(ctx context.Context, id SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ForkSandboxResponse, error) {
+	rsp, err := c.ForkSandboxWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseForkSandboxResponse(rsp)
+}
+
+// ForkSandboxWithResponse Make new sandboxes that start with a copy of this one's files as they are now.
+//
+// Each fork has the source's image, limits, owner label, environment
+// and timeouts, and a copy of its writable layer (every file it
+// changed outside the workspace): reflinks where the filesystem has
+// them, a copy otherwise. The source is paused only while its layer
+// is captured, then carries on (a paused source stays paused). With
+// a workspace session, the session is snapshotted and each fork gets
+// a new session branched from it (data shared until written).
+// Processes are not carried over: each fork starts with no process
+// but its agent, on every tier. All forks are made or none: if one
+// fails, those made are destroyed. count is 1 to 16 (400 otherwise);
+// a stopped or busy source is a 409; a tier that cannot fork, a 501.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sandboxes/{id}/fork (the `ForkSandbox` operationId).
+func (c *ClientWithResponses) ForkSandboxWithResponse(ctx context.Context, id SandboxID, body ForkSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*ForkSandboxResponse, error) {
+	rsp, err := c.ForkSandbox(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseForkSandboxResponse(rsp)
+}
+
 // ListJobsWithResponse List the sandbox's background jobs, running and ended, oldest first.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -12699,6 +12997,39 @@ func ParseStatSandboxFileResponse(rsp *http.Response) (*StatSandboxFileResponse,
 	return response, nil
 }
 
+// ParseForkSandboxResponse parses an HTTP response from a ForkSandboxWithResponse call
+func ParseForkSandboxResponse(rsp *http.Response) (*ForkSandboxResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ForkSandboxResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest ForkResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListJobsResponse parses an HTTP response from a ListJobsWithResponse call
 func ParseListJobsResponse(rsp *http.Response) (*ListJobsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -13785,6 +14116,9 @@ type ServerInterface interface {
 	// StatSandboxFile Describe a file or directory in the sandbox.
 	// (GET /v1/sandboxes/{id}/files/stat)
 	StatSandboxFile(w http.ResponseWriter, r *http.Request, id SandboxID, params StatSandboxFileParams)
+	// ForkSandbox Make new sandboxes that start with a copy of this one's files as they are now.
+	// (POST /v1/sandboxes/{id}/fork)
+	ForkSandbox(w http.ResponseWriter, r *http.Request, id SandboxID)
 	// ListJobs List the sandbox's background jobs, running and ended, oldest first.
 	// (GET /v1/sandboxes/{id}/jobs)
 	ListJobs(w http.ResponseWriter, r *http.Request, id SandboxID)
@@ -14924,6 +15258,32 @@ func (siw *ServerInterfaceWrapper) StatSandboxFile(w http.ResponseWriter, r *htt
 	handler.ServeHTTP(w, r)
 }
 
+// ForkSandbox operation middleware
+func (siw *ServerInterfaceWrapper) ForkSandbox(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ForkSandbox(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListJobs operation middleware
 func (siw *ServerInterfaceWrapper) ListJobs(w http.ResponseWriter, r *http.Request) {
 
@@ -15971,6 +16331,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/checkpoints", wrapper.CreateCheckpoint)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/sandboxes/{id}/checkpoints/{name}", wrapper.DeleteCheckpoint)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/checkpoints/{name}/restore", wrapper.RestoreCheckpoint)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/fork", wrapper.ForkSandbox)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/save", wrapper.SaveSandbox)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sandboxes/{id}/jobs", wrapper.ListJobs)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sandboxes/{id}/jobs", wrapper.StartJob)

@@ -80,6 +80,7 @@ type sandboxInfo struct {
 	MemoryMB   int64   `json:"memory_mb"`
 	Created    string  `json:"created"`
 	LastActive string  `json:"last_active,omitempty"`
+	ForkedFrom string  `json:"forked_from,omitempty" jsonschema:"the sandbox this one is a fork of"`
 }
 
 type sandboxListArgs struct {
@@ -248,6 +249,7 @@ func (h *handlers) addSandboxTools(s *mcpsdk.Server) {
 	mcpsdk.AddTool(s, &mcpsdk.Tool{Name: "sandbox_process_logs", Description: "A background process's state, exit code and newest output (max_bytes of each stream, default 64 KiB).", Annotations: ro}, h.sandboxProcessLogs)
 	mcpsdk.AddTool(s, &mcpsdk.Tool{Name: "sandbox_stop_process", Description: "Stop a background process: TERM, then KILL after grace_seconds."}, h.sandboxStopProcess)
 	mcpsdk.AddTool(s, &mcpsdk.Tool{Name: "sandbox_checkpoint", Description: "Save a sandbox's files (outside its workspace session) as a named checkpoint to go back to with sandbox_restore."}, h.sandboxCheckpoint)
+	mcpsdk.AddTool(s, &mcpsdk.Tool{Name: "sandbox_fork", Description: forkDescription}, h.sandboxFork)
 	mcpsdk.AddTool(s, &mcpsdk.Tool{Name: "sandbox_restore", Description: "Put a sandbox's files back as they were at a checkpoint; every process in it ends."}, h.sandboxRestore)
 	mcpsdk.AddTool(s, &mcpsdk.Tool{Name: "sandbox_expose_port", Description: "Serve a port of a sandbox (a server listening on 127.0.0.1 or 0.0.0.0 in it) at a preview URL " +
 		"on the daemon: HTTP, server-sent events and WebSockets, behind the API's token; public makes a link anyone may open too. " +
@@ -358,7 +360,7 @@ func commandArgv(tool, command string, argv []string) ([]string, error) {
 
 func fromSandbox(s client.Sandbox) sandboxInfo {
 	out := sandboxInfo{ID: s.Id, Image: s.Image, Session: s.Session, Owner: s.Owner, Status: string(s.Status), AutoPaused: s.AutoPaused,
-		User: s.User, CPUs: s.Cpus, MemoryMB: s.Memory >> 20, Created: stamp(s.Created)}
+		User: s.User, CPUs: s.Cpus, MemoryMB: s.Memory >> 20, Created: stamp(s.Created), ForkedFrom: s.ForkedFrom}
 	if !s.LastActive.IsZero() {
 		out.LastActive = stamp(s.LastActive)
 	}

@@ -186,7 +186,7 @@ func TestSandboxTools(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	want := []string{"sandbox_checkpoint", "sandbox_create", "sandbox_destroy", "sandbox_exec", "sandbox_expose_port", "sandbox_list", "sandbox_list_files",
+	want := []string{"sandbox_checkpoint", "sandbox_create", "sandbox_destroy", "sandbox_exec", "sandbox_expose_port", "sandbox_fork", "sandbox_list", "sandbox_list_files",
 		"sandbox_process_logs", "sandbox_read_file", "sandbox_restore", "sandbox_search", "sandbox_start_process", "sandbox_stop_process", "sandbox_write_file"}
 	if !slices.Equal(names, want) {
 		t.Errorf("sandbox tools %v, want %v", names, want)
@@ -329,6 +329,23 @@ while True:
 	if cp.Name != "fixed" || run.ExitCode != 0 || run.Stdout != "mean: 3.0\n" {
 		t.Errorf("after restoring %q: run = %+v, want the fixed script back", cp.Name, run)
 	}
+
+	// A fork has the files, its own session, and no process.
+	var fk struct {
+		Sandboxes []struct {
+			sandboxInfo
+			ForkedFrom string `json:"forked_from"`
+		}
+	}
+	call(t, loop, "sandbox_fork", map[string]any{"sandbox": sb.ID}, &fk)
+	if len(fk.Sandboxes) != 1 || fk.Sandboxes[0].ForkedFrom != sb.ID || fk.Sandboxes[0].Session == sb.Session || fk.Sandboxes[0].Owner != sb.Owner {
+		t.Fatalf("sandbox_fork = %+v, want one fork of %s with a session of its own", fk, sb.ID)
+	}
+	call(t, loop, "sandbox_exec", map[string]any{"sandbox": fk.Sandboxes[0].ID, "command": "python3 stats/mean.py 2 4", "cwd": home}, &run)
+	if run.ExitCode != 0 || run.Stdout != "mean: 3.0\n" {
+		t.Errorf("in the fork: run = %+v, want the source's script", run)
+	}
+	call(t, loop, "sandbox_destroy", map[string]any{"sandbox": fk.Sandboxes[0].ID}, &struct{}{})
 
 	// Idle, the other sandbox paused; a call resumes it.
 	var mine, others, all sandboxListOut
@@ -521,6 +538,8 @@ func TestHostileSandboxTools(t *testing.T) {
 		{"unknown process", "sandbox_stop_process", map[string]any{"sandbox": sb.ID, "process": "job-99"}, "job-99"},
 		{"grace too long", "sandbox_stop_process", map[string]any{"sandbox": sb.ID, "process": "job-1", "grace_seconds": 3600}, "0 to 60"},
 		{"bad checkpoint name", "sandbox_checkpoint", map[string]any{"sandbox": sb.ID, "name": "../x"}, "checkpoint name"},
+		{"too many forks", "sandbox_fork", map[string]any{"sandbox": sb.ID, "count": 17}, "1 to 16"},
+		{"fork of a bad id", "sandbox_fork", map[string]any{"sandbox": "../x"}, "sandbox"},
 		{"unknown checkpoint", "sandbox_restore", map[string]any{"sandbox": sb.ID, "checkpoint": "never"}, "never"},
 		{"unknown argument", "sandbox_destroy", map[string]any{"sandbox": sb.ID, "force": true}, "force"},
 	} {

@@ -41,6 +41,7 @@ func sandboxesCmd() *command {
 		{name: "restore", args: "ID NAME", min: 2, max: 2, names: sandboxIDs, setup: sbxRestore,
 			summary: "put a checkpoint back (every process ends, the agent restarts)"},
 		{name: "checkpoint-rm", args: "ID NAME", min: 2, max: 2, names: sandboxIDs, setup: sbxDeleteCheckpoint, summary: "delete a checkpoint"},
+		sbxForkCmd(),
 		{name: "save", args: "ID IMAGE", min: 2, max: 2, names: sandboxIDs, setup: sbxSave, summary: "save a sandbox's root as a new image"},
 		{name: "expose", args: "ID PORT", min: 2, max: 2, names: sandboxIDs, setup: sbxExpose,
 			summary: "serve a port of the sandbox at a preview URL, print it"},

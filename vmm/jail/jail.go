@@ -132,7 +132,7 @@ func (d *Driver) start(ctx context.Context, spec vmm.Spec, dir string) (*machine
 	if err := os.WriteFile(filepath.Join(dir, "spec.json"), b, 0o600); err != nil {
 		return nil, err
 	}
-	l, err := newLayer(dir, spec.Disk, d.templates())
+	l, err := d.makeLayer(dir, spec)
 	if err != nil {
 		return nil, err
 	}

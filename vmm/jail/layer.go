@@ -294,16 +294,23 @@ func layerTemplate(dir string, size int64) (string, error) {
 // where the filesystem has them, else a copy of src's data extents only,
 // so a sparse src gives a sparse dst.
 func cloneFile(dst, src string) error {
+	_, err := cloneFileShared(dst, src)
+	return err
+}
+
+// cloneFileShared is cloneFile, reporting whether dst is a reflink.
+func cloneFileShared(dst, src string) (reflinked bool, err error) {
 	in, err := os.Open(src)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer in.Close()
 	out, err := os.OpenFile(dst, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if unix.IoctlFileClone(int(out.Fd()), int(in.Fd())) != nil {
+	reflinked = unix.IoctlFileClone(int(out.Fd()), int(in.Fd())) == nil
+	if !reflinked {
 		err = copySparse(out, in)
 	}
 	if cerr := out.Close(); err == nil {
@@ -312,7 +319,7 @@ func cloneFile(dst, src string) error {
 	if err != nil {
 		os.Remove(dst)
 	}
-	return err
+	return reflinked, err
 }
 
 // copySparse copies in's data extents to the same offsets of out,

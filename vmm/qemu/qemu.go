@@ -219,7 +219,7 @@ func (d *Driver) Create(ctx context.Context, spec vmm.Spec) (vmm.Machine, error)
 	}
 	d.record(spec.ID, "create", fmt.Sprintf("root=%s workspace=%s memory=%d cpus=%g disk=%d",
 		disk, spec.Workspace, spec.Memory, spec.CPUs, spec.Disk))
-	if s, ok := d.shapeOf(spec, disk); ok && d.warm != nil {
+	if s, ok := d.shapeOf(spec, disk); ok && d.warm != nil && spec.Layer == "" {
 		defer d.warm.used(s)
 		m, err := d.claimSpare(ctx, s, spec, dir)
 		if err != nil {
@@ -295,7 +295,7 @@ func (d *Driver) start(ctx context.Context, spec vmm.Spec, dir, disk string, sha
 	if size == 0 {
 		size = d.cfg.DiskSize
 	}
-	if err := makeDisk(ctx, filepath.Join(dir, "rw.ext4"), size); err != nil {
+	if err := writableDisk(ctx, spec, filepath.Join(dir, "rw.ext4"), size); err != nil {
 		return nil, err
 	}
 	var accels []string
@@ -312,7 +312,7 @@ func (d *Driver) start(ctx context.Context, spec vmm.Spec, dir, disk string, sha
 	for i, accel := range accels {
 		if i > 0 {
 			// The failed try may have written to the disk.
-			if err := makeDisk(ctx, filepath.Join(dir, "rw.ext4"), size); err != nil {
+			if err := writableDisk(ctx, spec, filepath.Join(dir, "rw.ext4"), size); err != nil {
 				return nil, err
 			}
 		}

@@ -192,6 +192,7 @@ func Run(t *testing.T, d vmm.Driver, spec func(id string) vmm.Spec) {
 			t.Errorf("Checkpoint(../up) = nil, want a bad-name error")
 		}
 	})
+	t.Run("Fork", func(t *testing.T) { testFork(t, d, spec) })
 	t.Run("Export", func(t *testing.T) {
 		m := create(t, "conf-export")
 		e, ok := m.(vmm.Exporter)
