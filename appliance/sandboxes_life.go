@@ -68,6 +68,7 @@ func (m *sandboxManager) recoverOne(rec sandboxRecord) *sandbox {
 		return s
 	}
 	s.m = mach
+	attached := rec.Session == ""
 	if rec.Session != "" {
 		// The machine still holds the old view, whose connection ended with
 		// the old daemon: a new one takes its place.
@@ -81,15 +82,61 @@ func (m *sandboxManager) recoverOne(rec sandboxRecord) *sandbox {
 			m.log.Warn("sandbox: its machine cannot take a new workspace view; /workspace/agents in it is gone until it is recreated", "id", rec.ID, "driver", m.driver.Name())
 		} else if err := wa.AttachWorkspace(ctx, s.view.Dir()); err != nil {
 			m.log.Warn("sandbox", "id", rec.ID, "err", err)
+		} else {
+			attached = true
 		}
 	}
-	if rec.Paused != "" {
+	switch rec.Paused {
+	case "":
+	case pausedRestart:
+		m.resumeAfterRestart(ctx, s, attached)
+	default:
 		if err := mach.Pause(ctx); err != nil {
 			m.log.Warn("sandbox: pause again after the restart", "id", rec.ID, "err", err)
 		}
 	}
 	m.log.Info("sandbox recovered", "id", rec.ID, "image", rec.Image, "session", rec.Session, "status", s.status())
 	return s
+}
+
+// freezeForRestart pauses a running sandbox whose workspace view is about
+// to end with this daemon, and records why, for the next daemon's
+// resumeAfterRestart. If the pause fails the machine runs on, and its
+// workspace writes fail until the next daemon attaches a new view.
+func (m *sandboxManager) freezeForRestart(s *sandbox) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.m.Pause(ctx); err != nil {
+		m.log.Warn("sandbox: pause while no daemon serves its workspace; its workspace writes fail until the next daemon starts", "id", s.rec.ID, "err", err)
+		return
+	}
+	s.rec.Paused = pausedRestart
+	if err := m.save(&s.rec); err != nil {
+		// Unrecorded, the next daemon would not know to resume it.
+		m.log.Warn("sandbox: record the pause for the restart; resuming it", "id", s.rec.ID, "err", err)
+		if err := s.m.Resume(ctx); err != nil {
+			m.log.Warn("sandbox", "id", s.rec.ID, "err", err)
+		}
+		s.rec.Paused = ""
+	}
+}
+
+// resumeAfterRestart resumes a sandbox the last daemon paused for its
+// restart, now that its new view is attached (if it has a session). If
+// the view is not attached, or the resume fails, it is left paused as if
+// for being idle: the next exec or file call resumes it.
+func (m *sandboxManager) resumeAfterRestart(ctx context.Context, s *sandbox, attached bool) {
+	s.rec.Paused = pausedIdle
+	if !attached {
+		m.log.Warn("sandbox: left paused after the restart: its workspace view is not attached", "id", s.rec.ID)
+	} else if err := s.m.Resume(ctx); err != nil {
+		m.log.Warn("sandbox: resume after the restart", "id", s.rec.ID, "err", err)
+	} else {
+		s.rec.Paused = ""
+	}
+	if err := m.save(&s.rec); err != nil {
+		m.log.Warn("sandbox", "id", s.rec.ID, "err", err)
+	}
 }
 
 // idleLoop pauses sandboxes that have been idle for their idle timeout.

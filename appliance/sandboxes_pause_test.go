@@ -18,19 +18,24 @@ import (
 // TestSandboxPauseNeverLosesAByte (issue 19, item 5): cycles of writing
 // files of random sizes and contents into a sandbox, in its writable
 // layer and in its workspace session, then pausing and resuming it: on
-// request, or every few cycles by its idle timeout, and once, in the
-// middle, across a daemon restart while paused. After every cycle every
-// file written so far is hashed inside the machine and compared with the
-// test's own hashes, and a counter started at the beginning (a line every
-// 100 ms) must still run, with no number skipped or repeated.
+// request, or every few cycles by its idle timeout, and twice, in the
+// middle, across a daemon restart: once while paused on request, once
+// while running (the stopping daemon pauses it, the next one resumes it).
+// After every cycle every file written so far is hashed inside the
+// machine and compared with the test's own hashes, and counters started
+// at the beginning (a line every 100 ms, in the layer and in the
+// workspace) must still run, with no number skipped or repeated.
 //
-// The counter is a detached process, not a background job: a running
-// job keeps a sandbox awake (TestSandboxIdlePause), so with one the idle
-// pause would never come.
+// Those counters are detached processes: a running job keeps a sandbox
+// awake (TestSandboxIdlePause), so with one the idle pause would never
+// come. A real background job (`sandboxes jobs`) runs through every
+// other cycle, the restarts included: started before the pause, it must
+// still be running after the resume, its output and its workspace file
+// each an unbroken count. It is stopped before each idle cycle.
 func TestSandboxPauseNeverLosesAByte(t *testing.T) {
 	t.Run("jail", func(t *testing.T) {
 		cfg := sandboxConfig(t)
-		pauseCycles(t, cfg, 100, 0, true)
+		pauseCycles(t, cfg, 100, 0)
 	})
 	t.Run("qemu", func(t *testing.T) {
 		if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
@@ -43,19 +48,15 @@ func TestSandboxPauseNeverLosesAByte(t *testing.T) {
 		cfg.Sandbox.Tier = TierQEMU
 		cfg.Sandbox.AllowTCG = true
 		cfg.Sandbox.Memory = 256 << 20
-		// No daemon restart on this tier: while no daemon serves the
-		// workspace view, the guest's writes there fail (about 2.5 s of
-		// the counter's lines lost here), and kept paused instead, the
-		// guest finds the workspace gone on resume until its cached entry
-		// of the share expires. Issue 19 keeps it open.
-		pauseCycles(t, cfg, 10, 60*time.Second, false)
+		// TCG is slow: as many cycles as fit in two minutes, at least 10.
+		pauseCycles(t, cfg, 10, 2*time.Minute)
 	})
 }
 
-// pauseCycles runs at least min cycles on a daemon of cfg, and more while
-// budget (if any) lasts, up to 100, restarting the daemon in the middle
-// if restart.
-func pauseCycles(t *testing.T, cfg Config, min int, budget time.Duration, restart bool) {
+// pauseCycles runs at least atLeast cycles on a daemon of cfg, and more while
+// budget (if any) lasts, up to 100, restarting the daemon twice in the
+// middle.
+func pauseCycles(t *testing.T, cfg Config, atLeast int, budget time.Duration) {
 	ctx := context.Background()
 	d, err := Start(ctx, cfg, testLogger(t))
 	if err != nil {
@@ -159,15 +160,79 @@ func pauseCycles(t *testing.T, cfg Config, min int, budget time.Duration, restar
 		}
 	}
 
+	// The background job: a count on its output and in a workspace file.
+	var job string
+	jobLines := 0
+	jobFile := "/workspace/agents/" + session + "/outputs/pl/job"
+	startJob := func(cycle int) {
+		t.Helper()
+		exe(`rm -f "$1"`, nil, jobFile)
+		j, err := c.StartJob(ctx, id, JobRequest{Argv: []string{"sh", "-c",
+			`i=0; while :; do i=$((i+1)); echo $i; echo $i >> "$1"; sleep 0.1; done`, "sh", jobFile}})
+		if err != nil || j.State != "running" {
+			t.Fatalf("cycle %d: StartJob = %+v, %v", cycle, j, err)
+		}
+		job, jobLines = j.Id, 0
+	}
+	checkJob := func(cycle int) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if j, err := c.Job(ctx, id, job); err != nil || j.State != "running" {
+				t.Fatalf("cycle %d: job after the resume = %+v, %v; want running", cycle, j, err)
+			}
+			out := strings.Fields(jobOutput(t, c, id, job, "stdout"))
+			file := strings.Fields(exe(`cat "$1"`, nil, jobFile))
+			for what, lines := range map[string][]string{"output": out, "file": file} {
+				for i, l := range lines {
+					if l != strconv.Itoa(i+1) {
+						t.Fatalf("cycle %d: job's %s: line %d is %q, want %d", cycle, what, i+1, l, i+1)
+					}
+				}
+			}
+			if len(out) > jobLines && len(file) > jobLines {
+				jobLines = min(len(out), len(file))
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cycle %d: the job's count has not moved past %d in 15s after the resume", cycle, jobLines)
+			}
+		}
+	}
+	stopJob := func(cycle int) {
+		t.Helper()
+		if j, err := c.StopJob(ctx, id, job, time.Second); err != nil || j.State == "running" {
+			t.Fatalf("cycle %d: StopJob = %+v, %v", cycle, j, err)
+		}
+		job = ""
+	}
+	restartDaemon := func(cycle int) {
+		t.Helper()
+		d.Close()
+		var err error
+		if d, err = Start(ctx, cfg, testLogger(t)); err != nil {
+			t.Fatalf("cycle %d: restart: %v", cycle, err)
+		}
+	}
+
 	start := time.Now()
-	n, idle, explicit := 0, 0, 0
-	restartAt := -1
+	n, idle, explicit, jobs := 0, 0, 0, 0
+	pausedRestart, runningRestart := -1, -1
 	for cycle := 1; cycle <= 100; cycle++ {
-		if cycle > min && (budget == 0 || time.Since(start) > budget) {
+		if cycle > atLeast && (budget == 0 || time.Since(start) > budget) {
 			break
 		}
-		if restart && restartAt < 0 && (cycle == 51 || budget > 0 && time.Since(start) > budget/2) {
-			restartAt = cycle
+		// The restarts: at cycles 51 and 76, or at half and three
+		// quarters of the budget (at cycles 5 and 8 at the least).
+		if pausedRestart < 0 && (cycle == 51 || budget > 0 && (time.Since(start) > budget/2 || cycle == atLeast/2)) {
+			pausedRestart = cycle
+		} else if pausedRestart > 0 && runningRestart < 0 && cycle > pausedRestart+1 && cycle%5 != 0 &&
+			(cycle >= 76 || budget > 0 && (time.Since(start) > budget*3/4 || cycle >= atLeast*3/4)) {
+			runningRestart = cycle
+		}
+		idleCycle := cycle%5 == 0 && cycle != pausedRestart && cycle != runningRestart
+		if job == "" && !idleCycle {
+			startJob(cycle)
+			jobs++
 		}
 		write(fmt.Sprintf("/home/agent/pl/f%03d", cycle))
 		write(fmt.Sprintf("/workspace/agents/%s/outputs/pl/f%03d", session, cycle))
@@ -175,20 +240,21 @@ func pauseCycles(t *testing.T, cfg Config, min int, budget time.Duration, restar
 			write(paths[rng.IntN(len(paths))])
 		}
 		switch {
-		case cycle == restartAt:
+		case cycle == pausedRestart:
 			if _, err := c.PauseSandbox(ctx, id); err != nil {
 				t.Fatal(err)
 			}
-			d.Close()
-			if d, err = Start(ctx, cfg, testLogger(t)); err != nil {
-				t.Fatalf("cycle %d: restart: %v", cycle, err)
-			}
+			restartDaemon(cycle)
 			waitStatus(t, c, id, "paused", false)
 			if _, err := c.ResumeSandbox(ctx, id); err != nil {
 				t.Fatalf("cycle %d: resume after the restart: %v", cycle, err)
 			}
 			explicit++
-		case cycle%5 == 0: // the idle timeout pauses it; the next exec resumes it
+		case cycle == runningRestart:
+			// The stopping daemon pauses it, the next resumes it.
+			restartDaemon(cycle)
+			waitStatus(t, c, id, "running", false)
+		case idleCycle: // the idle timeout pauses it; the next exec resumes it
 			waitStatus(t, c, id, "paused", true)
 			idle++
 		default:
@@ -202,13 +268,22 @@ func pauseCycles(t *testing.T, cfg Config, min int, budget time.Duration, restar
 		}
 		check(cycle)
 		checkCounters(cycle)
+		if job != "" {
+			checkJob(cycle)
+			if (cycle+1)%5 == 0 { // the job would keep the next cycle's idle pause away
+				stopJob(cycle)
+			}
+		}
 		n = cycle
 	}
 	slices.Sort(paths)
 	restarted := "no daemon restart"
-	if restartAt > 0 {
-		restarted = fmt.Sprintf("daemon restarted at cycle %d", restartAt)
+	if pausedRestart > 0 {
+		restarted = fmt.Sprintf("daemon restarted at cycle %d (paused) and %d (running)", pausedRestart, runningRestart)
 	}
-	t.Logf("%d cycles in %v (%d paused on request, %d by the idle timeout, %s): %d files checked after each, counters at %v lines",
-		n, time.Since(start).Round(time.Millisecond), explicit, idle, restarted, len(paths), lastCount)
+	if runningRestart < 0 {
+		t.Errorf("the daemon was not restarted under a running sandbox: %d cycles were too few", n)
+	}
+	t.Logf("%d cycles in %v (%d paused on request, %d by the idle timeout, %s): %d files checked after each, counters at %v lines, %d jobs checked across resumes",
+		n, time.Since(start).Round(time.Millisecond), explicit, idle, restarted, len(paths), lastCount, jobs)
 }
