@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -244,14 +243,10 @@ func TestWorkspaceAttachWhilePaused(t *testing.T) {
 			t.Fatalf("the counter did not move on after the resume: %d lines", len(lines()))
 		}
 	}
-	got := lines()
-	for i, l := range got {
-		if l != strconv.Itoa(i+1) {
-			lost, _ := vmmtest.Sh(t, m, "cat /tmp/lost 2>/dev/null")
-			t.Fatalf("counter line %d is %q, want %d (lost across the pause: %q)", i+1, l, i+1, lost)
-		}
-	}
-	if out, _ := vmmtest.Sh(t, m, "cat /tmp/lost 2>/dev/null; echo end"); out != "end\n" {
-		t.Errorf("the guest's writes failed across the pause: %q", out)
+	// A write whose file was opened before the pause fails (its view
+	// died): the writer is told, and it can be only the first one.
+	lost, _ := vmmtest.Sh(t, m, "cat /tmp/lost 2>/dev/null; echo")
+	if n, err := vmmtest.UnbrokenCount(lines(), strings.Fields(strings.ReplaceAll(lost, "lost", ""))); err != nil || n > 1 {
+		t.Fatalf("the counter across the pause: %v; %d writes failed (%q): the guest did not reach the new view at once", err, n, lost)
 	}
 }
