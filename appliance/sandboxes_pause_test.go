@@ -298,4 +298,3 @@ func pauseCycles(t *testing.T, cfg Config, atLeast int, budget time.Duration) {
 	t.Logf("%d cycles in %v (%d paused on request, %d by the idle timeout, %s): %d files checked after each, counters at %v lines (%v writes failed and were told so), %d jobs checked across resumes",
 		n, time.Since(start).Round(time.Millisecond), explicit, idle, restarted, len(paths), lastCount, failures, jobs)
 }
-
