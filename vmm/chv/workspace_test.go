@@ -175,7 +175,8 @@ func guestWrites(t *testing.T, disk, script string) {
 // TestWorkspaceAttachWhilePaused does through the double what a daemon
 // restart does to a VM paused across it: the view dies while the VM is
 // paused, a new one is attached, the VM resumes, and a counter in the
-// guest appending to the workspace every 50 ms must have lost no line.
+// guest appending to the workspace every 50 ms must have lost no line
+// silently (the write in flight at the pause may fail, and is told).
 // The double's guest reaches the share by a bind mount, which caches no
 // entry, so this checks the driver's pause, attach and resume, not the
 // guest kernel's cache (entryTimeout; vmm/qemu's test of the same name

@@ -174,10 +174,11 @@ func TestWorkspaceAttach(t *testing.T) {
 // paused across it: the VM's view dies while the VM is paused, a new
 // view is attached, and the VM resumes. A counter in the guest appends a
 // line to the workspace every 50 ms through it all: the guest must
-// reach the new view at once on resume, with no line lost, though it
-// looked the share's entry up just before the pause (a guest that kept
-// that entry would write into the dead view until it expired, in guest
-// time, which stands still while the VM is paused).
+// reach the new view at once on resume: no line lost silently, and at
+// most the write in flight at the pause failed (its file was opened in
+// the dead view) and told so. It looked the share's entry up just before
+// the pause: a guest that kept that entry would write into the dead view
+// until it expired, in guest time, which stands still while paused.
 func TestWorkspaceAttachWhilePaused(t *testing.T) {
 	d := newDriver(t)
 	requireVirtiofsd(t)
