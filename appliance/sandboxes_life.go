@@ -118,7 +118,9 @@ func (m *sandboxManager) freezeForRestart(s *sandbox) {
 			m.log.Warn("sandbox", "id", s.rec.ID, "err", err)
 		}
 		s.rec.Paused = ""
+		return
 	}
+	m.log.Info("sandbox paused until the next daemon serves its workspace", "id", s.rec.ID)
 }
 
 // resumeAfterRestart resumes a sandbox the last daemon paused for its
@@ -133,6 +135,7 @@ func (m *sandboxManager) resumeAfterRestart(ctx context.Context, s *sandbox, att
 		m.log.Warn("sandbox: resume after the restart", "id", s.rec.ID, "err", err)
 	} else {
 		s.rec.Paused = ""
+		m.log.Info("sandbox resumed after the restart", "id", s.rec.ID)
 	}
 	if err := m.save(&s.rec); err != nil {
 		m.log.Warn("sandbox", "id", s.rec.ID, "err", err)
