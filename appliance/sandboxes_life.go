@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -106,9 +107,13 @@ func (m *sandboxManager) recoverOne(rec sandboxRecord) *sandbox {
 func (m *sandboxManager) freezeForRestart(s *sandbox) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := s.m.Pause(ctx); err != nil {
+	open, err := m.pauseQuiet(ctx, s)
+	if err != nil {
 		m.log.Warn("sandbox: pause while no daemon serves its workspace; its workspace writes fail until the next daemon starts", "id", s.rec.ID, "err", err)
 		return
+	}
+	if open > 0 {
+		m.log.Warn("sandbox: paused with files open in its workspace: their next read or write fails after the restart (reopened, they work)", "id", s.rec.ID, "open", open)
 	}
 	s.rec.Paused = pausedRestart
 	if err := m.save(&s.rec); err != nil {
@@ -121,6 +126,38 @@ func (m *sandboxManager) freezeForRestart(s *sandbox) {
 		return
 	}
 	m.log.Info("sandbox paused until the next daemon serves its workspace", "id", s.rec.ID)
+}
+
+// quietWait bounds how long pauseQuiet looks for a moment when no file
+// is open in a sandbox's workspace.
+const quietWait = 3 * time.Second
+
+// pauseQuiet pauses s's machine at a moment when no file is open through
+// its workspace view, if one comes within quietWait: a file open across
+// a restart belongs to the dead view, so the write of a process caught
+// between its open and its close would fail (it is told). Each try
+// pauses, lets the closes already made reach the view, and resumes if a
+// file is still open. It returns how many files were open at the pause
+// it kept.
+func (m *sandboxManager) pauseQuiet(ctx context.Context, s *sandbox) (int, error) {
+	deadline := time.Now().Add(quietWait)
+	for {
+		if err := s.m.Pause(ctx); err != nil {
+			return 0, err
+		}
+		open := s.view.OpenFiles()
+		// A close's release reaches the view shortly after the close.
+		for settle := time.Now().Add(100 * time.Millisecond); open > 0 && time.Now().Before(settle); open = s.view.OpenFiles() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if open == 0 || time.Now().After(deadline) {
+			return open, nil
+		}
+		if err := s.m.Resume(ctx); err != nil {
+			return open, nil // still paused: keep this pause
+		}
+		time.Sleep(time.Duration(5+rand.IntN(30)) * time.Millisecond)
+	}
 }
 
 // resumeAfterRestart resumes a sandbox the last daemon paused for its
