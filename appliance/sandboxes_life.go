@@ -59,7 +59,7 @@ func (m *sandboxManager) recoverOne(rec sandboxRecord) *sandbox {
 	s := &sandbox{rec: rec, last: time.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	mach, err := m.driver.Recover(ctx, rec.ID)
+	mach, attached, err := m.recoverMachine(ctx, s)
 	if err != nil {
 		if !errors.Is(err, vmm.ErrNotFound) {
 			m.log.Warn("sandbox: recover", "id", rec.ID, "err", err)
@@ -69,23 +69,10 @@ func (m *sandboxManager) recoverOne(rec sandboxRecord) *sandbox {
 		return s
 	}
 	s.m = mach
-	attached := rec.Session == ""
-	if rec.Session != "" {
-		// The machine still holds the old view, whose connection ended with
-		// the old daemon: a new one takes its place.
-		ids, err := viewIDs(m.driver, rec.ID)
-		if err == nil {
-			s.view, err = m.store.Mount(m.viewDir(rec.ID), fs.ViewOptions{Session: rec.Session, IDs: ids})
-		}
-		if err != nil {
-			m.log.Warn("sandbox: mount workspace view", "id", rec.ID, "err", err)
-		} else if wa, ok := mach.(vmm.WorkspaceAttacher); !ok {
-			m.log.Warn("sandbox: its machine cannot take a new workspace view; /workspace/agents in it is gone until it is recreated", "id", rec.ID, "driver", m.driver.Name())
-		} else if err := wa.AttachWorkspace(ctx, s.view.Dir()); err != nil {
-			m.log.Warn("sandbox", "id", rec.ID, "err", err)
-		} else {
-			attached = true
-		}
+	if rec.Session == "" {
+		attached = true
+	} else if !attached {
+		attached = m.attachView(ctx, s)
 	}
 	switch rec.Paused {
 	case "":
@@ -98,6 +85,66 @@ func (m *sandboxManager) recoverOne(rec sandboxRecord) *sandbox {
 	}
 	m.log.Info("sandbox recovered", "id", rec.ID, "image", rec.Image, "session", rec.Session, "status", s.status())
 	return s
+}
+
+// recoverMachine recovers s's machine. A driver that can put the new
+// workspace view in place before the machine runs again gets it then
+// (attached): a VM paused across the restart is resumed for a moment
+// while its driver reaches its agent, and must not write into the dead
+// view meanwhile.
+func (m *sandboxManager) recoverMachine(ctx context.Context, s *sandbox) (mach vmm.Machine, attached bool, err error) {
+	wr, ok := m.driver.(vmm.WorkspaceRecoverer)
+	if !ok || s.rec.Session == "" {
+		mach, err = m.driver.Recover(ctx, s.rec.ID)
+		return mach, false, err
+	}
+	if err := m.mountView(s); err != nil {
+		m.log.Warn("sandbox: mount workspace view", "id", s.rec.ID, "err", err)
+		mach, err = m.driver.Recover(ctx, s.rec.ID)
+		return mach, false, err
+	}
+	mach, err = wr.RecoverWithWorkspace(ctx, s.rec.ID, s.view.Dir())
+	if errors.Is(err, vmm.ErrNoWorkspace) {
+		mach, err = m.driver.Recover(ctx, s.rec.ID)
+		return mach, false, err
+	}
+	if err != nil {
+		s.view.Unmount()
+		s.view = nil
+	}
+	return mach, err == nil, err
+}
+
+// mountView mounts a new workspace view for s: the machine still holds
+// the old one, whose connection ended with the old daemon.
+func (m *sandboxManager) mountView(s *sandbox) error {
+	ids, err := viewIDs(m.driver, s.rec.ID)
+	if err == nil {
+		s.view, err = m.store.Mount(m.viewDir(s.rec.ID), fs.ViewOptions{Session: s.rec.Session, IDs: ids})
+	}
+	return err
+}
+
+// attachView puts a new workspace view (mounted here if need be) in
+// place of the dead one in s's recovered machine, and reports whether it
+// did.
+func (m *sandboxManager) attachView(ctx context.Context, s *sandbox) bool {
+	if s.view == nil {
+		if err := m.mountView(s); err != nil {
+			m.log.Warn("sandbox: mount workspace view", "id", s.rec.ID, "err", err)
+			return false
+		}
+	}
+	wa, ok := s.m.(vmm.WorkspaceAttacher)
+	if !ok {
+		m.log.Warn("sandbox: its machine cannot take a new workspace view; /workspace/agents in it is gone until it is recreated", "id", s.rec.ID, "driver", m.driver.Name())
+		return false
+	}
+	if err := wa.AttachWorkspace(ctx, s.view.Dir()); err != nil {
+		m.log.Warn("sandbox", "id", s.rec.ID, "err", err)
+		return false
+	}
+	return true
 }
 
 // freezeForRestart pauses a running sandbox whose workspace view is about
