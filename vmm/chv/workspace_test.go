@@ -247,3 +247,102 @@ func TestWorkspaceAttachWhilePaused(t *testing.T) {
 		t.Fatalf("the counter across the pause: %v; %d writes failed (%q)", err, n, lost)
 	}
 }
+
+// TestRecoverWithWorkspacePaused: a VM paused across a daemon restart.
+// Its old view dies; the new driver puts the new view in its share while
+// it recovers it, before reattach resumes it for a moment to reach its
+// agent: a counter in the guest appending every 10 ms must not write
+// into the dead view meanwhile (with Recover then AttachWorkspace, it
+// did). Only the write in flight at the pause may fail, and is told.
+func TestRecoverWithWorkspacePaused(t *testing.T) {
+	needVirtiofsd(t)
+	d, spec := doubleDriver(t)
+	store, err := fs.Open(fs.Options{Dir: filepath.Join(shortTemp(t), "ws")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if err := store.CreateSession("a", fs.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	old, err := store.Mount(filepath.Join(shortTemp(t), "view-old"), fs.ViewOptions{Session: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Unmount()
+	s := spec("recover-paused")
+	s.Workspace = old.Dir()
+	first := create(t, d, s)
+	ctx := context.Background()
+	const counter = "/workspace/agents/a/outputs/counter"
+	lost := "/tmp/lost-" + s.ID
+	if out, _ := vmmtest.Sh(t, first, `setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i >> `+counter+` || echo $i >> `+lost+`; sleep 0.01; done' </dev/null >/dev/null 2>&1 & echo ok`); out != "ok\n" {
+		t.Fatalf("starting the counter: %q", out)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if out, _ := vmmtest.Sh(t, first, "cat "+counter); len(strings.Fields(out)) >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the counter did not start")
+		}
+	}
+	if err := first.Pause(ctx); err != nil {
+		t.Fatalf("Pause = %v", err)
+	}
+	first.Guest().Close()
+	if err := old.Unmount(); err != nil {
+		t.Fatalf("Unmount the old view = %v", err)
+	}
+	fresh, err := store.Mount(filepath.Join(shortTemp(t), "view-new"), fs.ViewOptions{Session: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Unmount()
+	d2, err := New(d.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	m, err := d2.RecoverWithWorkspace(ctx, s.ID, fresh.Dir())
+	if err != nil {
+		t.Fatalf("RecoverWithWorkspace = %v", err)
+	}
+	defer m.Destroy(ctx)
+	if st, _ := m.(*machine).vmState(ctx); st != "Paused" {
+		t.Errorf("after RecoverWithWorkspace the VM is %s, want Paused as it was", st)
+	}
+	if err := m.Resume(ctx); err != nil {
+		t.Fatalf("Resume = %v", err)
+	}
+	var lines []string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		out, _ := vmmtest.Sh(t, m, "cat "+counter)
+		if lines = strings.Fields(out); len(lines) >= 50 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the counter did not move on after the resume: %d lines", len(lines))
+		}
+	}
+	told, _ := vmmtest.Sh(t, m, "cat "+lost+" 2>/dev/null; echo")
+	if n, err := vmmtest.UnbrokenCount(lines, strings.Fields(told)); err != nil || n > 1 {
+		t.Fatalf("the counter across the restart: %v; %d writes failed (%q)", err, n, told)
+	}
+	// A machine made without a workspace: nothing done, Recover works.
+	bare := create(t, d2, spec("recover-bare"))
+	bare.Guest().Close()
+	d3, err := New(d.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d3.Close()
+	if _, err := d3.RecoverWithWorkspace(ctx, "recover-bare", fresh.Dir()); !errors.Is(err, vmm.ErrNoWorkspace) {
+		t.Errorf("RecoverWithWorkspace on a machine without a workspace = %v, want ErrNoWorkspace", err)
+	}
+	if b, err := d3.Recover(ctx, "recover-bare"); err != nil {
+		t.Errorf("Recover after a refused RecoverWithWorkspace = %v", err)
+	} else {
+		b.Destroy(ctx)
+	}
+}
