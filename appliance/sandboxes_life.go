@@ -154,6 +154,11 @@ func (m *sandboxManager) attachView(ctx context.Context, s *sandbox) bool {
 func (m *sandboxManager) freezeForRestart(s *sandbox) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// Hang up on the agent first, while it runs: a VM's agent learns of
+	// it from its port, and one paused meanwhile would take the next
+	// daemon's session for the rest of this one.
+	s.m.Guest().Close()
+	time.Sleep(hangupGrace)
 	open, err := m.pauseQuiet(ctx, s)
 	if err != nil {
 		m.log.Warn("sandbox: pause while no daemon serves its workspace; its workspace writes fail until the next daemon starts", "id", s.rec.ID, "err", err)
@@ -174,6 +179,10 @@ func (m *sandboxManager) freezeForRestart(s *sandbox) {
 	}
 	m.log.Info("sandbox paused until the next daemon serves its workspace", "id", s.rec.ID)
 }
+
+// hangupGrace is how long a machine runs after the stopping daemon hung
+// up on its agent, for the agent to see it, before it is paused.
+const hangupGrace = 200 * time.Millisecond
 
 // quietWait bounds how long pauseQuiet looks for a moment when no file
 // is open in a sandbox's workspace.
