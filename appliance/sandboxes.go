@@ -35,6 +35,9 @@ const (
 const (
 	pausedByUser = "user"
 	pausedIdle   = "idle"
+	// pausedRestart: paused by a daemon that stopped, for the next one
+	// to resume once it serves the workspace again.
+	pausedRestart = "restart"
 )
 
 // networkNone is the only network policy so far: the machine has loopback
@@ -73,7 +76,7 @@ type sandboxRecord struct {
 	Home    string    `json:"home,omitempty"` // the default directory of its commands
 	Network string    `json:"network"`
 	Created time.Time `json:"created"`
-	// Paused is "", pausedByUser or pausedIdle.
+	// Paused is "", pausedByUser, pausedIdle or pausedRestart.
 	Paused string `json:"paused,omitempty"`
 	// ForkedFrom is the sandbox this one is a fork of (sandboxes_fork.go).
 	ForkedFrom string `json:"forked_from,omitempty"`
@@ -668,15 +671,16 @@ func (m *sandboxManager) use(ctx context.Context, id string) (s *sandbox, releas
 }
 
 // Close stops the idle loop and lets go of the sandboxes without stopping
-// them: their machines keep running for the next daemon to recover. A
-// paused machine stays paused: the views' FUSE connections end with this
-// daemon, so they are aborted rather than left for the machines to hold
-// open, and a machine let run meanwhile would have its writes into the
-// workspace fail until the next daemon attaches a new view (bytes lost
-// across a pause, issue 19). The jail's Recover thaws only the agent of
-// a paused machine, while it connects. A VM is still thawed (see
-// release): its guest loses workspace writes while no daemon serves the
-// view. The driver is the daemon's to close.
+// them: their machines keep running for the next daemon to recover. The
+// views' FUSE connections end with this daemon, so a machine with a
+// workspace view is paused first (pausedRestart, in its record), and its
+// views are aborted rather than left for the machines to hold open: a
+// machine let run meanwhile would have its writes into the workspace
+// fail until the next daemon attaches a new view (bytes lost across a
+// restart, issue 19). Frozen, its processes wait instead; the next
+// daemon attaches a new view and resumes it (recoverOne). A machine
+// paused already stays so, as it was. The driver is the daemon's to
+// close.
 func (m *sandboxManager) Close() error {
 	m.closeOnce.Do(func() {
 		close(m.stop)
@@ -692,15 +696,8 @@ func (m *sandboxManager) release(s *sandbox) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m != nil && !s.stopped() {
-		if s.rec.Paused != "" && m.driver.Name() != TierJail {
-			// A VM's guest caches the workspace share's entry and sees a
-			// new view only after running for the entry timeout: kept
-			// paused, it would find the workspace gone on resume.
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			if err := s.m.Resume(ctx); err != nil {
-				m.log.Warn("sandbox: thaw before the daemon stops", "id", s.rec.ID, "err", err)
-			}
-			cancel()
+		if s.rec.Paused == "" && s.view != nil {
+			m.freezeForRestart(s)
 		}
 		s.m.Guest().Close()
 	}

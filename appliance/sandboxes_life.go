@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,7 +59,7 @@ func (m *sandboxManager) recoverOne(rec sandboxRecord) *sandbox {
 	s := &sandbox{rec: rec, last: time.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	mach, err := m.driver.Recover(ctx, rec.ID)
+	mach, attached, err := m.recoverMachine(ctx, s)
 	if err != nil {
 		if !errors.Is(err, vmm.ErrNotFound) {
 			m.log.Warn("sandbox: recover", "id", rec.ID, "err", err)
@@ -68,28 +69,170 @@ func (m *sandboxManager) recoverOne(rec sandboxRecord) *sandbox {
 		return s
 	}
 	s.m = mach
-	if rec.Session != "" {
-		// The machine still holds the old view, whose connection ended with
-		// the old daemon: a new one takes its place.
-		ids, err := viewIDs(m.driver, rec.ID)
-		if err == nil {
-			s.view, err = m.store.Mount(m.viewDir(rec.ID), fs.ViewOptions{Session: rec.Session, IDs: ids})
-		}
-		if err != nil {
-			m.log.Warn("sandbox: mount workspace view", "id", rec.ID, "err", err)
-		} else if wa, ok := mach.(vmm.WorkspaceAttacher); !ok {
-			m.log.Warn("sandbox: its machine cannot take a new workspace view; /workspace/agents in it is gone until it is recreated", "id", rec.ID, "driver", m.driver.Name())
-		} else if err := wa.AttachWorkspace(ctx, s.view.Dir()); err != nil {
-			m.log.Warn("sandbox", "id", rec.ID, "err", err)
-		}
+	if rec.Session == "" {
+		attached = true
+	} else if !attached {
+		attached = m.attachView(ctx, s)
 	}
-	if rec.Paused != "" {
+	switch rec.Paused {
+	case "":
+	case pausedRestart:
+		m.resumeAfterRestart(ctx, s, attached)
+	default:
 		if err := mach.Pause(ctx); err != nil {
 			m.log.Warn("sandbox: pause again after the restart", "id", rec.ID, "err", err)
 		}
 	}
 	m.log.Info("sandbox recovered", "id", rec.ID, "image", rec.Image, "session", rec.Session, "status", s.status())
 	return s
+}
+
+// recoverMachine recovers s's machine. A driver that can put the new
+// workspace view in place before the machine runs again gets it then
+// (attached): a VM paused across the restart is resumed for a moment
+// while its driver reaches its agent, and must not write into the dead
+// view meanwhile.
+func (m *sandboxManager) recoverMachine(ctx context.Context, s *sandbox) (mach vmm.Machine, attached bool, err error) {
+	wr, ok := m.driver.(vmm.WorkspaceRecoverer)
+	if !ok || s.rec.Session == "" {
+		mach, err = m.driver.Recover(ctx, s.rec.ID)
+		return mach, false, err
+	}
+	if err := m.mountView(s); err != nil {
+		m.log.Warn("sandbox: mount workspace view", "id", s.rec.ID, "err", err)
+		mach, err = m.driver.Recover(ctx, s.rec.ID)
+		return mach, false, err
+	}
+	mach, err = wr.RecoverWithWorkspace(ctx, s.rec.ID, s.view.Dir())
+	if errors.Is(err, vmm.ErrNoWorkspace) {
+		mach, err = m.driver.Recover(ctx, s.rec.ID)
+		return mach, false, err
+	}
+	if err != nil {
+		s.view.Unmount()
+		s.view = nil
+	}
+	return mach, err == nil, err
+}
+
+// mountView mounts a new workspace view for s: the machine still holds
+// the old one, whose connection ended with the old daemon.
+func (m *sandboxManager) mountView(s *sandbox) error {
+	ids, err := viewIDs(m.driver, s.rec.ID)
+	if err == nil {
+		s.view, err = m.store.Mount(m.viewDir(s.rec.ID), fs.ViewOptions{Session: s.rec.Session, IDs: ids})
+	}
+	return err
+}
+
+// attachView puts a new workspace view (mounted here if need be) in
+// place of the dead one in s's recovered machine, and reports whether it
+// did.
+func (m *sandboxManager) attachView(ctx context.Context, s *sandbox) bool {
+	if s.view == nil {
+		if err := m.mountView(s); err != nil {
+			m.log.Warn("sandbox: mount workspace view", "id", s.rec.ID, "err", err)
+			return false
+		}
+	}
+	wa, ok := s.m.(vmm.WorkspaceAttacher)
+	if !ok {
+		m.log.Warn("sandbox: its machine cannot take a new workspace view; /workspace/agents in it is gone until it is recreated", "id", s.rec.ID, "driver", m.driver.Name())
+		return false
+	}
+	if err := wa.AttachWorkspace(ctx, s.view.Dir()); err != nil {
+		m.log.Warn("sandbox", "id", s.rec.ID, "err", err)
+		return false
+	}
+	return true
+}
+
+// freezeForRestart pauses a running sandbox whose workspace view is about
+// to end with this daemon, and records why, for the next daemon's
+// resumeAfterRestart. If the pause fails the machine runs on, and its
+// workspace writes fail until the next daemon attaches a new view.
+func (m *sandboxManager) freezeForRestart(s *sandbox) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Hang up on the agent first, while it runs: a VM's agent learns of
+	// it from its port, and one paused meanwhile would take the next
+	// daemon's session for the rest of this one.
+	s.m.Guest().Close()
+	time.Sleep(hangupGrace)
+	open, err := m.pauseQuiet(ctx, s)
+	if err != nil {
+		m.log.Warn("sandbox: pause while no daemon serves its workspace; its workspace writes fail until the next daemon starts", "id", s.rec.ID, "err", err)
+		return
+	}
+	if open > 0 {
+		m.log.Warn("sandbox: paused with files open in its workspace: their next read or write fails after the restart (reopened, they work)", "id", s.rec.ID, "open", open)
+	}
+	s.rec.Paused = pausedRestart
+	if err := m.save(&s.rec); err != nil {
+		// Unrecorded, the next daemon would not know to resume it.
+		m.log.Warn("sandbox: record the pause for the restart; resuming it", "id", s.rec.ID, "err", err)
+		if err := s.m.Resume(ctx); err != nil {
+			m.log.Warn("sandbox", "id", s.rec.ID, "err", err)
+		}
+		s.rec.Paused = ""
+		return
+	}
+	m.log.Info("sandbox paused until the next daemon serves its workspace", "id", s.rec.ID)
+}
+
+// hangupGrace is how long a machine runs after the stopping daemon hung
+// up on its agent, for the agent to see it, before it is paused.
+const hangupGrace = 200 * time.Millisecond
+
+// quietWait bounds how long pauseQuiet looks for a moment when no file
+// is open in a sandbox's workspace.
+const quietWait = 3 * time.Second
+
+// pauseQuiet pauses s's machine at a moment when no file is open through
+// its workspace view, if one comes within quietWait: a file open across
+// a restart belongs to the dead view, so the write of a process caught
+// between its open and its close would fail (it is told). Each try
+// pauses, lets the closes already made reach the view, and resumes if a
+// file is still open. It returns how many files were open at the pause
+// it kept.
+func (m *sandboxManager) pauseQuiet(ctx context.Context, s *sandbox) (int, error) {
+	deadline := time.Now().Add(quietWait)
+	for {
+		if err := s.m.Pause(ctx); err != nil {
+			return 0, err
+		}
+		open := s.view.OpenFiles()
+		// A close's release reaches the view shortly after the close.
+		for settle := time.Now().Add(100 * time.Millisecond); open > 0 && time.Now().Before(settle); open = s.view.OpenFiles() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if open == 0 || time.Now().After(deadline) {
+			return open, nil
+		}
+		if err := s.m.Resume(ctx); err != nil {
+			return open, nil // still paused: keep this pause
+		}
+		time.Sleep(time.Duration(5+rand.IntN(30)) * time.Millisecond)
+	}
+}
+
+// resumeAfterRestart resumes a sandbox the last daemon paused for its
+// restart, now that its new view is attached (if it has a session). If
+// the view is not attached, or the resume fails, it is left paused as if
+// for being idle: the next exec or file call resumes it.
+func (m *sandboxManager) resumeAfterRestart(ctx context.Context, s *sandbox, attached bool) {
+	s.rec.Paused = pausedIdle
+	if !attached {
+		m.log.Warn("sandbox: left paused after the restart: its workspace view is not attached", "id", s.rec.ID)
+	} else if err := s.m.Resume(ctx); err != nil {
+		m.log.Warn("sandbox: resume after the restart", "id", s.rec.ID, "err", err)
+	} else {
+		s.rec.Paused = ""
+		m.log.Info("sandbox resumed after the restart", "id", s.rec.ID)
+	}
+	if err := m.save(&s.rec); err != nil {
+		m.log.Warn("sandbox", "id", s.rec.ID, "err", err)
+	}
 }
 
 // idleLoop pauses sandboxes that have been idle for their idle timeout.

@@ -376,7 +376,8 @@ func TestSandboxRestart(t *testing.T) {
 	if out, st := run(t, c, "keep", "cat /tmp/state"); out != "kept\n" || st.Code != 0 {
 		t.Errorf("exec after the restart = %q, %+v", out, st)
 	}
-	// The job ran on while no daemon was there, and its output was kept.
+	// The job went on across the restart (frozen while no daemon served
+	// keep's workspace, see sandboxManager.Close), and its output was kept.
 	if j := waitJob(t, c, "keep", job.Id); j.State != "completed" || jobOutput(t, c, "keep", job.Id, "stdout") != "before\nafter\n" {
 		t.Errorf("a job across the restart: %+v, output %q", j, jobOutput(t, c, "keep", job.Id, "stdout"))
 	}

@@ -230,6 +230,16 @@ const (
 // Dir is where the view is mounted.
 func (v *View) Dir() string { return v.dir }
 
+// OpenFiles is how many files and directories are open through the view
+// now. A daemon about to stop pauses a machine at a moment with none
+// (package appliance): a file open across a restart belongs to the dead
+// view, and its next read or write fails.
+func (v *View) OpenFiles() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.handles)
+}
+
 // Unmount detaches the view and waits, boundedly, for its goroutines.
 // Idempotent.
 //

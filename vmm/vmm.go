@@ -197,6 +197,22 @@ type Usage struct {
 	DiskLimit   int64         `json:"disk_limit,omitempty"`
 }
 
+// WorkspaceRecoverer is a driver that puts a new workspace view in place
+// while it recovers a machine, before the machine runs again: a driver
+// that must resume a paused VM for a moment to reach its agent would
+// otherwise let it write into the dead view of the last daemon (bytes
+// lost across a restart, issue 19).
+type WorkspaceRecoverer interface {
+	// RecoverWithWorkspace is Recover with dir (a workspace view on the
+	// host) at /workspace/agents in the machine before anything in it
+	// runs. ErrNoWorkspace: the machine has no workspace device, and
+	// nothing was done.
+	RecoverWithWorkspace(ctx context.Context, id, dir string) (Machine, error)
+}
+
+// ErrNoWorkspace means a machine was made without a workspace device.
+var ErrNoWorkspace = errors.New("the machine was created without a workspace device")
+
 // WorkspaceAttacher is a machine whose workspace view can be replaced
 // while it runs. A view is served by the daemon; after the daemon
 // restarts, its machines' old views are dead and new ones must take their

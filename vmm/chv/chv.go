@@ -102,7 +102,10 @@ type Driver struct {
 	audit *vmm.AuditLog // <dir>/audit.jsonl: every lifecycle step, appended
 }
 
-var _ vmm.Driver = (*Driver)(nil)
+var (
+	_ vmm.Driver             = (*Driver)(nil)
+	_ vmm.WorkspaceRecoverer = (*Driver)(nil)
+)
 
 // New returns a driver for cfg.
 func New(cfg Config) (*Driver, error) {
@@ -202,6 +205,19 @@ func rootDisk(rootfs string) (string, error) {
 // through its API socket and its vsock socket. A machine whose VMM is gone
 // is cleaned up and reported ErrNotFound.
 func (d *Driver) Recover(ctx context.Context, id string) (vmm.Machine, error) {
+	return d.recover(ctx, id, "")
+}
+
+// RecoverWithWorkspace is Recover with the view at dir put in the
+// machine's share first: reattach resumes a paused VM for a moment to
+// reach its agent, and it must not reach the dead view meanwhile.
+func (d *Driver) RecoverWithWorkspace(ctx context.Context, id, dir string) (vmm.Machine, error) {
+	return d.recover(ctx, id, dir)
+}
+
+// recover re-attaches to machine id, with view (if not empty) put in its
+// share before it runs.
+func (d *Driver) recover(ctx context.Context, id, view string) (vmm.Machine, error) {
 	if err := vmm.CheckName("machine", id); err != nil {
 		return nil, err
 	}
@@ -221,12 +237,25 @@ func (d *Driver) Recover(ctx context.Context, id string) (vmm.Machine, error) {
 		}
 		return nil, fmt.Errorf("recover machine %s: %w", id, err)
 	}
+	if view != "" && st.Spec.Workspace == "" {
+		return nil, fmt.Errorf("recover machine %s with a workspace: %w", id, vmm.ErrNoWorkspace)
+	}
 	m := newMachine(d, st.Spec, dir, st.Root)
 	m.st = st
 	if !d.isVMM(st.VMM) {
 		m.teardown(context.Background())
 		d.record(id, "destroy", "found dead after a daemon restart; cleaned up")
 		return nil, fmt.Errorf("recover machine %s: its cloud-hypervisor is gone: %w", id, vmm.ErrNotFound)
+	}
+	if view != "" {
+		if err := share.Replace(m.path(shareDir), view); err != nil {
+			return nil, fmt.Errorf("recover machine %s: %w", id, err)
+		}
+		m.spec.Workspace, m.st.Spec.Workspace = view, view
+		if err := m.saveState(); err != nil {
+			return nil, fmt.Errorf("recover machine %s: %w", id, err)
+		}
+		d.record(id, "attach-workspace", view)
 	}
 	m.adopt(st.VMM)
 	paused, err := m.reattach(ctx)

@@ -110,7 +110,10 @@ type Driver struct {
 	warm  *warmPool     // nil: no warm machines
 }
 
-var _ vmm.Driver = (*Driver)(nil)
+var (
+	_ vmm.Driver             = (*Driver)(nil)
+	_ vmm.WorkspaceRecoverer = (*Driver)(nil)
+)
 
 // New checks cfg and returns a driver. It fails if a required path is
 // missing, or if neither KVM nor (allowed) TCG is available.
@@ -386,6 +389,39 @@ func (d *Driver) Recover(ctx context.Context, id string) (vmm.Machine, error) {
 	}
 	d.record(id, "recover", fmt.Sprintf("re-attached to qemu pid %d", m.proc.Load().pid))
 	return m, nil
+}
+
+// RecoverWithWorkspace is Recover with the view at dir put in the
+// machine's share first: attach resumes a paused VM for a moment to reach
+// its agent, and it must not reach the dead view meanwhile.
+func (d *Driver) RecoverWithWorkspace(ctx context.Context, id, dir string) (vmm.Machine, error) {
+	if err := vmm.CheckName("machine", id); err != nil {
+		return nil, err
+	}
+	mdir := d.machineDir(id)
+	b, err := os.ReadFile(filepath.Join(mdir, "spec.json"))
+	if err != nil {
+		return nil, fmt.Errorf("recover machine %s: %w", id, vmm.ErrNotFound)
+	}
+	var spec vmm.Spec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return nil, fmt.Errorf("recover machine %s: %s: %w", id, filepath.Join(mdir, "spec.json"), err)
+	}
+	if spec.Workspace == "" {
+		return nil, fmt.Errorf("recover machine %s with a workspace: %w", id, vmm.ErrNoWorkspace)
+	}
+	if err := share.Replace(filepath.Join(mdir, shareDir), dir); err != nil {
+		return nil, fmt.Errorf("recover machine %s: %w", id, err)
+	}
+	spec.Workspace = dir
+	if b, err = json.Marshal(spec); err == nil {
+		err = os.WriteFile(filepath.Join(mdir, "spec.json"), b, 0o600)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("recover machine %s: %w", id, err)
+	}
+	d.record(id, "attach-workspace", dir)
+	return d.Recover(ctx, id)
 }
 
 // List returns the machines with state on disk.

@@ -169,3 +169,85 @@ func TestWorkspaceAttach(t *testing.T) {
 		t.Errorf("AttachWorkspace on a machine made without a workspace = %v, want an error saying to give Spec.Workspace", err)
 	}
 }
+
+// TestWorkspaceAttachWhilePaused does what a daemon restart does to a VM
+// paused across it: the VM's view dies while the VM is paused, a new
+// view is attached, and the VM resumes. A counter in the guest appends a
+// line to the workspace every 50 ms through it all: the guest must
+// reach the new view at once on resume: no line lost silently, and at
+// most the write in flight at the pause failed (its file was opened in
+// the dead view) and told so. It looked the share's entry up just before
+// the pause: a guest that kept that entry would write into the dead view
+// until it expired, in guest time, which stands still while paused.
+func TestWorkspaceAttachWhilePaused(t *testing.T) {
+	d := newDriver(t)
+	requireVirtiofsd(t)
+	root := busyboxImage(t)
+	store, err := fs.Open(fs.Options{Dir: filepath.Join(t.TempDir(), "ws")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	agent := fs.Owner{UID: 1000, GID: 1000}
+	if err := store.CreateSession("a", agent); err != nil {
+		t.Fatal(err)
+	}
+	old, err := store.Mount(filepath.Join(t.TempDir(), "view-old"), fs.ViewOptions{Session: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Unmount()
+	ctx := context.Background()
+	m, err := d.Create(ctx, vmm.Spec{ID: "attach-paused", RootFS: root, Workspace: old.Dir(), UID: 1000, GID: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fresh *fs.View
+	defer func() {
+		m.Destroy(ctx)
+		if fresh != nil {
+			fresh.Unmount()
+		}
+	}()
+	const counter = "/workspace/agents/a/outputs/counter"
+	if out, _ := vmmtest.Sh(t, m, `setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i >> `+counter+` || echo lost $i >> /tmp/lost; sleep 0.05; done' </dev/null >/dev/null 2>&1 & echo ok`); out != "ok\n" {
+		t.Fatalf("starting the counter: %q", out)
+	}
+	lines := func() []string {
+		out, _ := vmmtest.Sh(t, m, "cat "+counter)
+		return strings.Fields(out)
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(lines()) < 3; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the counter did not start: %q", lines())
+		}
+	}
+	if err := m.Pause(ctx); err != nil {
+		t.Fatalf("Pause = %v", err)
+	}
+	if err := old.Unmount(); err != nil {
+		t.Fatalf("Unmount the old view = %v", err)
+	}
+	fresh, err = store.Mount(filepath.Join(t.TempDir(), "view-new"), fs.ViewOptions{Session: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.(vmm.WorkspaceAttacher).AttachWorkspace(ctx, fresh.Dir()); err != nil {
+		t.Fatalf("AttachWorkspace = %v", err)
+	}
+	if err := m.Resume(ctx); err != nil {
+		t.Fatalf("Resume = %v", err)
+	}
+	before := len(lines())
+	for deadline := time.Now().Add(10 * time.Second); len(lines()) < before+5; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the counter did not move on after the resume: %d lines", len(lines()))
+		}
+	}
+	// A write whose file was opened before the pause fails (its view
+	// died): the writer is told, and it can be only the first one.
+	lost, _ := vmmtest.Sh(t, m, "cat /tmp/lost 2>/dev/null; echo")
+	if n, err := vmmtest.UnbrokenCount(lines(), strings.Fields(strings.ReplaceAll(lost, "lost", ""))); err != nil || n > 1 {
+		t.Fatalf("the counter across the pause: %v; %d writes failed (%q): the guest did not reach the new view at once", err, n, lost)
+	}
+}
