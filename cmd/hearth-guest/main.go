@@ -94,6 +94,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	var jailCfg *JailConfig
 	if *jailFD >= 0 {
 		cfg, fds, err := receiveJail(*jailFD)
 		if err != nil {
@@ -102,6 +103,7 @@ func run(args []string) error {
 		if err := enterJail(cfg, fds); err != nil {
 			return err
 		}
+		jailCfg = cfg
 	}
 	if os.Getpid() == 1 {
 		if *jailFD < 0 {
@@ -134,6 +136,14 @@ func run(args []string) error {
 				return fmt.Errorf("the claim: %w", err)
 			}
 		}
+	}
+	// A jail prepared ahead of time is ready up to here too.
+	if jailCfg != nil && jailCfg.AwaitClaim {
+		c, err := awaitJailClaim(*jailFD)
+		if err != nil {
+			return err
+		}
+		*hostname, *uid, *gid = c.Hostname, uint(c.UID), uint(c.GID)
 	}
 	if *hostname != "" && os.Getpid() == 1 {
 		if err := syscall.Sethostname([]byte(*hostname)); err != nil {
