@@ -137,8 +137,13 @@ func run(args []string) error {
 			}
 		}
 	}
-	// A jail prepared ahead of time is ready up to here too.
+	// A jail prepared ahead of time is ready up to here too, its seccomp
+	// filter assembled.
+	var filter []unix.SockFilter
 	if jailCfg != nil && jailCfg.AwaitClaim {
+		if filter, err = assembleSeccomp(); err != nil {
+			return err
+		}
 		c, err := awaitJailClaim(*jailFD)
 		if err != nil {
 			return err
@@ -168,7 +173,12 @@ func run(args []string) error {
 			return err
 		}
 	}
-	if err := applySeccomp(); err != nil {
+	if filter == nil {
+		if filter, err = assembleSeccomp(); err != nil {
+			return err
+		}
+	}
+	if err := installSeccomp(filter); err != nil {
 		return err
 	}
 	opts := guest.ServerOptions{Roots: allowed, DefaultUID: uint32(*uid), DefaultGID: uint32(*gid),
