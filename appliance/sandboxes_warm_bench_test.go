@@ -73,7 +73,7 @@ func BenchmarkSandboxCreate(b *testing.B) {
 	wCreate, wExec, wDestroy, cCreate, cExec, cDestroy, bw, us = nil, nil, nil, nil, nil, nil, nil, nil
 	b.ResetTimer()
 	for range b.N {
-		for range 15 {
+		for range 10 {
 			round()
 		}
 	}
