@@ -259,12 +259,14 @@ type SandboxConfig struct {
 	// emulation where KVM cannot boot a stock kernel: real VMs, many
 	// times slower. Auto never picks it.
 	AllowTCG bool `toml:"allow_tcg"`
-	// Warm is how many VMs the qemu tier keeps booted ahead of time for
-	// each of the last few sandbox shapes (image, limits) it made, so a
-	// new session takes one at once instead of waiting for a boot. Each
-	// waits paused, holding the memory its guest touched while booting
-	// (about 110 MiB; 240 MiB under TCG, with QEMU's translated code).
-	// 0: none. The jail tier needs none (it starts in milliseconds).
+	// Warm is how many machines are kept ready ahead of time for each of
+	// the last few sandbox shapes (image, limits) made, so a new sandbox
+	// takes one at once. The qemu tier boots VMs, each waiting paused
+	// with the memory its guest touched while booting (about 110 MiB;
+	// 240 MiB under TCG, with QEMU's translated code). The jail tier
+	// prepares jails (namespaces, layer, cgroup, root; sandboxes without
+	// a session only), each an idle agent of a few MiB (docs/isolation.md).
+	// 0: none.
 	Warm int `toml:"warm"`
 	// DefaultImage is the image a sandbox gets when it names none.
 	DefaultImage string `toml:"default_image"`

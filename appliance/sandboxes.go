@@ -434,14 +434,22 @@ func (m *sandboxManager) boot(ctx context.Context, spec createSpec, img image.Im
 	if s.view != nil {
 		vspec.Workspace = s.view.Dir()
 	}
-	if s.m, err = m.driver.Create(ctx, vspec); err != nil {
+	// The record is written (and synced) while the machine starts: it is
+	// fixed already, and the create is acknowledged only once both are
+	// done. A daemon that dies in between leaves a record whose machine
+	// is gone, shown stopped after the restart.
+	saved := make(chan error, 1)
+	go func() { saved <- m.save(&s.rec) }()
+	undo = append(undo, func() { os.Remove(filepath.Join(m.dir, spec.ID+".json")) })
+	s.m, err = m.driver.Create(ctx, vspec)
+	if serr := <-saved; err == nil && serr != nil {
+		s.m.Destroy(context.Background())
+		return nil, serr
+	}
+	if err != nil {
 		if errors.Is(err, vmm.ErrExists) {
 			return nil, conflictf("sandbox %s: a machine with this id is still running: destroy it or pick another id", spec.ID)
 		}
-		return nil, err
-	}
-	undo = append(undo, func() { s.m.Destroy(context.Background()) })
-	if err := m.save(&s.rec); err != nil {
 		return nil, err
 	}
 	return s, nil

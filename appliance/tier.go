@@ -286,7 +286,11 @@ func lastAttestations(stateDir string) []Attestation {
 // newJail makes the jail driver, its machines' host ids from the config's
 // pool (sandbox.id_base, sandbox.id_machines).
 func newJail(cfg Config, agent string) (*jail.Driver, error) {
-	return jail.NewWithIDs(filepath.Join(cfg.StateDir, "jail"), agent, idPool(cfg))
+	d, err := jail.NewWithIDs(filepath.Join(cfg.StateDir, "jail"), agent, idPool(cfg))
+	if err == nil {
+		d.SetWarm(cfg.Sandbox.Warm)
+	}
+	return d, err
 }
 
 // idPool is the config's pool of host ids for the jail's machines.

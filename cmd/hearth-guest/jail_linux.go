@@ -22,6 +22,18 @@ import (
 // workspace view if Workspace is set.
 type JailConfig struct {
 	Workspace bool `json:"workspace"`
+	// AwaitClaim makes a jail prepared ahead of time (vmm/jail's warm
+	// pool): once its root is assembled the agent says so (one byte on
+	// the control socket) and waits there for its JailClaim, before it
+	// drops its privileges and serves.
+	AwaitClaim bool `json:"await_claim,omitempty"`
+}
+
+// JailClaim is what a prepared jail learns when a sandbox takes it.
+type JailClaim struct {
+	Hostname string `json:"hostname"`
+	UID      uint32 `json:"uid"`
+	GID      uint32 `json:"gid"`
 }
 
 // receiveJail reads the config and its mounts from the control socket;
@@ -33,12 +45,7 @@ func receiveJail(fd int) (*JailConfig, []int, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("read jail config: %w", err)
 	}
-	unix.Close(fd)
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil || len(msgs) != 1 {
-		return nil, nil, fmt.Errorf("jail config came without its mounts (%d messages, %v)", len(msgs), err)
-	}
-	fds, err := unix.ParseUnixRights(&msgs[0])
+	fds, err := rights(oob[:oobn])
 	if err != nil {
 		return nil, nil, err
 	}
@@ -49,7 +56,41 @@ func receiveJail(fd int) (*JailConfig, []int, error) {
 	if want := 2 + btoi(c.Workspace); len(fds) != want {
 		return nil, nil, fmt.Errorf("jail config: got %d mounts, want %d", len(fds), want)
 	}
+	if !c.AwaitClaim {
+		unix.Close(fd)
+	}
 	return &c, fds, nil
+}
+
+// rights returns the descriptors a message's control data carries.
+func rights(oob []byte) ([]int, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil || len(msgs) > 1 {
+		return nil, fmt.Errorf("jail message: %d control messages (%v), want at most 1", len(msgs), err)
+	}
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	return unix.ParseUnixRights(&msgs[0])
+}
+
+// awaitJailClaim tells the host the prepared jail is ready and waits for
+// its claim; a host that goes away (EOF) ends the agent.
+func awaitJailClaim(fd int) (JailClaim, error) {
+	defer unix.Close(fd)
+	var c JailClaim
+	if _, err := unix.Write(fd, []byte{1}); err != nil {
+		return c, fmt.Errorf("tell the host the jail is ready: %w", err)
+	}
+	buf := make([]byte, 4096)
+	n, err := unix.Read(fd, buf)
+	if err != nil || n == 0 {
+		return c, fmt.Errorf("wait for the jail's claim: the host went away (%v)", err)
+	}
+	if err := json.Unmarshal(buf[:n], &c); err != nil {
+		return c, fmt.Errorf("jail claim: %w", err)
+	}
+	return c, nil
 }
 
 func btoi(b bool) int {

@@ -94,6 +94,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	var jailCfg *JailConfig
 	if *jailFD >= 0 {
 		cfg, fds, err := receiveJail(*jailFD)
 		if err != nil {
@@ -102,6 +103,7 @@ func run(args []string) error {
 		if err := enterJail(cfg, fds); err != nil {
 			return err
 		}
+		jailCfg = cfg
 	}
 	if os.Getpid() == 1 {
 		if *jailFD < 0 {
@@ -135,6 +137,19 @@ func run(args []string) error {
 			}
 		}
 	}
+	// A jail prepared ahead of time is ready up to here too, its seccomp
+	// filter assembled.
+	var filter []unix.SockFilter
+	if jailCfg != nil && jailCfg.AwaitClaim {
+		if filter, err = assembleSeccomp(); err != nil {
+			return err
+		}
+		c, err := awaitJailClaim(*jailFD)
+		if err != nil {
+			return err
+		}
+		*hostname, *uid, *gid = c.Hostname, uint(c.UID), uint(c.GID)
+	}
 	if *hostname != "" && os.Getpid() == 1 {
 		if err := syscall.Sethostname([]byte(*hostname)); err != nil {
 			return fmt.Errorf("set hostname: %w", err)
@@ -158,7 +173,12 @@ func run(args []string) error {
 			return err
 		}
 	}
-	if err := applySeccomp(); err != nil {
+	if filter == nil {
+		if filter, err = assembleSeccomp(); err != nil {
+			return err
+		}
+	}
+	if err := installSeccomp(filter); err != nil {
 		return err
 	}
 	opts := guest.ServerOptions{Roots: allowed, DefaultUID: uint32(*uid), DefaultGID: uint32(*gid),

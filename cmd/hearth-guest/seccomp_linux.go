@@ -337,18 +337,33 @@ func seccompFilter(pid1 bool) ([]bpf.Instruction, error) {
 // signals, wait4, prctl, and as PID 1 power off and the clock) is all
 // allowed.
 func applySeccomp() error {
-	insns, err := seccompFilter(os.Getpid() == 1)
+	filter, err := assembleSeccomp()
 	if err != nil {
 		return err
 	}
+	return installSeccomp(filter)
+}
+
+// assembleSeccomp builds the filter applySeccomp installs (a jail
+// prepared ahead of time does it before its claim).
+func assembleSeccomp() ([]unix.SockFilter, error) {
+	insns, err := seccompFilter(os.Getpid() == 1)
+	if err != nil {
+		return nil, err
+	}
 	raw, err := bpf.Assemble(insns)
 	if err != nil {
-		return fmt.Errorf("assemble seccomp filter: %w", err)
+		return nil, fmt.Errorf("assemble seccomp filter: %w", err)
 	}
 	filter := make([]unix.SockFilter, len(raw))
 	for i, in := range raw {
 		filter[i] = unix.SockFilter{Code: in.Op, Jt: in.Jt, Jf: in.Jf, K: in.K}
 	}
+	return filter, nil
+}
+
+// installSeccomp installs an assembled filter on every thread.
+func installSeccomp(filter []unix.SockFilter) error {
 	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
 	tid, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC,
 		uintptr(unsafe.Pointer(&prog)))

@@ -39,6 +39,8 @@ type Driver struct {
 
 	ids  IDPool     // where machines' host ids come from; see ids.go
 	idMu sync.Mutex // serialises reserving ranges
+
+	warm *warmPool // jails prepared ahead of time (warm.go); nil: none
 }
 
 var _ vmm.Driver = (*Driver)(nil)
@@ -72,6 +74,7 @@ func NewWithIDs(dir, agent string, pool IDPool) (*Driver, error) {
 	sum := sha256.Sum256([]byte(dir))
 	cgroups := "hearth/jail-" + hex.EncodeToString(sum[:4])
 	d := &Driver{dir: dir, agent: agent, cgroups: cgroups, audit: audit, ids: pool}
+	d.cleanSpares()
 	d.pruneIDs()
 	return d, nil
 }
@@ -93,6 +96,9 @@ func (d *Driver) record(id, kind, detail string) { d.audit.Record(id, kind, deta
 // the same directory recovers them. The driver's parent cgroups go if no
 // machine is left in them.
 func (d *Driver) Close() error {
+	if d.warm != nil {
+		d.warm.close()
+	}
 	removeCgroupParent(d.cgroups)
 	return d.audit.Close()
 }
@@ -115,6 +121,14 @@ func (d *Driver) Create(ctx context.Context, spec vmm.Spec) (vmm.Machine, error)
 	}
 	d.record(spec.ID, "create", fmt.Sprintf("rootfs=%s workspace=%s memory=%d cpus=%g pids=%d disk=%d",
 		spec.RootFS, spec.Workspace, spec.Memory, spec.CPUs, spec.Pids, spec.Disk))
+	if m, err := d.claimSpare(ctx, spec, dir); m != nil || err != nil {
+		if err != nil {
+			os.RemoveAll(dir)
+			d.releaseIDs(spec.ID)
+			return nil, fmt.Errorf("create machine %s: %w", spec.ID, err)
+		}
+		return m, nil
+	}
 	start := time.Now()
 	m, err := d.start(ctx, spec, dir)
 	if err != nil {
@@ -166,7 +180,7 @@ func (d *Driver) Recover(ctx context.Context, id string) (vmm.Machine, error) {
 	if err := json.Unmarshal(b, &spec); err != nil {
 		return nil, fmt.Errorf("recover machine %s: %s: %w", id, filepath.Join(dir, "spec.json"), err)
 	}
-	cg, err := newCgroup(d.cgroups, id)
+	cg, err := newCgroup(d.cgroups, cgroupName(dir, id))
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -19,11 +20,21 @@ import (
 type agentProc struct {
 	pid    int
 	exited chan struct{} // closed when the process has exited
+	// owner is told of the exit: the machine, which a prepared jail's
+	// claim replaces (warm.go).
+	owner atomic.Pointer[machine]
 }
 
 // spawn starts the agent in new namespaces. It waits for its jail config
 // until it is in its cgroups, so nothing it runs escapes the limits.
 func (m *machine) spawn() (*agentProc, error) {
+	p, _, err := m.spawnAgent(false)
+	return p, err
+}
+
+// spawnAgent is spawn; with await, the agent is a prepared jail's: it
+// waits for its claim on the control socket, returned open.
+func (m *machine) spawnAgent(await bool) (*agentProc, *os.File, error) {
 	spec, dir := m.spec, m.dir
 	hostname := spec.Hostname
 	if hostname == "" {
@@ -31,25 +42,30 @@ func (m *machine) spawn() (*agentProc, error) {
 	}
 	logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer logf.Close()
 	ctrl, ctrlChild, err := socketPair()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer ctrl.Close()
+	keep := false
+	defer func() {
+		if !keep {
+			ctrl.Close()
+		}
+	}()
 	defer ctrlChild.Close()
 	ln, err := listenFile(filepath.Join(dir, "agent.sock"))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer ln.Close()
 	// The agent cannot reach the binary's path from inside its user
 	// namespace, so it is exec'd through a descriptor.
 	exe, err := os.Open(m.d.agent)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer exe.Close()
 	cmd := &exec.Cmd{Path: "/proc/self/fd/5", Args: []string{"hearth-guest", "--jail-fd", "3", "--channel", "listen-fd:4",
@@ -60,7 +76,7 @@ func (m *machine) spawn() (*agentProc, error) {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	base, size, err := m.d.HostIDs(m.id)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	idmap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: int(size)}}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -71,22 +87,27 @@ func (m *machine) spawn() (*agentProc, error) {
 		Setsid:     true,
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start agent: %w", err)
+		return nil, nil, fmt.Errorf("start agent: %w", err)
 	}
 	pid := cmd.Process.Pid
-	if err := m.configure(pid, ctrl); err != nil {
+	if err := m.configure(pid, ctrl, await); err != nil {
 		cmd.Process.Kill()
 		cmd.Wait()
-		return nil, err
+		return nil, nil, err
 	}
 	os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(pid)), 0o600)
 	p := &agentProc{pid: pid, exited: make(chan struct{})}
+	p.owner.Store(m)
 	go func() {
 		err := cmd.Wait()
 		close(p.exited)
-		m.agentExited(p, err)
+		p.owner.Load().agentExited(p, err)
 	}()
-	return p, nil
+	keep = await
+	if !await {
+		ctrl = nil
+	}
+	return p, ctrl, nil
 }
 
 // agentEnv is the whole environment of a machine's PID 1. The daemon's
@@ -98,7 +119,7 @@ var agentEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:
 
 // configure puts the waiting agent in its cgroups, then sends it its jail
 // config with the mounts it needs.
-func (m *machine) configure(pid int, ctrl *os.File) error {
+func (m *machine) configure(pid int, ctrl *os.File, await bool) error {
 	if err := m.cg.add(pid); err != nil {
 		return err
 	}
@@ -111,7 +132,7 @@ func (m *machine) configure(pid int, ctrl *os.File) error {
 			unix.Close(fd)
 		}
 	}()
-	cfg, _ := json.Marshal(jailConfig{Workspace: m.spec.Workspace != ""})
+	cfg, _ := json.Marshal(jailConfig{Workspace: m.spec.Workspace != "", AwaitClaim: await})
 	if err := unix.Sendmsg(int(ctrl.Fd()), cfg, unix.UnixRights(mounts...), nil, 0); err != nil {
 		return fmt.Errorf("send jail config: %w", err)
 	}
@@ -120,7 +141,15 @@ func (m *machine) configure(pid int, ctrl *os.File) error {
 
 // jailConfig mirrors cmd/hearth-guest's JailConfig.
 type jailConfig struct {
-	Workspace bool `json:"workspace"`
+	Workspace  bool `json:"workspace"`
+	AwaitClaim bool `json:"await_claim,omitempty"`
+}
+
+// jailClaim mirrors cmd/hearth-guest's JailClaim.
+type jailClaim struct {
+	Hostname string `json:"hostname"`
+	UID      uint32 `json:"uid"`
+	GID      uint32 `json:"gid"`
 }
 
 // jailMounts prepares, as detached mounts, what the agent assembles its

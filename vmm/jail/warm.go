@@ -1,0 +1,511 @@
+package jail
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"hearth/vmm"
+)
+
+// Prepared jails. Most of a jail's start does not depend on the sandbox
+// that will use it: the namespaces, the writable layer (a loop-mounted
+// image when the disk is limited), the cgroups, the host id range, the
+// root assembled and pivoted into, loopback up. What does is sent in a
+// claim (hostname, default user) or set from the host at claim (cgroup
+// limits), and the agent drops its privileges and applies its seccomp
+// filter only after the claim. So the driver prepares jails ahead of
+// time in spares/<id>/, for the shapes (image root, disk limit) machines
+// were last created with, as vmm/qemu's warm.go does with VMs, and
+// Create claims one of the right shape: it sets the limits, moves the
+// directory to machines/<id> and the id range's record to the machine's
+// id, sends the claim and connects. The claimed jail is replaced in the
+// background.
+//
+// A prepared jail is only ever claimed once and never goes back to the
+// pool, so nothing of one sandbox can reach another; its id range and
+// cgroup were made for it alone (its cgroup keeps the spare's name,
+// recorded in the machine's "cgroup" file, since cgroup v2 cannot rename
+// one). Machines with a workspace are not claimed from the pool: the
+// appliance reserves their id range before Create, to shift the view's
+// owners onto it.
+//
+// Spares are not machines: List and Recover do not see them, Close
+// destroys them, and New removes any a driver that died left behind (their
+// agents end by themselves when the daemon's end of the control socket
+// closes).
+
+// warmShapes is how many shapes spares are kept for.
+const warmShapes = 4
+
+// spareTimeout bounds the preparation of one spare.
+const spareTimeout = 30 * time.Second
+
+// shape is what a prepared jail depends on.
+type shape struct {
+	rootFS string
+	rootID string // the root directory's device, inode and time: a rebuilt image is another shape
+	disk   int64
+}
+
+// shapeOf returns the shape of spec; ok is false for a spec no spare can
+// serve.
+func shapeOf(spec vmm.Spec) (shape, bool) {
+	var st syscall.Stat_t
+	if spec.Workspace != "" || syscall.Stat(spec.RootFS, &st) != nil {
+		return shape{}, false
+	}
+	return shape{rootFS: spec.RootFS, disk: spec.Disk,
+		rootID: fmt.Sprintf("%d:%d:%d.%d", st.Dev, st.Ino, st.Mtim.Sec, st.Mtim.Nsec)}, true
+}
+
+// spare is a jail being prepared or prepared.
+type spare struct {
+	shape shape
+	m     *machine
+	ctrl  *os.File      // the agent waits for its claim here
+	ready chan struct{} // closed when preparing has ended; err says how
+	err   error
+}
+
+// warmPool holds the spares.
+type warmPool struct {
+	d      *Driver
+	n      int // spares kept per shape
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	spares []*spare // oldest first
+	recent []shape  // shapes last created, most recent first
+}
+
+// SetWarm keeps n jails prepared ahead of time for each of the last few
+// shapes of machine created (0: none, the default). Call it once, before
+// creating machines.
+func (d *Driver) SetWarm(n int) {
+	if n <= 0 || d.warm != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d.warm = &warmPool{d: d, n: n, ctx: ctx, cancel: cancel}
+}
+
+func (d *Driver) sparesDir() string { return filepath.Join(d.dir, "spares") }
+
+// Warm prepares spares for machines of spec's shape and returns once one
+// is ready, so the next Create of that shape claims it.
+func (d *Driver) Warm(ctx context.Context, spec vmm.Spec) error {
+	if d.warm == nil {
+		return errors.New("jail driver: prepared jails are off (SetWarm)")
+	}
+	spec.ID = "warm"
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	s, ok := shapeOf(spec)
+	if !ok {
+		return fmt.Errorf("jail driver: machines with a workspace or without a root (%s) are not prepared ahead of time", spec.RootFS)
+	}
+	d.warm.used(s)
+	return d.warm.waitReady(ctx, s)
+}
+
+// waitReady waits until a spare of shape s is ready.
+func (p *warmPool) waitReady(ctx context.Context, s shape) error {
+	for {
+		p.mu.Lock()
+		var pending *spare
+		for _, sp := range p.spares {
+			if sp.shape != s {
+				continue
+			}
+			select {
+			case <-sp.ready:
+				if sp.err == nil {
+					p.mu.Unlock()
+					return nil
+				}
+			default:
+				pending = sp
+			}
+		}
+		p.mu.Unlock()
+		if pending == nil {
+			return errors.New("jail driver: no spare is being prepared (the driver is closed, or preparing failed: see the audit log)")
+		}
+		select {
+		case <-pending.ready:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// take removes a spare of shape s from the pool; nil if there is none.
+func (p *warmPool) take(s shape) *spare {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, sp := range p.spares {
+		if sp.shape == s {
+			p.spares = append(p.spares[:i], p.spares[i+1:]...)
+			return sp
+		}
+	}
+	return nil
+}
+
+// used notes that a machine of shape s was created, drops spares of
+// shapes no longer recent, and prepares spares of s until there are n.
+func (p *warmPool) used(s shape) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	recent := []shape{s}
+	for _, r := range p.recent {
+		if r != s && len(recent) < warmShapes {
+			recent = append(recent, r)
+		}
+	}
+	p.recent = recent
+	have := 0
+	keep := p.spares[:0]
+	for _, sp := range p.spares {
+		switch {
+		case sp.shape == s:
+			have++
+			keep = append(keep, sp)
+		case p.isRecent(sp.shape):
+			keep = append(keep, sp)
+		default:
+			p.discard(sp, "its shape was not used lately")
+		}
+	}
+	p.spares = keep
+	for ; have < p.n; have++ {
+		p.spares = append(p.spares, p.prepare(s))
+	}
+}
+
+func (p *warmPool) isRecent(s shape) bool {
+	for _, r := range p.recent {
+		if r == s {
+			return true
+		}
+	}
+	return false
+}
+
+// prepare starts preparing a spare of shape s. Called with p.mu held.
+func (p *warmPool) prepare(s shape) *spare {
+	sp := &spare{shape: s, ready: make(chan struct{})}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer close(sp.ready)
+		ctx, cancel := context.WithTimeout(p.ctx, spareTimeout)
+		defer cancel()
+		start := time.Now()
+		sp.m, sp.ctrl, sp.err = p.d.prepareSpare(ctx, s)
+		if sp.err != nil {
+			p.d.record("spare", "destroy", "a spare was not prepared: "+sp.err.Error())
+			return
+		}
+		p.d.record(sp.m.id, "spare", fmt.Sprintf("prepared in %v", time.Since(start).Round(time.Microsecond)))
+	}()
+	return sp
+}
+
+// discard destroys a spare once it is prepared.
+func (p *warmPool) discard(sp *spare, why string) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		<-sp.ready
+		sp.destroy(why)
+	}()
+}
+
+// close stops the preparations and destroys every spare.
+func (p *warmPool) close() {
+	p.mu.Lock()
+	p.closed = true
+	for _, sp := range p.spares {
+		p.discard(sp, "the driver closed")
+	}
+	p.spares = nil
+	p.mu.Unlock()
+	p.cancel()
+	p.wg.Wait()
+}
+
+// destroy ends a spare's agent and removes what it was made of.
+func (sp *spare) destroy(why string) {
+	if sp.m == nil {
+		return
+	}
+	sp.ctrl.Close() // the agent, waiting for its claim, ends with it too
+	if err := sp.m.Destroy(context.Background()); err != nil {
+		sp.m.d.record(sp.m.id, "destroy", fmt.Sprintf("spare (%s): %v", why, err))
+	}
+}
+
+// prepareSpare makes a jail of shape s in spares/ and returns it once its
+// agent waits for its claim, with the socket the claim goes on.
+func (d *Driver) prepareSpare(ctx context.Context, s shape) (*machine, *os.File, error) {
+	id := "spare-" + randomHex(6)
+	dir := filepath.Join(d.sparesDir(), id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	spec := vmm.Spec{ID: id, RootFS: s.rootFS, Disk: s.disk}
+	l, err := newLayer(dir, spec.Disk, d.templates())
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	cg, err := newCgroup(d.cgroups, id)
+	if err != nil {
+		l.Remove()
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	m := newMachine(d, spec, dir, cg, l)
+	p, ctrl, err := m.spawnAgent(true)
+	if err == nil {
+		m.cur.Store(p)
+		err = awaitReady(ctx, ctrl, p)
+	}
+	if err != nil {
+		if ctrl != nil {
+			ctrl.Close()
+		}
+		m.Destroy(context.Background())
+		return nil, nil, err
+	}
+	return m, ctrl, nil
+}
+
+// awaitReady waits for the agent's byte saying its root is ready.
+func awaitReady(ctx context.Context, ctrl *os.File, p *agentProc) error {
+	got := make(chan error, 1)
+	go func() {
+		b := make([]byte, 1)
+		_, err := ctrl.Read(b)
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		if err != nil {
+			return fmt.Errorf("prepared agent did not get ready: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		ctrl.SetReadDeadline(time.Now()) // ends the read
+		<-got
+		return ctx.Err()
+	}
+}
+
+// claimSpare gives machine spec a spare of its shape, moved to dir (made
+// empty by Create to hold the id). It returns nil, nil with dir empty
+// again if there is none, or the one there fails: Create starts a jail
+// instead.
+func (d *Driver) claimSpare(ctx context.Context, spec vmm.Spec, dir string) (*machine, error) {
+	s, ok := shapeOf(spec)
+	if !ok || d.warm == nil {
+		return nil, nil
+	}
+	defer d.warm.used(s)
+	if _, reserved := d.readIDs(spec.ID); reserved {
+		return nil, nil // ids reserved for a workspace view: see above
+	}
+	sp := d.warm.take(s)
+	if sp == nil {
+		return nil, nil
+	}
+	select {
+	case <-sp.ready:
+	case <-ctx.Done():
+		d.warm.discard(sp, "the create it was waited for was cancelled")
+		return nil, ctx.Err()
+	}
+	if sp.err != nil {
+		return nil, nil
+	}
+	m, err := d.takeSpare(ctx, sp, spec, dir)
+	if err == nil || ctx.Err() != nil {
+		return m, err
+	}
+	d.record(spec.ID, "start", "the prepared jail failed, starting one: "+err.Error())
+	os.RemoveAll(dir)
+	return nil, os.Mkdir(dir, 0o700)
+}
+
+// takeSpare turns spare sp into machine spec.
+func (d *Driver) takeSpare(ctx context.Context, sp *spare, spec vmm.Spec, dir string) (*machine, error) {
+	old := sp.m
+	p := old.agent()
+	if err := old.cg.limit(spec.Memory, spec.CPUs, spec.Pids); err != nil {
+		sp.destroy("its limits could not be set")
+		return nil, err
+	}
+	if err := d.moveIDs(old.id, spec.ID); err != nil {
+		sp.destroy("its ids could not be moved")
+		return nil, err
+	}
+	// rename(2) replaces the empty dir; the agent's socket and the
+	// layer's mount move with the directory.
+	if err := syscall.Rename(old.dir, dir); err != nil {
+		d.moveIDs(spec.ID, old.id)
+		sp.destroy("it could not be moved")
+		return nil, fmt.Errorf("move the prepared jail: %w", err)
+	}
+	l, err := openLayer(dir)
+	if err != nil {
+		err = fmt.Errorf("prepared jail's layer: %w", err)
+	}
+	m := newMachine(d, spec, dir, old.cg, l)
+	m.cur.Store(p)
+	p.owner.Store(m)
+	if err == nil {
+		err = m.claim(ctx, sp.ctrl, old.id)
+	}
+	if err != nil {
+		sp.ctrl.Close()
+		m.Destroy(context.Background())
+		return nil, err
+	}
+	d.record(spec.ID, "start", fmt.Sprintf("claimed prepared jail %s (agent pid %d)", old.id, p.pid))
+	return m, nil
+}
+
+// claim writes the machine's records, sends the agent its claim and
+// connects.
+func (m *machine) claim(ctx context.Context, ctrl *os.File, cgroupName string) error {
+	select {
+	case <-m.agent().exited:
+		return errors.New("the prepared agent has ended")
+	default:
+	}
+	b, _ := json.Marshal(m.spec)
+	if err := os.WriteFile(filepath.Join(m.dir, "spec.json"), b, 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(m.dir, cgroupFile), []byte(cgroupName), 0o600); err != nil {
+		return err
+	}
+	hostname := m.spec.Hostname
+	if hostname == "" {
+		hostname = m.id
+	}
+	c, _ := json.Marshal(jailClaim{Hostname: hostname, UID: m.spec.UID, GID: m.spec.GID})
+	_, err := ctrl.Write(c)
+	ctrl.Close()
+	if err != nil {
+		return fmt.Errorf("send the claim: %w", err)
+	}
+	return m.connect(ctx)
+}
+
+// cgroupFile, in a machine's directory, names its cgroup when that is not
+// the machine's id (a claimed spare's).
+const cgroupFile = "cgroup"
+
+// cgroupName is the name of machine dir's cgroup.
+func cgroupName(dir, id string) string {
+	b, err := os.ReadFile(filepath.Join(dir, cgroupFile))
+	if name := strings.TrimSpace(string(b)); err == nil && vmm.CheckName("cgroup", name) == nil {
+		return name
+	}
+	return id
+}
+
+// moveIDs gives machine to the id range reserved for from.
+func (d *Driver) moveIDs(from, to string) error {
+	d.idMu.Lock()
+	defer d.idMu.Unlock()
+	b, ok := d.readIDs(from)
+	if !ok {
+		return fmt.Errorf("host ids of %s: none reserved", from)
+	}
+	unlock, err := lockClaims()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if _, err := os.Lstat(d.idFile(to)); err == nil {
+		return fmt.Errorf("host ids of machine %s: %w", to, vmm.ErrExists)
+	}
+	if err := os.Rename(d.idFile(from), d.idFile(to)); err != nil {
+		return fmt.Errorf("host ids of machine %s: %w", to, err)
+	}
+	rec, err := filepath.Abs(d.idFile(to))
+	if err == nil {
+		err = os.WriteFile(claimFile(b), []byte(rec), 0o600)
+	}
+	if err != nil {
+		return fmt.Errorf("host ids of machine %s: %w", to, err)
+	}
+	return nil
+}
+
+// cleanSpares removes the spares a driver that died left in spares/:
+// their agents (ended by now, or ending, as their control socket closed
+// with that daemon; killed if not), layers, cgroups and id ranges.
+func (d *Driver) cleanSpares() {
+	ents, _ := os.ReadDir(d.sparesDir())
+	for _, e := range ents {
+		id := e.Name()
+		dir := filepath.Join(d.sparesDir(), id)
+		b, _ := os.ReadFile(filepath.Join(dir, "pid"))
+		if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); d.isAgent(pid) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			for deadline := time.Now().Add(5 * time.Second); syscall.Kill(pid, 0) == nil && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		l, _ := openLayer(dir)
+		m := newMachine(d, vmm.Spec{ID: id}, dir, nil, l)
+		if cg, err := newCgroup(d.cgroups, id); err == nil {
+			m.cg = cg
+		}
+		m.cleanupSpare()
+		d.record(id, "destroy", "spare left by an earlier driver")
+	}
+}
+
+// cleanupSpare is cleanup for a spare found after a restart, whose
+// cgroup may be missing.
+func (m *machine) cleanupSpare() {
+	if m.cg != nil {
+		m.cg.remove()
+	}
+	if m.layer != nil {
+		m.layer.Remove()
+	} else {
+		unmountLayer(filepath.Join(m.dir, layerMount))
+	}
+	os.RemoveAll(m.dir)
+	m.d.releaseIDs(m.id)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,218 @@
+package jail
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"hearth/vmm"
+	"hearth/vmm/vmmtest"
+)
+
+// warmDriver is newDriver keeping n jails prepared per shape.
+func warmDriver(t *testing.T, n int) *Driver {
+	d := newDriver(t)
+	d.SetWarm(n)
+	return d
+}
+
+// claimed reports whether machine id was made from a prepared jail, as
+// the audit log says.
+func claimed(t *testing.T, d *Driver, id string) bool {
+	b, err := os.ReadFile(filepath.Join(d.dir, "audit.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `"machine":"`+id+`"`) && strings.Contains(line, "claimed prepared jail") {
+			return true
+		}
+	}
+	return false
+}
+
+// warmCreate makes sure a spare of spec's shape is ready, then creates
+// the machine, which must claim it.
+func warmCreate(t *testing.T, d *Driver, spec vmm.Spec) *machine {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := d.Warm(ctx, spec); err != nil {
+		t.Fatalf("Warm: %v", err)
+	}
+	m, err := d.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("Create(%s): %v", spec.ID, err)
+	}
+	t.Cleanup(func() { m.Destroy(context.Background()) })
+	if !claimed(t, d, spec.ID) {
+		t.Fatalf("Create(%s) did not claim the prepared jail", spec.ID)
+	}
+	return m.(*machine)
+}
+
+// TestWarmConformance runs the driver suite with prepared jails on: every
+// create of the suite's shape claims one.
+func TestWarmConformance(t *testing.T) {
+	d := warmDriver(t, 1)
+	root := busyboxRoot(t)
+	vmmtest.Run(t, d, func(id string) vmm.Spec {
+		return vmm.Spec{ID: id, RootFS: root, UID: 1000, GID: 1000, Memory: 256 << 20, Pids: 256}
+	})
+}
+
+// TestHostileWarmJailSeesNoTrace: a sandbox that claims a prepared jail
+// finds nothing another one left (files, processes), has ids and a
+// cgroup of its own, its own hostname and user, and the limits its
+// create asked for in force.
+func TestHostileWarmJailSeesNoTrace(t *testing.T) {
+	d := warmDriver(t, 1)
+	root := busyboxRoot(t)
+	a := warmCreate(t, d, vmm.Spec{ID: "first", RootFS: root, UID: 1000, GID: 1000, Disk: 64 << 20})
+	vmmtest.Sh(t, a, "echo secret > /home/agent/left; echo secret > /tmp/left; (sleep 600 &) ; true")
+	b := warmCreate(t, d, vmm.Spec{ID: "second", RootFS: root, UID: 1000, GID: 1000, Disk: 64 << 20, Memory: 48 << 20, Pids: 16})
+	checks := []struct{ name, script, want string }{
+		{"no file of the other", "cat /home/agent/left /tmp/left 2>/dev/null; echo end", "end\n"},
+		{"no process of the other", "ps -o args | grep -c '[s]leep 600' || true", "0\n"},
+		{"own hostname", "hostname", "second\n"},
+		{"own user", "id -u", "1000\n"},
+		{"pids limit in force", "for i in $(seq 30); do sleep 5 & done 2>&1 | grep -c -i 'fork\\|resource' | grep -q '^[1-9]' && echo limited", "limited\n"},
+		{"memory limit in force", "head -c 120000000 /dev/zero | tail >/dev/null; echo $?", "137\n"},
+	}
+	for _, c := range checks {
+		if out, st := vmmtest.Sh(t, b, c.script); out != c.want {
+			t.Errorf("%s: %q = %q (exit %d), want %q", c.name, c.script, out, st.Code, c.want)
+		}
+	}
+	ba, _, _ := d.HostIDs("first")
+	bb, _, _ := d.HostIDs("second")
+	if ba == bb {
+		t.Errorf("both claimed jails run as host ids %d", ba)
+	}
+	for c, dir := range a.cg.dirs {
+		if b.cg.dirs[c] == dir {
+			t.Errorf("both claimed jails are in cgroup %s", dir)
+		}
+	}
+	if ps := machineProcesses(t, b.agent().pid); len(ps) > 4 {
+		t.Errorf("the claimed jail has %d processes: %v", len(ps), ps)
+	}
+	if got := b.cg.readInt("pids", "pids.max", ""); got != 16 {
+		t.Errorf("pids.max of the claimed jail = %d, want 16", got)
+	}
+}
+
+// spareState is what a driver's spares hold on the host.
+type spareState struct {
+	pids    []int
+	cgroups []string
+	dirs    []string
+}
+
+func sparesOf(t *testing.T, d *Driver) spareState {
+	var s spareState
+	d.warm.mu.Lock()
+	defer d.warm.mu.Unlock()
+	for _, sp := range d.warm.spares {
+		<-sp.ready
+		if sp.m == nil {
+			t.Fatalf("a spare was not prepared: %v", sp.err)
+		}
+		s.pids = append(s.pids, sp.m.agent().pid)
+		s.dirs = append(s.dirs, sp.m.dir)
+		for _, dir := range sp.m.cg.dirs {
+			s.cgroups = append(s.cgroups, dir)
+		}
+	}
+	return s
+}
+
+// checkGone fails unless nothing of the spares is left: no agent, no
+// cgroup, no directory, no mount, no id claim.
+func checkGone(t *testing.T, d *Driver, s spareState) {
+	t.Helper()
+	for _, pid := range s.pids {
+		for deadline := time.Now().Add(5 * time.Second); syscall.Kill(pid, 0) == nil && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if syscall.Kill(pid, 0) == nil {
+			t.Errorf("spare agent %d still runs", pid)
+		}
+	}
+	for _, p := range append(s.cgroups, s.dirs...) {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s is left", p)
+		}
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mounts), d.sparesDir()) {
+		t.Errorf("a spare's mount is left:\n%s", mounts)
+	}
+	claims, _ := os.ReadDir(hostIDClaims)
+	for _, c := range claims {
+		if b, _ := os.ReadFile(filepath.Join(hostIDClaims, c.Name())); strings.Contains(string(b), filepath.Join(d.dir, "ids", "spare-")) {
+			t.Errorf("id claim %s still names a spare: %s", c.Name(), b)
+		}
+	}
+}
+
+// TestWarmRestartLeavesNothing: prepared jails are gone after the driver
+// closes, and after a driver that died (never closed) is replaced by a
+// new one over its directory; a machine made from one is recovered by
+// the new driver and destroyed cleanly.
+func TestWarmRestartLeavesNothing(t *testing.T) {
+	root := busyboxRoot(t)
+	ctx := context.Background()
+	spec := vmm.Spec{ID: "kept", RootFS: root, UID: 1000, GID: 1000, Disk: 32 << 20}
+	t.Run("close", func(t *testing.T) {
+		d := warmDriver(t, 2)
+		if err := d.Warm(ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+		s := sparesOf(t, d)
+		if len(s.pids) != 2 {
+			t.Fatalf("%d spares, want 2", len(s.pids))
+		}
+		d.Close()
+		checkGone(t, d, s)
+	})
+	t.Run("crash", func(t *testing.T) {
+		d := warmDriver(t, 2)
+		m := warmCreate(t, d, spec)
+		if err := d.Warm(ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+		s := sparesOf(t, d)
+		// A new driver over the same state, the old one never closed
+		// (its connection to the machine ended as a dead daemon's would).
+		m.Guest().Close()
+		d2, err := New(d.dir, d.agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d2.Close()
+		checkGone(t, d, s)
+		r, err := d2.Recover(ctx, "kept")
+		if err != nil {
+			t.Fatalf("Recover(kept): %v", err)
+		}
+		if out, _ := vmmtest.Sh(t, r, "hostname"); out != "kept\n" {
+			t.Errorf("recovered claimed jail's hostname = %q", out)
+		}
+		if err := r.Destroy(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, dir := range m.cg.dirs {
+			if _, err := os.Stat(dir); err == nil {
+				t.Errorf("cgroup %s of the destroyed machine is left", dir)
+			}
+		}
+		if _, err := os.Stat(d.idFile("kept")); err == nil {
+			t.Errorf("id record of the destroyed machine is left")
+		}
+	})
+}
