@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -13,30 +12,34 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
+	flag "github.com/spf13/pflag"
 
 	"hearth/client"
 )
 
 func agentsCmd() *command {
-	return &command{name: "agents", aliases: []string{"agent"}, subs: []*command{
-		{name: "run", args: `AGENT "PROMPT"`, min: 2, max: 2, names: agentNames, setup: agentRun,
+	return &command{name: "agents", summary: "delegate tasks to agents and follow their executions", example: `hearth agents run analyst "summarize the report" --input report.pdf
+hearth agents list
+hearth agents show EXECUTION`, aliases: []string{"agent"}, subs: []*command{
+		{name: "run", example: `hearth agents run analyst "summarize the report in outputs/summary.md" --input report.pdf --budget 0.50
+hearth agents run coder "fix the failing test" --timeout 10m --detach`, args: `AGENT "PROMPT"`, min: 2, max: 2, names: agentNames, setup: agentRun,
 			summary: "delegate a task; streams it, ends with the result,\noutputs, model calls, tokens and cost"},
-		{name: "list", aliases: []string{"ls"}, summary: "one line per execution, newest first (--tree: children\nunder their parent)", setup: agentList},
-		{name: "show", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentShow,
+		{name: "list", example: "hearth agents list\nhearth agents list --tree --limit 20", aliases: []string{"ls"}, summary: "one line per execution, newest first (--tree: children\nunder their parent)", setup: agentList},
+		{name: "show", example: "hearth agents show e-1a2b3c\nhearth agents show e-1a2b3c --json", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentShow,
 			summary: "an execution's details, its parent and its children"},
-		{name: "execution", aliases: []string{"logs"}, args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentExecution,
+		{name: "execution", example: "hearth agents execution e-1a2b3c", aliases: []string{"logs"}, args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentExecution,
 			summary: "its event log with timestamps (logs is the same)"},
-		{name: "outputs", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentOutputs,
+		{name: "outputs", example: "hearth agents outputs e-1a2b3c\nhearth agents outputs e-1a2b3c --download", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentOutputs,
 			summary: "the session's outputs/, or a copy of them"},
-		{name: "retry", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentRetry, summary: "run an ended execution's task again"},
-		{name: "resume", args: `SESSION "PROMPT"`, min: 2, max: 2, names: agentSessionIDs, setup: agentResume,
+		{name: "retry", example: "hearth agents retry e-1a2b3c", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentRetry, summary: "run an ended execution's task again"},
+		{name: "resume", example: `hearth agents resume s-1a2b3c "now add a chart"`, args: `SESSION "PROMPT"`, min: 2, max: 2, names: agentSessionIDs, setup: agentResume,
 			summary: "continue a session; the agent keeps its conversation"},
-		{name: "cancel", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentCancel, summary: "stop it (partial outputs are kept)"},
-		{name: "topup", args: "EXECUTION USD", min: 2, max: 2, names: executionIDs, setup: agentTopUp,
+		{name: "cancel", example: "hearth agents cancel e-1a2b3c", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentCancel, summary: "stop it (partial outputs are kept)"},
+		{name: "topup", example: "hearth agents topup e-1a2b3c 0.25", args: "EXECUTION USD", min: 2, max: 2, names: executionIDs, setup: agentTopUp,
 			summary: "raise its dollar limit; one awaiting budget goes on"},
-		{name: "definitions", aliases: []string{"defs"}, setup: agentDefinitions, summary: "the agents the daemon knows"},
-		{name: "reload", setup: agentReload, summary: "read the agent definitions again (or SIGHUP the daemon)"},
-		{name: "sessions", setup: agentSessions, summary: "agent sessions, newest first"},
+		{name: "definitions", example: "hearth agents definitions\nhearth agents definitions --json", aliases: []string{"defs"}, setup: agentDefinitions, summary: "the agents the daemon knows"},
+		{name: "reload", example: "hearth agents reload", setup: agentReload, summary: "read the agent definitions again (or SIGHUP the daemon)"},
+		{name: "sessions", example: "hearth agents sessions\nhearth agents sessions --agent analyst", setup: agentSessions, summary: "agent sessions, newest first"},
 	}}
 }
 

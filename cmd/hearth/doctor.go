@@ -2,15 +2,21 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	flag "github.com/spf13/pflag"
+
 	"hearth/appliance"
 )
+
+func doctorCmd() *command {
+	return &command{name: "doctor", summary: "what this host offers and the tier Hearth uses", max: -1, setup: cmdDoctor,
+		example: "hearth doctor\nhearth doctor --isolation --json"}
+}
 
 // cmdDoctor says what the host offers Hearth and which tier it will use.
 // It needs no daemon.

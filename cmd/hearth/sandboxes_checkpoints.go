@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"text/tabwriter"
 	"time"
 
 	"github.com/dustin/go-humanize"
+	flag "github.com/spf13/pflag"
 
 	"hearth/client"
 )
