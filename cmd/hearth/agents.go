@@ -29,7 +29,7 @@ hearth agents run coder "fix the failing test" --timeout 10m --detach`, args: `A
 			summary: "an execution's details, its parent and its children"},
 		{name: "execution", example: "hearth agents execution e-1a2b3c", aliases: []string{"logs"}, args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentExecution,
 			summary: "its event log with timestamps (logs is the same)"},
-		{name: "outputs", example: "hearth agents outputs e-1a2b3c\nhearth agents outputs e-1a2b3c --download", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentOutputs,
+		{name: "outputs", example: "hearth agents outputs e-1a2b3c\nhearth agents outputs e-1a2b3c --download ./results", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentOutputs,
 			summary: "the session's outputs/, or a copy of them"},
 		{name: "retry", example: "hearth agents retry e-1a2b3c", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentRetry, summary: "run an ended execution's task again"},
 		{name: "resume", example: `hearth agents resume s-1a2b3c "now add a chart"`, args: `SESSION "PROMPT"`, min: 2, max: 2, names: agentSessionIDs, setup: agentResume,

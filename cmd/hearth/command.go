@@ -92,9 +92,13 @@ func (c *command) build(e *env, wrap func(error) error) *cobra.Command {
 		wrap = chainWrap(wrap, c.wrap)
 	}
 	if c.setup == nil {
+		cc.InitDefaultHelpFlag()
+		_ = cc.Flags().MarkHidden("help")
 		c.buildGroup(cc, e, wrap)
 		return cc
 	}
+	cc.InitDefaultHelpFlag()
+	_ = cc.Flags().MarkHidden("help") // every command has it: the root's help says so
 	act := c.setup(cc.Flags())
 	cc.Args = c.checkArgs
 	cc.DisableFlagParsing = c.raw
