@@ -83,10 +83,9 @@ func (e actionError) Unwrap() error { return e.err }
 // build turns c into a cobra command; e is shared by the whole tree and
 // wrap is what the groups above add to errors.
 func (c *command) build(e *env, wrap func(error) error) *cobra.Command {
-	short, _, _ := strings.Cut(c.summary, "\n")
 	cc := &cobra.Command{
 		Use: strings.TrimSpace(c.name + " " + c.args), Aliases: c.aliases, Hidden: c.hidden,
-		Short: short, Long: strings.ReplaceAll(c.summary, "\n", " "), Example: indent(c.example),
+		Short: strings.ReplaceAll(c.summary, "\n", " "), Example: indent(c.example),
 	}
 	if c.wrap != nil {
 		wrap = chainWrap(wrap, c.wrap)

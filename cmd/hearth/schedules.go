@@ -13,7 +13,8 @@ import (
 )
 
 func schedulesCmd() *command {
-	return &command{name: "schedules", summary: "run agents on a schedule", example: `hearth schedules add nightly "@daily" analyst "summarize the day"\nhearth schedules ls`, aliases: []string{"schedule"}, subs: []*command{
+	return &command{name: "schedules", summary: "run agents on a schedule", example: `hearth schedules add nightly "@daily" analyst "summarize the day"
+hearth schedules ls`, aliases: []string{"schedule"}, subs: []*command{
 		{name: "add", example: `hearth schedules add nightly "@daily" analyst "summarize the day" --budget 1
 hearth schedules add hourly "0 * * * *" watcher "check the feeds" --overlap skip`, args: `ID "SPEC" AGENT "PROMPT"`, min: 4, max: 4, setup: scheduleAdd,
 			summary: "run a task on a cron schedule (\"0 9 * * 1-5\",\n\"@daily\", \"@every 1h\", \"CRON_TZ=Europe/Paris ...\")"},
