@@ -89,7 +89,10 @@ the other commands drive it through its API.`,
 	showVersion := root.Flags().Bool("version", false, "print the versions of the CLI, the daemon and the images' agent CLIs")
 	root.RunE = func(cmd *cobra.Command, _ []string) error {
 		if *showVersion {
-			return actionError{printVersion(e, false)}
+			if err := printVersion(e, false); err != nil {
+				return actionError{err}
+			}
+			return nil
 		}
 		return cmd.Help()
 	}
