@@ -220,8 +220,7 @@ func flagUsages(fs *flag.FlagSet) string {
 	return b.String()
 }
 
-// helpTemplate is cobra's, with flagUsages for the flags and the exit
-// codes at the root.
+// helpTemplate is cobra's, with flagUsages for the flags.
 const helpTemplate = `{{with (or .Long .Short)}}{{. | trimTrailingWhitespaces}}
 
 {{end}}Usage:{{if and .Runnable (not .HasAvailableSubCommands)}}
@@ -241,8 +240,7 @@ Flags:
 {{flagUsages .LocalFlags | trimTrailingWhitespaces}}{{end}}{{if .HasAvailableInheritedFlags}}
 
 Global flags:
-{{flagUsages .InheritedFlags | trimTrailingWhitespaces}}{{end}}{{if not .HasParent}}
-{{exitCodes}}{{end}}{{if .HasAvailableSubCommands}}
+{{flagUsages .InheritedFlags | trimTrailingWhitespaces}}{{end}}{{if .HasAvailableSubCommands}}
 
 '{{.CommandPath}} COMMAND -h' shows a command's usage, flags and examples.{{end}}
 `

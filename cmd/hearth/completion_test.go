@@ -59,6 +59,12 @@ func TestCompletion(t *testing.T) {
 			}
 		}
 	}
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		script, _, code := hearthIn(t, "", "completion", shell)
+		if code != exitOK || !strings.Contains(script, "__complete") {
+			t.Errorf("completion %s = %d, %d bytes; want a script that asks hearth __complete", shell, code, len(script))
+		}
+	}
 	if _, _, code := hearthIn(t, "", "completion", "powershell"); code != exitUsage {
 		t.Errorf("completion powershell exited %d, want %d", code, exitUsage)
 	}

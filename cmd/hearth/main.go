@@ -27,7 +27,7 @@ const (
 	exitDown     = 4 // the daemon is not running
 )
 
-// exitCodesText ends the root's help.
+// exitCodesText ends the root's help (and docs/cli/hearth.md).
 const exitCodesText = `
 Every command takes --config FILE to find the daemon (default
 /etc/hearth/hearth.toml if it exists, else built-in defaults); with
@@ -75,10 +75,9 @@ func rootCmd(stdin io.Reader, stdout, stderr io.Writer) (*cobra.Command, *env) {
 	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, config: new(string)}
 	t := tree()
 	root := &cobra.Command{
-		Use:   "hearth",
-		Short: "hearth: a workspace computer for AI agents",
-		Long: `hearth: a workspace computer for AI agents. 'hearth up' runs the daemon;
-the other commands drive it through its API.`,
+		Use:               "hearth",
+		Short:             "hearth: a workspace computer for AI agents",
+		Long:              "hearth: a workspace computer for AI agents. 'hearth up' runs the daemon;\nthe other commands drive it through its API.\n" + exitCodesText,
 		Example:           "  hearth up --config /etc/hearth/hearth.toml\n  hearth agents run analyst \"summarize inputs/\" --input report.pdf\n  hearth version",
 		SilenceErrors:     true,
 		SilenceUsage:      true,
@@ -106,7 +105,6 @@ the other commands drive it through its API.`,
 	root.SetHelpTemplate(helpTemplate)
 	root.SetUsageTemplate(helpTemplate)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
-	cobra.AddTemplateFunc("exitCodes", func() string { return exitCodesText })
 	return root, e
 }
 
