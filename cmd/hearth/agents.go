@@ -65,7 +65,7 @@ func printList[T any](w io.Writer, asJSON bool, list []T, empty string, row func
 }
 
 func agentList(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	var f client.ExecutionFilter
 	var status string
 	fl.StringVar(&f.Agent, "agent", "", "only this agent's executions")
@@ -189,7 +189,7 @@ func duration(d time.Duration) string {
 }
 
 func agentShow(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	return func(inv *env) error {
 		c, err := inv.client()
 		if err != nil {
@@ -360,7 +360,7 @@ func agentTopUp(*flag.FlagSet) action {
 }
 
 func agentOutputs(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	dir := fl.String("download", "", "copy every output into this directory")
 	return func(inv *env) error {
 		c, err := inv.client()
@@ -428,7 +428,7 @@ func downloadTo(ctx context.Context, c *client.Client, id, p, dst string) (int64
 }
 
 func agentDefinitions(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	return func(inv *env) error {
 		c, err := inv.client()
 		if err != nil {
@@ -456,7 +456,7 @@ func cliOf(cli string) string {
 // agentReload has the daemon read its agent definitions again. It fails
 // (exit 1) when a file did not load, after saying which and why.
 func agentReload(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	return func(inv *env) error {
 		c, err := inv.client()
 		if err != nil {
@@ -481,7 +481,7 @@ func agentReload(fl *flag.FlagSet) action {
 }
 
 func agentSessions(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	var f client.AgentSessionFilter
 	fl.StringVar(&f.Agent, "agent", "", "only this agent's sessions")
 	fl.IntVar(&f.Limit, "limit", 50, "at most this many, newest first")

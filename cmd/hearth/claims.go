@@ -22,7 +22,7 @@ func claimsCmd() *command {
 }
 
 func claimsList(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	holder := fl.String("holder", "", "only this execution's leases")
 	return func(inv *env) error {
 		prefix := ""

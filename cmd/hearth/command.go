@@ -247,6 +247,10 @@ Global flags:
 
 func init() { cobra.AddTemplateFunc("flagUsages", flagUsages) }
 
+// jsonFlag declares --json, which every command that prints something
+// takes: its action then prints with printJSON.
+func jsonFlag(fl *flag.FlagSet) *bool { return fl.Bool("json", false, "print JSON") }
+
 // printJSON is what every --json prints: v as JSON, indented by two
 // spaces, one value per command.
 func printJSON(w io.Writer, v any) error {

@@ -37,7 +37,7 @@ func creditsCmd() *command {
 			}
 		}},
 		{name: "show", example: "hearth credits show\nhearth credits show --json", summary: "the balance and the newest ledger entries", setup: func(fl *flag.FlagSet) action {
-			asJSON := fl.Bool("json", false, "print JSON")
+			asJSON := jsonFlag(fl)
 			return func(inv *env) error {
 				c, err := inv.client()
 				if err != nil {

@@ -35,7 +35,7 @@ func imagesCmd() *command {
 				})
 			}},
 		{name: "ls", example: "hearth images ls\nhearth images ls --json", aliases: []string{"list"}, summary: "list built images and recipes", setup: func(fl *flag.FlagSet) action {
-			asJSON := fl.Bool("json", false, "print JSON")
+			asJSON := jsonFlag(fl)
 			return func(inv *env) error {
 				c, err := inv.client()
 				if err != nil {
@@ -45,7 +45,7 @@ func imagesCmd() *command {
 			}
 		}},
 		{name: "inspect", example: "hearth images inspect codex", args: "NAME", min: 1, max: 1, names: imageNames, summary: "show an image's manifest", setup: func(fl *flag.FlagSet) action {
-			asJSON := fl.Bool("json", false, "print JSON")
+			asJSON := jsonFlag(fl)
 			return imageDo(func(ctx context.Context, c *client.Client, name string, inv *env) error {
 				return imgInspect(ctx, c, name, inv.stdout, *asJSON)
 			})

@@ -15,7 +15,7 @@ import (
 
 func pricesCmd() *command {
 	return &command{name: "prices", example: "hearth prices\nhearth prices --json", summary: "the model price table in force (USD per million tokens)", setup: func(fl *flag.FlagSet) action {
-		asJSON := fl.Bool("json", false, "print JSON")
+		asJSON := jsonFlag(fl)
 		return func(inv *env) error {
 			c, err := inv.client()
 			if err != nil {

@@ -341,7 +341,7 @@ func sandboxDo(do func(ctx context.Context, c *client.Client, id string, stdout 
 }
 
 func sbxList(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	return func(inv *env) error { return listSandboxes(inv, *asJSON) }
 }
 

@@ -65,7 +65,7 @@ func jobStart(fl *flag.FlagSet) action {
 }
 
 func jobList(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	return func(inv *env) error {
 		c, err := inv.client()
 		if err != nil {

@@ -48,7 +48,7 @@ func scheduleAdd(fl *flag.FlagSet) action {
 }
 
 func scheduleList(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	return func(inv *env) error {
 		c, err := inv.client()
 		if err != nil {
@@ -135,7 +135,7 @@ func scheduleRun(*flag.FlagSet) action {
 }
 
 func scheduleRuns(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	return func(inv *env) error {
 		c, err := inv.client()
 		if err != nil {

@@ -18,7 +18,7 @@ func versionCmd() *command {
 }
 
 func cmdVersion(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	return func(inv *env) error { return printVersion(inv, *asJSON) }
 }
 

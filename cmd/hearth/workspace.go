@@ -29,7 +29,7 @@ func workspaceCmd() *command {
 	}
 	return &command{name: "workspace", summary: "the shared workspace: sessions, snapshots, archives", example: "hearth workspace ls\nhearth workspace snapshot work before-refactor", aliases: []string{"ws"}, wrap: notFoundHint, subs: []*command{
 		{name: "ls", example: "hearth workspace ls\nhearth workspace ls --json", summary: "list sessions", setup: func(fl *flag.FlagSet) action {
-			asJSON := fl.Bool("json", false, "print JSON")
+			asJSON := jsonFlag(fl)
 			return func(inv *env) error {
 				c, err := inv.client()
 				if err != nil {
@@ -89,7 +89,7 @@ func workspaceCmd() *command {
 			}
 		}},
 		{name: "snapshots", example: "hearth workspace snapshots work", args: "[SESSION]", summary: "list snapshots (no SESSION: whole-tree ones)", max: 1, setup: func(fl *flag.FlagSet) action {
-			asJSON := fl.Bool("json", false, "print JSON")
+			asJSON := jsonFlag(fl)
 			return func(inv *env) error {
 				c, err := inv.client()
 				if err != nil {
