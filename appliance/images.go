@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 
+	"hearth/appliance/api"
 	"hearth/image"
 )
 
@@ -176,3 +177,38 @@ func (s *imageService) Remove(name string) error {
 
 // shortHash is how people see an image's hash.
 func shortHash(h string) string { return h[:min(len(h), 12)] }
+
+// CLIVersions lists every built image with the agent CLI it runs and the
+// version of that CLI's npm package installed in it (from its manifest).
+func (s *imageService) CLIVersions() ([]api.ImageVersion, error) {
+	imgs, err := s.builder.List()
+	if err != nil {
+		return nil, fmt.Errorf("list images: %w", err)
+	}
+	out := make([]api.ImageVersion, 0, len(imgs))
+	for _, img := range imgs {
+		out = append(out, api.ImageVersion{Name: img.Name, Hash: img.Hash, Current: s.Current(img), Clis: s.clis(img.Manifest)})
+	}
+	return out, nil
+}
+
+// clis is the agent CLI of an image: its manifest's cli, and the version
+// of the npm package its recipe (or, for a saved image, its parent's)
+// installs it with.
+func (s *imageService) clis(m image.Manifest) []api.CLIVersion {
+	out := []api.CLIVersion{}
+	if m.CLI == "" {
+		return out
+	}
+	pkg := s.catalog.CLIPackage(m.Name)
+	if pkg == "" && m.Parent != "" {
+		pkg = s.catalog.CLIPackage(m.Parent)
+	}
+	v := api.CLIVersion{Name: m.CLI, Package: pkg, Version: "unknown"}
+	for _, p := range m.Npm {
+		if p.Name == pkg {
+			v.Version = p.Version
+		}
+	}
+	return append(out, v)
+}

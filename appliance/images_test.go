@@ -3,14 +3,17 @@ package appliance
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"hearth/appliance/api"
 	"hearth/image"
 )
 
@@ -115,5 +118,30 @@ func TestBuildErrorNamesStep(t *testing.T) {
 	e := apiError(&image.StepError{Image: "base", Step: "debootstrap", Err: os.ErrPermission})
 	if e.Code != "build_failed" || e.Step != "debootstrap" || e.Status != 500 || !strings.Contains(e.Message, "debootstrap") {
 		t.Errorf("apiError(StepError) = %+v", e)
+	}
+}
+
+// TestImageCLIVersions: an image's agent CLI version is its CLI
+// package's version in the manifest (npm ls -g); a saved image goes by its
+// parent's recipe; an image without a CLI has none.
+func TestImageCLIVersions(t *testing.T) {
+	s, err := newImageService(t.TempDir(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	npm := []image.Package{{Name: "@openai/codex", Version: "0.169.0"}, {Name: "npm", Version: "10.8.2"}}
+	cases := []struct {
+		m    image.Manifest
+		want []api.CLIVersion
+	}{
+		{image.Manifest{Name: "codex", CLI: "codex", Npm: npm}, []api.CLIVersion{{Name: "codex", Package: "@openai/codex", Version: "0.169.0"}}},
+		{image.Manifest{Name: "mine", Parent: "codex", CLI: "codex", Npm: npm}, []api.CLIVersion{{Name: "codex", Package: "@openai/codex", Version: "0.169.0"}}},
+		{image.Manifest{Name: "codex", CLI: "codex"}, []api.CLIVersion{{Name: "codex", Package: "@openai/codex", Version: "unknown"}}},
+		{image.Manifest{Name: "base", Npm: npm}, []api.CLIVersion{}},
+	}
+	for _, tc := range cases {
+		if got := s.clis(tc.m); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("clis(%s) = %+v, want %+v", tc.m.Name, got, tc.want)
+		}
 	}
 }

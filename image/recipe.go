@@ -406,6 +406,34 @@ func (c *Catalog) CLI(name string) string {
 	return effectiveCLI(chain)
 }
 
+// CLIPackage is the npm package (without its version) that installs the
+// agent CLI of the recipe name's image: the first npm package of the
+// nearest recipe that names a cli; "" for none.
+func (c *Catalog) CLIPackage(name string) string {
+	chain, err := c.chain(name)
+	if err != nil {
+		return ""
+	}
+	for i := len(chain) - 1; i >= 0; i-- {
+		if r := chain[i]; r.CLI != "" {
+			if len(r.Npm) == 0 {
+				return ""
+			}
+			return npmName(r.Npm[0])
+		}
+	}
+	return ""
+}
+
+// npmName is a package spec's name: "@openai/codex@0.1.0" is
+// "@openai/codex".
+func npmName(spec string) string {
+	if i := strings.LastIndex(spec, "@"); i > 0 {
+		return spec[:i]
+	}
+	return spec
+}
+
 func (c *Catalog) chain(name string) ([]*Recipe, error) {
 	r, err := c.Get(name)
 	if err != nil {

@@ -209,3 +209,18 @@ func TestNewCatalog(t *testing.T) {
 		})
 	}
 }
+
+// TestCLIPackage: a recipe's agent CLI comes from the npm package of the
+// nearest recipe that names the cli; none for images without one.
+func TestCLIPackage(t *testing.T) {
+	c, err := BuiltinCatalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"claude-code": "@anthropic-ai/claude-code", "codex": "@openai/codex",
+		"gemini": "@google/gemini-cli", "opencode": "opencode-ai", "base": "", "node": "", "code-server": "", "nope": ""} {
+		if got := c.CLIPackage(name); got != want {
+			t.Errorf("CLIPackage(%q) = %q, want %q", name, got, want)
+		}
+	}
+}

@@ -327,6 +327,18 @@ type BuildFrame struct {
 	Progress string `json:"progress,omitempty,omitzero"`
 }
 
+// CLIVersion defines model for CLIVersion.
+type CLIVersion struct {
+	// Name The CLI, as the recipe names it ("claude-code", "codex").
+	Name string `json:"name"`
+
+	// Package The npm package that installs it.
+	Package string `json:"package"`
+
+	// Version Its version installed in the image.
+	Version string `json:"version"`
+}
+
 // Checkpoint defines model for Checkpoint.
 type Checkpoint struct {
 	Name string `json:"name"`
@@ -752,6 +764,17 @@ type ImageUser struct {
 	Uid   int    `json:"uid"`
 }
 
+// ImageVersion defines model for ImageVersion.
+type ImageVersion struct {
+	// Clis The agent CLI the image runs (its recipe's cli) with its installed version; empty for an image without one.
+	Clis []CLIVersion `json:"clis"`
+
+	// Current Whether sandboxes get this version of the image.
+	Current bool   `json:"current"`
+	Hash    string `json:"hash"`
+	Name    string `json:"name"`
+}
+
 // Job defines model for Job.
 type Job struct {
 	Argv []string `json:"argv"`
@@ -1142,6 +1165,24 @@ type Usage struct {
 	// WorkspaceFiles Files, directories and links in the sandbox's session.
 	WorkspaceFiles      int64 `json:"workspace_files,omitempty,omitzero"`
 	WorkspaceFilesLimit int64 `json:"workspace_files_limit,omitempty,omitzero"`
+}
+
+// VersionInfo defines model for VersionInfo.
+type VersionInfo struct {
+	// Commit The commit it was built from, or "unknown".
+	Commit string `json:"commit"`
+
+	// Dirty Built from a tree with uncommitted changes.
+	Dirty bool `json:"dirty,omitempty,omitzero"`
+
+	// Go The Go toolchain that built it.
+	Go string `json:"go"`
+
+	// Images Every built image (each cached version), by name.
+	Images []ImageVersion `json:"images"`
+
+	// Version The daemon's version, stamped at build ("devel" for a plain go build).
+	Version string `json:"version"`
 }
 
 // CheckpointName defines model for CheckpointName.
@@ -2010,6 +2051,11 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
 	ResumeSession(ctx context.Context, id string, body ResumeSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetVersion The daemon's build (version, commit, Go) and the agent CLI each built image runs, with its version (hearth version shows it).
+	//
+	// Corresponds with GET /v1/version (the `GetVersion` operationId).
+	GetVersion(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// BranchSessionWithBody Start a new session from a snapshot.
 	//
@@ -3405,6 +3451,21 @@ func (c *Client) ResumeSessionWithBody(ctx context.Context, id string, contentTy
 // Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
 func (c *Client) ResumeSession(ctx context.Context, id string, body ResumeSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewResumeSessionRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetVersion The daemon's build (version, commit, Go) and the agent CLI each built image runs, with its version (hearth version shows it).
+//
+// Corresponds with GET /v1/version (the `GetVersion` operationId).
+func (c *Client) GetVersion(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetVersionRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -6056,6 +6117,33 @@ func NewResumeSessionRequestWithBody(server string, id string, contentType strin
 	return req, nil
 }
 
+// NewGetVersionRequest constructs an http.Request for the GetVersion method
+func NewGetVersionRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/version")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewBranchSessionRequest calls the generic BranchSession builder with application/json body
 func NewBranchSessionRequest(server string, body BranchSessionJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -7229,6 +7317,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
 	ResumeSessionWithResponse(ctx context.Context, id string, body ResumeSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*ResumeSessionResponse, error)
+
+	// GetVersionWithResponse The daemon's build (version, commit, Go) and the agent CLI each built image runs, with its version (hearth version shows it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/version (the `GetVersion` operationId).
+	GetVersionWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetVersionResponse, error)
 
 	// BranchSessionWithBodyWithResponse Start a new session from a snapshot.
 	//
@@ -10057,6 +10152,54 @@ func (r ResumeSessionResponse) ContentType() string {
 	return ""
 }
 
+type GetVersionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *VersionInfo
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetVersionResponse) GetJSON200() *VersionInfo {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetVersionResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetVersionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetVersionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetVersionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetVersionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type BranchSessionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11623,6 +11766,19 @@ func (c *ClientWithResponses) ResumeSessionWithResponse(ctx context.Context, id 
 		return nil, err
 	}
 	return ParseResumeSessionResponse(rsp)
+}
+
+// GetVersionWithResponse The daemon's build (version, commit, Go) and the agent CLI each built image runs, with its version (hearth version shows it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/version (the `GetVersion` operationId).
+func (c *ClientWithResponses) GetVersionWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetVersionResponse, error) {
+	rsp, err := c.GetVersion(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetVersionResponse(rsp)
 }
 
 // BranchSessionWithBodyWithResponse Start a new session from a snapshot.
@@ -13683,6 +13839,39 @@ func ParseResumeSessionResponse(rsp *http.Response) (*ResumeSessionResponse, err
 	return response, nil
 }
 
+// ParseGetVersionResponse parses an HTTP response from a GetVersionWithResponse call
+func ParseGetVersionResponse(rsp *http.Response) (*GetVersionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetVersionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest VersionInfo
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseBranchSessionResponse parses an HTTP response from a BranchSessionWithResponse call
 func ParseBranchSessionResponse(rsp *http.Response) (*BranchSessionResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -14179,6 +14368,9 @@ type ServerInterface interface {
 	// ResumeSession Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
 	// (POST /v1/sessions/{id}/resume)
 	ResumeSession(w http.ResponseWriter, r *http.Request, id string)
+	// GetVersion The daemon's build (version, commit, Go) and the agent CLI each built image runs, with its version (hearth version shows it).
+	// (GET /v1/version)
+	GetVersion(w http.ResponseWriter, r *http.Request)
 	// BranchSession Start a new session from a snapshot.
 	// (POST /v1/workspace/branch)
 	BranchSession(w http.ResponseWriter, r *http.Request)
@@ -15899,6 +16091,20 @@ func (siw *ServerInterfaceWrapper) ResumeSession(w http.ResponseWriter, r *http.
 	handler.ServeHTTP(w, r)
 }
 
+// GetVersion operation middleware
+func (siw *ServerInterfaceWrapper) GetVersion(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetVersion(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // BranchSession operation middleware
 func (siw *ServerInterfaceWrapper) BranchSession(w http.ResponseWriter, r *http.Request) {
 
@@ -16366,6 +16572,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/claims", wrapper.ListClaims)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/claims/{path}", wrapper.ReleaseClaim)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/health", wrapper.GetHealth)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/version", wrapper.GetVersion)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules", wrapper.ListSchedules)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules", wrapper.AddSchedule)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/schedules/{id}", wrapper.DeleteSchedule)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -13,30 +12,34 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
+	flag "github.com/spf13/pflag"
 
 	"hearth/client"
 )
 
 func agentsCmd() *command {
-	return &command{name: "agents", aliases: []string{"agent"}, subs: []*command{
-		{name: "run", args: `AGENT "PROMPT"`, min: 2, max: 2, names: agentNames, setup: agentRun,
+	return &command{name: "agents", summary: "delegate tasks to agents and follow their executions", example: `hearth agents run analyst "summarize the report" --input report.pdf
+hearth agents list
+hearth agents show EXECUTION`, aliases: []string{"agent"}, subs: []*command{
+		{name: "run", example: `hearth agents run analyst "summarize the report in outputs/summary.md" --input report.pdf --budget 0.50
+hearth agents run coder "fix the failing test" --timeout 10m --detach`, args: `AGENT "PROMPT"`, min: 2, max: 2, names: agentNames, setup: agentRun,
 			summary: "delegate a task; streams it, ends with the result,\noutputs, model calls, tokens and cost"},
-		{name: "list", aliases: []string{"ls"}, summary: "one line per execution, newest first (--tree: children\nunder their parent)", setup: agentList},
-		{name: "show", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentShow,
+		{name: "list", example: "hearth agents list\nhearth agents list --tree --limit 20", aliases: []string{"ls"}, summary: "one line per execution, newest first (--tree: children\nunder their parent)", setup: agentList},
+		{name: "show", example: "hearth agents show exec-4ca3193e\nhearth agents show exec-4ca3193e --json", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentShow,
 			summary: "an execution's details, its parent and its children"},
-		{name: "execution", aliases: []string{"logs"}, args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentExecution,
+		{name: "execution", example: "hearth agents execution exec-4ca3193e", aliases: []string{"logs"}, args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentExecution,
 			summary: "its event log with timestamps (logs is the same)"},
-		{name: "outputs", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentOutputs,
+		{name: "outputs", example: "hearth agents outputs exec-4ca3193e\nhearth agents outputs exec-4ca3193e --download ./results", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentOutputs,
 			summary: "the session's outputs/, or a copy of them"},
-		{name: "retry", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentRetry, summary: "run an ended execution's task again"},
-		{name: "resume", args: `SESSION "PROMPT"`, min: 2, max: 2, names: agentSessionIDs, setup: agentResume,
+		{name: "retry", example: "hearth agents retry exec-4ca3193e", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentRetry, summary: "run an ended execution's task again"},
+		{name: "resume", example: `hearth agents resume session-1f1e2b "now add a chart"`, args: `SESSION "PROMPT"`, min: 2, max: 2, names: agentSessionIDs, setup: agentResume,
 			summary: "continue a session; the agent keeps its conversation"},
-		{name: "cancel", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentCancel, summary: "stop it (partial outputs are kept)"},
-		{name: "topup", args: "EXECUTION USD", min: 2, max: 2, names: executionIDs, setup: agentTopUp,
+		{name: "cancel", example: "hearth agents cancel exec-4ca3193e", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentCancel, summary: "stop it (partial outputs are kept)"},
+		{name: "topup", example: "hearth agents topup exec-4ca3193e 0.25", args: "EXECUTION USD", min: 2, max: 2, names: executionIDs, setup: agentTopUp,
 			summary: "raise its dollar limit; one awaiting budget goes on"},
-		{name: "definitions", aliases: []string{"defs"}, setup: agentDefinitions, summary: "the agents the daemon knows"},
-		{name: "reload", setup: agentReload, summary: "read the agent definitions again (or SIGHUP the daemon)"},
-		{name: "sessions", setup: agentSessions, summary: "agent sessions, newest first"},
+		{name: "definitions", example: "hearth agents definitions\nhearth agents definitions --json", aliases: []string{"defs"}, setup: agentDefinitions, summary: "the agents the daemon knows"},
+		{name: "reload", example: "hearth agents reload", setup: agentReload, summary: "read the agent definitions again (or SIGHUP the daemon)"},
+		{name: "sessions", example: "hearth agents sessions\nhearth agents sessions --agent analyst", setup: agentSessions, summary: "agent sessions, newest first"},
 	}}
 }
 
@@ -62,7 +65,7 @@ func printList[T any](w io.Writer, asJSON bool, list []T, empty string, row func
 }
 
 func agentList(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	var f client.ExecutionFilter
 	var status string
 	fl.StringVar(&f.Agent, "agent", "", "only this agent's executions")
@@ -186,7 +189,7 @@ func duration(d time.Duration) string {
 }
 
 func agentShow(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	return func(inv *env) error {
 		c, err := inv.client()
 		if err != nil {
@@ -357,7 +360,7 @@ func agentTopUp(*flag.FlagSet) action {
 }
 
 func agentOutputs(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	dir := fl.String("download", "", "copy every output into this directory")
 	return func(inv *env) error {
 		c, err := inv.client()
@@ -425,7 +428,7 @@ func downloadTo(ctx context.Context, c *client.Client, id, p, dst string) (int64
 }
 
 func agentDefinitions(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	return func(inv *env) error {
 		c, err := inv.client()
 		if err != nil {
@@ -453,7 +456,7 @@ func cliOf(cli string) string {
 // agentReload has the daemon read its agent definitions again. It fails
 // (exit 1) when a file did not load, after saying which and why.
 func agentReload(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	return func(inv *env) error {
 		c, err := inv.client()
 		if err != nil {
@@ -478,7 +481,7 @@ func agentReload(fl *flag.FlagSet) action {
 }
 
 func agentSessions(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	var f client.AgentSessionFilter
 	fl.StringVar(&f.Agent, "agent", "", "only this agent's sessions")
 	fl.IntVar(&f.Limit, "limit", 50, "at most this many, newest first")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
+	flag "github.com/spf13/pflag"
 
 	"hearth/client"
 )
@@ -21,8 +21,7 @@ import (
 // --follow goes on with new events until it ends.
 func agentExecution(fl *flag.FlagSet) action {
 	asJSON := fl.Bool("json", false, "print each event as a line of JSON")
-	follow := fl.Bool("follow", false, "go on with new events until the execution ends")
-	fl.BoolVar(follow, "f", false, "go on with new events until the execution ends")
+	follow := fl.BoolP("follow", "f", false, "go on with new events until the execution ends")
 	return func(inv *env) error {
 		c, err := inv.client()
 		if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
+	flag "github.com/spf13/pflag"
 
 	"hearth/client"
 )
@@ -27,6 +27,7 @@ import (
 type inputFlag []string
 
 func (f *inputFlag) String() string { return strings.Join(*f, ",") }
+func (f *inputFlag) Type() string   { return "VALUE" }
 
 func (f *inputFlag) Set(v string) error { *f = append(*f, v); return nil }
 

@@ -2,9 +2,10 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"time"
+
+	flag "github.com/spf13/pflag"
 
 	"hearth/client"
 )
@@ -12,16 +13,16 @@ import (
 // claimsCmd: the advisory leases agents take on workspace paths so that
 // two do not do the same work.
 func claimsCmd() *command {
-	return &command{name: "claims", aliases: []string{"claim"}, subs: []*command{
-		{name: "list", aliases: []string{"ls"}, args: "[PREFIX]", max: 1, setup: claimsList,
+	return &command{name: "claims", summary: "the paths agents lease to write, and who holds them", example: "hearth claims list\nhearth claims release /shared/report.md", aliases: []string{"claim"}, subs: []*command{
+		{name: "list", example: "hearth claims list\nhearth claims list /shared --json", aliases: []string{"ls"}, args: "[PREFIX]", max: 1, setup: claimsList,
 			summary: "the leases in force, by path (at or under PREFIX,\nrelative to /workspace/agents)"},
-		{name: "release", args: "PATH", min: 1, max: 1, names: claimPaths, setup: claimsRelease,
+		{name: "release", example: "hearth claims release /shared/report.md", args: "PATH", min: 1, max: 1, names: claimPaths, setup: claimsRelease,
 			summary: "release a lease whoever holds it (the holder's\nstream says so)"},
 	}}
 }
 
 func claimsList(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	holder := fl.String("holder", "", "only this execution's leases")
 	return func(inv *env) error {
 		prefix := ""

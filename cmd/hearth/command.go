@@ -3,38 +3,40 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 
+	"github.com/spf13/cobra"
+	flag "github.com/spf13/pflag"
+
 	"hearth/client"
 )
 
-// The CLI is one tree of commands (tree, in main.go). Dispatch, -h, the
-// usage text and shell completion all walk it, so none of them can drift
-// from what the commands take.
+// The CLI is one tree of commands (tree, in main.go), declared as values
+// of command and turned into a cobra tree by build: cobra does dispatch,
+// -h, the usage text, shell completion and the generated docs from it, so
+// none of them can drift from what the commands take.
 
 // command is a group of subcommands (subs) or a leaf that runs (setup).
+// A leaf is a small constructor in its own file: its setup declares its
+// flags and returns its action.
 type command struct {
 	name    string
 	aliases []string
 	// args are its positional arguments as the usage shows them, like
 	// `AGENT "PROMPT"`; summary says what it does (lines after the first
-	// continue it).
-	args, summary string
+	// continue it); example is one or more command lines that use it.
+	args, summary, example string
 	// min and max bound its positional arguments; max < 0 is no bound.
 	min, max int
-	// setup declares the leaf's flags on fl (--config is declared for
-	// it) and returns what runs once they are parsed.
+	// setup declares the leaf's flags on fl (--config is the root's, for
+	// every command) and returns what runs once they are parsed.
 	setup func(fl *flag.FlagSet) action
 	// raw leaves parse their own arguments with fl (exec: what follows
 	// the command to run is its own): their action gets every argument.
 	raw bool
-	// noConfig leaves take no --config.
-	noConfig bool
 	// choices or names complete the first positional argument: a fixed
 	// list, or what the daemon has.
 	choices []string
@@ -55,6 +57,10 @@ type env struct {
 	// args are the positional arguments (a raw leaf's: all of them).
 	args   []string
 	config *string // --config, read once the flags are parsed
+	// help prints the command's help (raw leaves see -h themselves).
+	help func() error
+	// root is the whole tree, for completion scripts and docs.
+	root *cobra.Command
 }
 
 // client connects to the daemon named by --config (or $HEARTH_ADDR).
@@ -67,86 +73,87 @@ func (e *env) configFile() string {
 	return *e.config
 }
 
-// run runs the command c names with args; path is how the user named it
-// ("agents run"), for messages.
-func (c *command) run(path string, args []string, e *env) error {
+// actionError marks an error an action returned, as against one cobra
+// returned for the command line (a usage error).
+type actionError struct{ err error }
+
+func (e actionError) Error() string { return e.err.Error() }
+func (e actionError) Unwrap() error { return e.err }
+
+// build turns c into a cobra command; e is shared by the whole tree and
+// wrap is what the groups above add to errors.
+func (c *command) build(e *env, wrap func(error) error) *cobra.Command {
+	cc := &cobra.Command{
+		Use: strings.TrimSpace(c.name + " " + c.args), Aliases: c.aliases, Hidden: c.hidden,
+		Short: strings.ReplaceAll(c.summary, "\n", " "), Example: indent(c.example),
+	}
+	if c.wrap != nil {
+		wrap = chainWrap(wrap, c.wrap)
+	}
 	if c.setup == nil {
-		return c.runGroup(path, args, e)
+		cc.InitDefaultHelpFlag()
+		_ = cc.Flags().MarkHidden("help")
+		c.buildGroup(cc, e, wrap)
+		return cc
 	}
-	fl, act := c.flags(path)
-	if f := fl.Lookup("config"); f != nil {
-		e.config = f.Value.(*configFlag).ptr()
-	}
-	var err error
+	cc.InitDefaultHelpFlag()
+	_ = cc.Flags().MarkHidden("help") // every command has it: the root's help says so
+	act := c.setup(cc.Flags())
+	cc.Args = c.checkArgs
+	cc.DisableFlagParsing = c.raw
 	if c.raw {
-		e.args = args
-		err = act(e)
-	} else if e.args, err = parseFlags(fl, args); err == nil {
-		if len(e.args) < c.min || (c.max >= 0 && len(e.args) > c.max) {
-			err = usageError{"usage: " + c.usageLine(path)}
-		} else {
-			err = act(e)
+		cc.Flags().SetInterspersed(false)
+	}
+	cc.RunE = func(cmd *cobra.Command, args []string) error {
+		e.args, e.help = args, cmd.Help
+		if c.raw {
+			cmd.LocalFlags() // merges the root's --config into the leaf's flags
 		}
+		if err := wrap(act(e)); err != nil {
+			return actionError{err}
+		}
+		return nil
 	}
-	if errors.Is(err, flag.ErrHelp) {
-		return c.help(path, e.stdout)
-	}
-	return err
+	cc.ValidArgsFunction = c.completeArgs(e)
+	return cc
 }
 
-func (c *command) runGroup(path string, args []string, e *env) error {
-	verb, rest := splitVerb(args)
-	sub := c.find(verb)
-	switch {
-	case verb == "" && slices.ContainsFunc(args, isHelp):
-		return c.help(path, e.stdout)
-	case verb == "":
-		return usageError{fmt.Sprintf("%s: say what to do: %s", path, c.verbs())}
-	case sub == nil:
-		return usageError{fmt.Sprintf("%s: unknown command %q: use %s", path, verb, c.verbs())}
-	}
-	err := sub.run(path+" "+sub.name, rest, e)
-	if c.wrap != nil && err != nil {
-		err = c.wrap(err)
-	}
-	return err
-}
-
-func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "-help" }
-
-// splitVerb finds the command among args, which flags may come before
-// (hearth sandboxes job --config F start ...), and returns the other
-// arguments in their order.
-func splitVerb(args []string) (verb string, rest []string) {
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--config" || a == "-config" {
-			i++ // its value
-			continue
-		}
-		if !strings.HasPrefix(a, "-") {
-			return a, append(args[:i:i], args[i+1:]...)
-		}
-	}
-	return "", args
-}
-
-// find returns the subcommand called name (or one of its aliases).
-func (c *command) find(name string) *command {
+// buildGroup makes cc the group of c's subcommands: bare or with an
+// unknown verb it is a usage error that lists them.
+func (c *command) buildGroup(cc *cobra.Command, e *env, wrap func(error) error) {
 	for _, s := range c.subs {
-		if s.name == name || slices.Contains(s.aliases, name) {
-			return s
-		}
+		cc.AddCommand(s.build(e, wrap))
 	}
-	return nil
+	cc.Args = cobra.ArbitraryArgs
+	cc.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return usageError{fmt.Sprintf("%s: say what to do: %s", cmd.CommandPath(), verbs(cmd))}
+		}
+		return usageError{fmt.Sprintf("%s: unknown command %q: use %s", cmd.CommandPath(), args[0], verbs(cmd))}
+	}
+}
+
+func chainWrap(outer, inner func(error) error) func(error) error {
+	return func(err error) error { return outer(inner(err)) }
+}
+
+// noWrap leaves errors as they are; it keeps nil nil.
+func noWrap(err error) error { return err }
+
+// checkArgs bounds a leaf's positional arguments by min and max.
+func (c *command) checkArgs(cmd *cobra.Command, args []string) error {
+	if c.raw || (len(args) >= c.min && (c.max < 0 || len(args) <= c.max)) {
+		return nil
+	}
+	return usageError{"usage: " + cmd.UseLine()}
 }
 
 // verbs lists the subcommands for a usage error: "add, ls, rm or run".
-func (c *command) verbs() string {
+func verbs(cmd *cobra.Command) string {
 	var names []string
-	for _, s := range c.subs {
-		if !s.hidden {
-			names = append(names, s.name)
+	for _, s := range cmd.Commands() {
+		if s.IsAvailableCommand() {
+			names = append(names, s.Name())
 		}
 	}
 	if len(names) < 2 {
@@ -155,168 +162,94 @@ func (c *command) verbs() string {
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
-// flags returns a leaf's flag set, with --config unless noConfig, and
-// the action setup returned.
-func (c *command) flags(path string) (*flag.FlagSet, action) {
-	fl := flag.NewFlagSet(path, flag.ContinueOnError)
-	fl.SetOutput(io.Discard)
-	config := new(configFlag)
-	if !c.noConfig {
-		fl.Var(config, "config", "the config file that says where the daemon is (none: /etc/hearth/hearth.toml if it exists, else built-in defaults)")
+func indent(example string) string {
+	if example == "" {
+		return ""
 	}
-	return fl, c.setup(fl)
+	lines := strings.Split(strings.TrimSpace(example), "\n")
+	for i, l := range lines {
+		lines[i] = "  " + l
+	}
+	return strings.Join(lines, "\n")
 }
 
-// configFlag is --config: a plain string flag, distinct so the tree can
-// find it.
-type configFlag string
-
-func (f *configFlag) String() string     { return string(*f) }
-func (f *configFlag) Set(v string) error { *f = configFlag(v); return nil }
-func (f *configFlag) ptr() *string       { return (*string)(f) }
-
-// usageLine is "hearth PATH ARGS", adding [flags] when the leaf has any
-// but --config.
-func (c *command) usageLine(path string) string {
-	line := "hearth " + path
-	if c.args != "" {
-		line += " " + c.args
+// parseRaw parses a raw leaf's flags from args up to the first argument
+// that is not one (or --), and says whether -h asked for its help.
+func parseRaw(fl *flag.FlagSet, args []string) (rest []string, help bool, err error) {
+	if err := fl.Parse(args); err != nil {
+		return nil, false, usageError{err.Error()}
 	}
-	if c.setup != nil {
-		fl, _ := c.flags(path)
-		n := 0
-		fl.VisitAll(func(f *flag.Flag) {
-			if f.Name != "config" {
-				n++
-			}
-		})
-		if n > 0 && !strings.Contains(c.args, "[flags]") {
-			line += " [flags]"
-		}
-	}
-	return line
+	help, _ = fl.GetBool("help")
+	return fl.Args(), help, nil
 }
 
-// help writes -h: a leaf's usage and every flag with its default, or a
-// group's commands.
-func (c *command) help(path string, w io.Writer) error {
-	if c.setup == nil {
-		fmt.Fprintf(w, "usage: hearth %s COMMAND\n\n", path)
-		c.writeUsage(w, path)
-		fmt.Fprintf(w, "\n'hearth %s COMMAND -h' shows a command's flags.\n", path)
-		return nil
+// helpOr is a raw leaf's answer to a flag error, or to -h: its help.
+func helpOr(e *env, err error, help bool) error {
+	if help {
+		return e.help()
 	}
-	fmt.Fprintf(w, "usage: %s\n\n%s\n", c.usageLine(path), c.summary)
-	fl, _ := c.flags(path)
-	first := true
-	fl.VisitAll(func(f *flag.Flag) {
-		if first {
-			fmt.Fprintln(w, "\nflags:")
-			first = false
+	return err
+}
+
+// flagUsages is the flags part of -h: every flag, its value's kind and
+// its default, "none" when it has none.
+func flagUsages(fs *flag.FlagSet) string {
+	var b strings.Builder
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Hidden || f.Name == "help" {
+			return
 		}
-		name, usage := flag.UnquoteUsage(f)
-		if name == "value" {
-			name = placeholder(f.Value)
+		b.WriteString("  ")
+		if f.Shorthand != "" {
+			fmt.Fprintf(&b, "-%s, ", f.Shorthand)
 		}
-		fmt.Fprintf(w, "  %s", flagName(f.Name))
-		if name != "" {
-			fmt.Fprintf(w, " %s", name)
+		kind, usage := flag.UnquoteUsage(f)
+		fmt.Fprintf(&b, "--%s", f.Name)
+		if kind != "" && kind != "bool" {
+			b.WriteString(" " + kind)
 		}
 		def := f.DefValue
-		if def == "" {
+		if def == "" || def == "[]" {
 			def = "none"
 		}
 		if !strings.Contains(usage, "(default: ") { // some say what the default is better
 			usage += " (default: " + def + ")"
 		}
-		fmt.Fprintf(w, "\n    \t%s\n", usage)
+		fmt.Fprintf(&b, "\n      %s\n", usage)
 	})
-	return nil
+	return b.String()
 }
 
-// placeholder names what a flag of a type of this package takes.
-func placeholder(v flag.Value) string {
-	switch v.(type) {
-	case *usdFlag:
-		return "USD"
-	case *positiveDuration:
-		return "DURATION"
-	case *positiveInt:
-		return "N"
-	case envFlag:
-		return "NAME=VALUE"
-	case *sizeFlag:
-		return "SIZE"
-	case *configFlag, *inputFlag:
-		return "FILE"
-	}
-	return "value"
-}
+// helpTemplate is cobra's, with flagUsages for the flags.
+const helpTemplate = `{{with (or .Long .Short)}}{{. | trimTrailingWhitespaces}}
 
-// flagName is how the usage writes a flag: -n, --json.
-func flagName(name string) string {
-	if len(name) == 1 {
-		return "-" + name
-	}
-	return "--" + name
-}
+{{end}}Usage:{{if and .Runnable (not .HasAvailableSubCommands)}}
+  {{.UseLine}}{{end}}{{if .HasAvailableSubCommands}}
+  {{.CommandPath}} COMMAND{{end}}{{if gt (len .Aliases) 0}}
 
-// usageColumn is where the summaries start in the usage text.
-const usageColumn = 49
+Aliases:
+  {{.NameAndAliases}}{{end}}{{if .HasExample}}
 
-// writeUsage writes one line (or a few) per leaf under c, a blank line
-// around each group.
-func (c *command) writeUsage(w io.Writer, path string) {
-	c.writeLeaves(w, path, new(bool))
-}
+Examples:
+{{.Example}}{{end}}{{if .HasAvailableSubCommands}}
 
-// writeLeaves is writeUsage; blank says whether a blank line was last.
-func (c *command) writeLeaves(w io.Writer, path string, blank *bool) {
-	for _, s := range c.subs {
-		if s.hidden {
-			continue
-		}
-		p := strings.TrimSpace(path + " " + s.name)
-		if s.setup == nil {
-			if !*blank {
-				fmt.Fprintln(w)
-			}
-			s.writeLeaves(w, p, blank)
-			if !*blank {
-				fmt.Fprintln(w)
-				*blank = true
-			}
-			continue
-		}
-		left := "  " + s.usageLine(p)
-		if len(left) >= usageColumn-1 {
-			fmt.Fprintln(w, left)
-			left = ""
-		}
-		for _, l := range strings.Split(s.summary, "\n") {
-			fmt.Fprintf(w, "%-*s%s\n", usageColumn-1, left, l)
-			left = ""
-		}
-		*blank = false
-	}
-}
+Commands:{{range .Commands}}{{if (or .IsAvailableCommand (eq .Name "help"))}}
+  {{rpad .Name .NamePadding }} {{.Short}}{{end}}{{end}}{{end}}{{if .HasAvailableLocalFlags}}
 
-// leaves lists the path of every command that runs, for tests.
-func (c *command) leaves(path []string) [][]string {
-	var out [][]string
-	for _, s := range c.subs {
-		if s.hidden {
-			continue
-		}
-		p := append(slices.Clone(path), s.name)
-		if s.setup != nil {
-			out = append(out, p)
-		} else {
-			out = append(out, s.leaves(p)...)
-		}
-	}
-	return out
-}
+Flags:
+{{flagUsages .LocalFlags | trimTrailingWhitespaces}}{{end}}{{if .HasAvailableInheritedFlags}}
+
+Global flags:
+{{flagUsages .InheritedFlags | trimTrailingWhitespaces}}{{end}}{{if .HasAvailableSubCommands}}
+
+'{{.CommandPath}} COMMAND -h' shows a command's usage, flags and examples.{{end}}
+`
+
+func init() { cobra.AddTemplateFunc("flagUsages", flagUsages) }
+
+// jsonFlag declares --json, which every command that prints something
+// takes: its action then prints with printJSON.
+func jsonFlag(fl *flag.FlagSet) *bool { return fl.Bool("json", false, "print JSON") }
 
 // printJSON is what every --json prints: v as JSON, indented by two
 // spaces, one value per command.
@@ -324,4 +257,21 @@ func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// leaves lists the path of every command that runs under cmd, for tests
+// and the docs check.
+func leaves(cmd *cobra.Command) []*cobra.Command {
+	var out []*cobra.Command
+	for _, s := range cmd.Commands() {
+		if !s.IsAvailableCommand() {
+			continue
+		}
+		if s.HasSubCommands() {
+			out = append(out, leaves(s)...)
+		} else {
+			out = append(out, s)
+		}
+	}
+	return slices.Clip(out)
 }

@@ -2,152 +2,73 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
-	"io"
-	"slices"
-	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
+	flag "github.com/spf13/pflag"
 
 	"hearth/client"
 )
 
-// Shell completion. The scripts are thin: they hand the words typed so far
-// to the hidden command `hearth __complete`, which answers one candidate
-// per line. Commands, subcommands and flags come from the command tree, so
-// completion cannot drift from what the CLI takes; names (agents,
-// executions, sandboxes, ...) come from the daemon when it is running.
+// Shell completion is cobra's: its scripts call the hidden
+// `hearth __complete WORDS...`, which walks the same tree as dispatch.
+// Commands and flags come from the tree, so completion cannot drift from
+// what the CLI takes; names (agents, executions, sandboxes, ...) come
+// from the daemon when it is running.
 
-const bashCompletion = `# hearth completion for bash: source it, or put it in /etc/bash_completion.d/hearth
-_hearth() {
-	local IFS=$'\n'
-	COMPREPLY=($(compgen -W "$("${COMP_WORDS[0]}" __complete "${COMP_WORDS[@]:1:COMP_CWORD}" 2>/dev/null)" -- "${COMP_WORDS[COMP_CWORD]}"))
+func completionCmd() *command {
+	return &command{name: "completion", args: "bash|zsh|fish", min: 1, max: 1, choices: []string{"bash", "fish", "zsh"}, setup: cmdCompletion,
+		summary: "print a shell completion script\n(bash: hearth completion bash > /etc/bash_completion.d/hearth)",
+		example: "hearth completion bash > /etc/bash_completion.d/hearth\nhearth completion zsh > \"${fpath[1]}/_hearth\"\nhearth completion fish > ~/.config/fish/completions/hearth.fish"}
 }
-complete -o default -F _hearth hearth
-`
-
-const zshCompletion = `#compdef hearth
-# hearth completion for zsh: put it on $fpath as _hearth, or source it
-_hearth() {
-	local -a candidates
-	candidates=("${(@f)$(${words[1]} __complete "${(@)words[2,CURRENT]}" 2>/dev/null)}")
-	compadd -a candidates
-}
-compdef _hearth hearth
-`
-
-const fishCompletion = `# hearth completion for fish: put it in ~/.config/fish/completions/hearth.fish
-complete -c hearth -f -a '(hearth __complete (commandline -opc)[2..-1] (commandline -ct) 2>/dev/null)'
-`
 
 func cmdCompletion(*flag.FlagSet) action {
 	return func(inv *env) error {
-		scripts := map[string]string{"bash": bashCompletion, "zsh": zshCompletion, "fish": fishCompletion}
-		if scripts[inv.args[0]] == "" {
-			return usageError{"usage: hearth completion bash|zsh|fish (e.g. hearth completion bash > /etc/bash_completion.d/hearth)"}
+		root := inv.root
+		switch inv.args[0] {
+		case "bash":
+			return root.GenBashCompletionV2(inv.stdout, true)
+		case "zsh":
+			return root.GenZshCompletion(inv.stdout)
+		case "fish":
+			return root.GenFishCompletion(inv.stdout, true)
 		}
-		_, err := io.WriteString(inv.stdout, scripts[inv.args[0]])
-		return err
+		return usageError{"usage: hearth completion bash|zsh|fish (e.g. hearth completion bash > /etc/bash_completion.d/hearth)"}
 	}
 }
 
-// cmdComplete is the hidden `hearth __complete WORDS...`.
-func cmdComplete(*flag.FlagSet) action {
-	return func(inv *env) error {
-		complete(inv.args, inv.stdout)
-		return nil
+// completeArgs completes a leaf's first positional argument from its
+// choices and, when the daemon answers, its names.
+func (c *command) completeArgs(e *env) cobra.CompletionFunc {
+	if c.choices == nil && c.names == nil {
+		return cobra.NoFileCompletions
+	}
+	return func(cmd *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if c.raw {
+			args = rawPositional(cmd, args)
+		}
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveDefault
+		}
+		out := append([]string(nil), c.choices...)
+		if c.names != nil {
+			out = append(out, daemonNames(c.names, e.configFile())...)
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
 	}
 }
 
-// complete answers the candidates for the last of args, the words typed
-// after "hearth" (the last may be empty: a new word). It walks the
-// command tree along the words typed: a group offers its commands, a
-// leaf its flags, and names from the daemon for its first argument.
-func complete(args []string, stdout io.Writer) {
-	if len(args) == 0 {
-		args = []string{""}
+// rawPositional is what a raw leaf's words are once its flags are set
+// aside (cobra hands it every word, --config too).
+func rawPositional(cmd *cobra.Command, args []string) []string {
+	fl := cmd.Flags()
+	cmd.LocalFlags()
+	fl.SetInterspersed(true)
+	defer fl.SetInterspersed(false)
+	if fl.Parse(args) != nil {
+		return args
 	}
-	done, cur := args[:len(args)-1], args[len(args)-1]
-	root := tree()
-	node, path, config := root, []string{}, ""
-	var fl *flag.FlagSet
-	pos, valueNext := 0, false
-	for i, w := range done {
-		if valueNext {
-			valueNext = false
-			continue
-		}
-		if strings.HasPrefix(w, "-") {
-			name, _, hasValue := strings.Cut(strings.TrimLeft(w, "-"), "=")
-			if name == "config" && !hasValue && i+1 < len(done) {
-				config = done[i+1]
-			} else if v, ok := strings.CutPrefix(w, "--config="); ok {
-				config = v
-			}
-			valueNext = !hasValue && takesValue(fl, name)
-			continue
-		}
-		if node == nil {
-			continue
-		}
-		if node.setup != nil {
-			pos++
-			continue
-		}
-		node = node.find(w)
-		if node != nil {
-			path = append(path, node.name)
-			if node.setup != nil {
-				fl, _ = node.flags(strings.Join(path, " "))
-			}
-		}
-	}
-	var out []string
-	switch {
-	case node == nil:
-	case strings.HasPrefix(cur, "-"):
-		out = append(out, "--config")
-		if fl != nil {
-			out = nil
-			fl.VisitAll(func(f *flag.Flag) { out = append(out, flagName(f.Name)) })
-		}
-	case valueNext:
-		// a flag's value: let the shell complete files
-	case node.setup == nil:
-		for _, s := range node.subs {
-			if !s.hidden {
-				out = append(out, s.name)
-			}
-		}
-		if node == root {
-			out = append(out, "help")
-		}
-	case pos == 0:
-		out = append(out, node.choices...)
-		if node.names != nil {
-			out = append(out, daemonNames(node.names, config)...)
-		}
-	}
-	slices.Sort(out)
-	for _, w := range slices.Compact(out) {
-		if strings.HasPrefix(w, cur) {
-			fmt.Fprintln(stdout, w)
-		}
-	}
-}
-
-// takesValue says whether flag name of fl is followed by a value (not a
-// switch); outside a leaf only --config is.
-func takesValue(fl *flag.FlagSet, name string) bool {
-	if fl == nil {
-		return name == "config"
-	}
-	f := fl.Lookup(name)
-	if f == nil {
-		return false
-	}
-	b, ok := f.Value.(interface{ IsBoolFlag() bool })
-	return !ok || !b.IsBoolFlag()
+	return fl.Args()
 }
 
 // daemonNames asks the daemon for names to complete; nothing when it does

@@ -15,7 +15,16 @@ func completions(t *testing.T, words ...string) []string {
 	if code != 0 {
 		t.Fatalf("__complete %q exited %d", words, code)
 	}
-	return strings.Fields(out)
+	var got []string
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, ":") { // cobra's directive ends the candidates
+			break
+		}
+		if name, _, _ := strings.Cut(line, "\t"); name != "" {
+			got = append(got, name)
+		}
+	}
+	return got
 }
 
 func TestCompletion(t *testing.T) {
@@ -23,7 +32,7 @@ func TestCompletion(t *testing.T) {
 		words []string
 		want  string
 	}{
-		{[]string{""}, "agents claims completion credits doctor help images mcp prices sandboxes schedules up workspace"},
+		{[]string{""}, "agents claims completion credits doctor help images mcp prices sandboxes schedules up version workspace"},
 		{[]string{"ag"}, "agents"},
 		{[]string{"agents", "r"}, "reload resume retry run"},
 		{[]string{"agents", "run", "analyst", "--b"}, "--budget"},
@@ -40,13 +49,20 @@ func TestCompletion(t *testing.T) {
 		}
 	}
 	// Every command of the tree has its words completed.
-	for _, words := range tree().leaves(nil) {
+	for _, cmd := range leaves(testTree()) {
+		words := commandPath(cmd)
 		for i, w := range words {
 			prefix := words[:i:i]
 			got := completions(t, append(prefix, "")...)
 			if !strings.Contains(" "+strings.Join(got, " ")+" ", " "+w+" ") {
 				t.Errorf("complete %q lacks %q (got %q)", prefix, w, got)
 			}
+		}
+	}
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		script, _, code := hearthIn(t, "", "completion", shell)
+		if code != exitOK || !strings.Contains(script, "__complete") {
+			t.Errorf("completion %s = %d, %d bytes; want a script that asks hearth __complete", shell, code, len(script))
 		}
 	}
 	if _, _, code := hearthIn(t, "", "completion", "powershell"); code != exitUsage {
@@ -83,11 +99,16 @@ func TestCompletionBash(t *testing.T) {
 	if out, err := exec.Command(goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	// cobra's script uses the bash-completion package's helpers.
+	const helpers = "/usr/share/bash-completion/bash_completion"
+	if _, err := os.Stat(helpers); err != nil {
+		t.Skip(helpers + ": not found (Debian package bash-completion)")
+	}
 	script, _, _ := hearthIn(t, "", "completion", "bash")
 	path := filepath.Join(t.TempDir(), "hearth.bash")
 	os.WriteFile(path, []byte(script), 0o644)
-	cmd := exec.Command(bashPath, "--norc", "-c", `source "$1"; COMP_WORDS=("$2" agents re); COMP_CWORD=2; _hearth; echo "${COMPREPLY[*]}"`, "bash", path, bin)
-	out, err := cmd.CombinedOutput()
+	cmd := exec.Command(bashPath, "--norc", "-c", `source "$3"; source "$1"; COMP_WORDS=("$2" agents re); COMP_CWORD=2; COMP_LINE="$2 agents re"; COMP_POINT=${#COMP_LINE}; __start_hearth; echo "${COMPREPLY[*]}"`, "bash", path, bin, helpers)
+	out, err := cmd.Output() // stderr has compopt's complaint outside a real completion
 	if err != nil || strings.TrimSpace(string(out)) != "reload resume retry" {
 		t.Fatalf("bash completion of 'hearth agents re' = %q, %v; want reload resume retry", out, err)
 	}

@@ -2,18 +2,19 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 
+	flag "github.com/spf13/pflag"
+
 	"hearth/client"
 )
 
 func creditsCmd() *command {
-	return &command{name: "credits", subs: []*command{
-		{name: "add", args: "USD", min: 1, max: 1, summary: "add to the credit balance", setup: func(fl *flag.FlagSet) action {
+	return &command{name: "credits", summary: "the prepaid credit balance model spend draws on", example: "hearth credits add 20\nhearth credits show", subs: []*command{
+		{name: "add", example: `hearth credits add 20 --note "March top-up"`, args: "USD", min: 1, max: 1, summary: "add to the credit balance", setup: func(fl *flag.FlagSet) action {
 			note := fl.String("note", "", "who added them and why")
 			return func(inv *env) error {
 				amount, err := parseUSD(inv.args[0])
@@ -35,8 +36,8 @@ func creditsCmd() *command {
 				return nil
 			}
 		}},
-		{name: "show", summary: "the balance and the newest ledger entries", setup: func(fl *flag.FlagSet) action {
-			asJSON := fl.Bool("json", false, "print JSON")
+		{name: "show", example: "hearth credits show\nhearth credits show --json", summary: "the balance and the newest ledger entries", setup: func(fl *flag.FlagSet) action {
+			asJSON := jsonFlag(fl)
 			return func(inv *env) error {
 				c, err := inv.client()
 				if err != nil {

@@ -2,20 +2,26 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	flag "github.com/spf13/pflag"
+
 	"hearth/appliance"
 )
+
+func doctorCmd() *command {
+	return &command{name: "doctor", summary: "what this host offers and the tier Hearth uses", max: -1, setup: cmdDoctor,
+		example: "hearth doctor\nhearth doctor --isolation --json"}
+}
 
 // cmdDoctor says what the host offers Hearth and which tier it will use.
 // It needs no daemon.
 func cmdDoctor(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	isolation := fl.Bool("isolation", false, "also boot a machine of every tier this host can run and check its isolation from inside (needs root; QEMU under software emulation takes a while)")
 	return func(inv *env) error { return doctor(inv.configFile(), inv.stdout, *asJSON, *isolation) }
 }

@@ -1,11 +1,12 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	flag "github.com/spf13/pflag"
 
 	"hearth/client"
 )
@@ -18,6 +19,8 @@ import (
 // usdFlag is --budget: dollars, more than zero and at least the ledger's
 // unit when given.
 type usdFlag float64
+
+func (f *usdFlag) Type() string { return "USD" }
 
 func (f *usdFlag) String() string { return strconv.FormatFloat(float64(*f), 'f', -1, 64) }
 
@@ -32,6 +35,8 @@ func (f *usdFlag) Set(v string) error {
 
 // onBudgetFlag is --on-budget: stop or pause.
 type onBudgetFlag string
+
+func (f *onBudgetFlag) Type() string { return "stop|pause" }
 
 func (f *onBudgetFlag) String() string { return string(*f) }
 
@@ -61,6 +66,8 @@ func parseUSD(v string) (float64, error) {
 // positiveDuration is --timeout: a duration above zero.
 type positiveDuration time.Duration
 
+func (d *positiveDuration) Type() string { return "DURATION" }
+
 func (d *positiveDuration) String() string { return time.Duration(*d).String() }
 
 func (d *positiveDuration) Set(v string) error {
@@ -77,6 +84,8 @@ func (d *positiveDuration) Set(v string) error {
 
 // positiveInt is --max-calls: a count above zero.
 type positiveInt int
+
+func (n *positiveInt) Type() string { return "N" }
 
 func (n *positiveInt) String() string { return strconv.Itoa(int(*n)) }
 
@@ -98,6 +107,8 @@ type deprecatedName struct {
 	v    flag.Value
 	used *bool
 }
+
+func (d *deprecatedName) Type() string { return d.v.Type() }
 
 func (d *deprecatedName) String() string {
 	if d.v == nil {

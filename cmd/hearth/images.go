@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
+	flag "github.com/spf13/pflag"
 
 	"hearth/client"
 )
@@ -27,15 +27,15 @@ func imagesCmd() *command {
 			return do(context.Background(), c, inv.args[0], inv)
 		}
 	}
-	return &command{name: "images", aliases: []string{"image"}, subs: []*command{
-		{name: "build", args: "NAME", min: 1, max: 1, names: recipeNames, summary: "build an image from its recipe, showing progress",
+	return &command{name: "images", summary: "the images sandboxes boot, built from recipes", example: "hearth images ls\nhearth images build claude-code", aliases: []string{"image"}, subs: []*command{
+		{name: "build", example: "hearth images build claude-code", args: "NAME", min: 1, max: 1, names: recipeNames, summary: "build an image from its recipe, showing progress",
 			setup: func(*flag.FlagSet) action {
 				return imageDo(func(ctx context.Context, c *client.Client, name string, inv *env) error {
 					return imgBuild(ctx, c, name, inv.stdout, inv.stderr)
 				})
 			}},
-		{name: "ls", aliases: []string{"list"}, summary: "list built images and recipes", setup: func(fl *flag.FlagSet) action {
-			asJSON := fl.Bool("json", false, "print JSON")
+		{name: "ls", example: "hearth images ls\nhearth images ls --json", aliases: []string{"list"}, summary: "list built images and recipes", setup: func(fl *flag.FlagSet) action {
+			asJSON := jsonFlag(fl)
 			return func(inv *env) error {
 				c, err := inv.client()
 				if err != nil {
@@ -44,13 +44,13 @@ func imagesCmd() *command {
 				return imgList(context.Background(), c, inv.stdout, *asJSON)
 			}
 		}},
-		{name: "inspect", args: "NAME", min: 1, max: 1, names: imageNames, summary: "show an image's manifest", setup: func(fl *flag.FlagSet) action {
-			asJSON := fl.Bool("json", false, "print JSON")
+		{name: "inspect", example: "hearth images inspect codex", args: "NAME", min: 1, max: 1, names: imageNames, summary: "show an image's manifest", setup: func(fl *flag.FlagSet) action {
+			asJSON := jsonFlag(fl)
 			return imageDo(func(ctx context.Context, c *client.Client, name string, inv *env) error {
 				return imgInspect(ctx, c, name, inv.stdout, *asJSON)
 			})
 		}},
-		{name: "rm", args: "NAME", min: 1, max: 1, names: imageNames, summary: "delete a built image", setup: func(*flag.FlagSet) action {
+		{name: "rm", example: "hearth images rm codex", args: "NAME", min: 1, max: 1, names: imageNames, summary: "delete a built image", setup: func(*flag.FlagSet) action {
 			return imageDo(func(ctx context.Context, c *client.Client, name string, inv *env) error {
 				if err := c.RemoveImage(ctx, name); err != nil {
 					return err

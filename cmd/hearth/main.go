@@ -1,17 +1,18 @@
 // Command hearth is the Hearth CLI: `hearth up` runs the appliance daemon,
 // the other commands drive it through its API with hearth/client. The
-// commands are one tree of values (tree, command.go): each names its
-// arguments, flags and action, and dispatch, -h, the usage text and shell
-// completion are all read from it. Every --json prints with printJSON.
+// commands are one tree of values (tree, command.go), one file per
+// command: each names its arguments, flags, example and action. cobra
+// dispatches on it and answers -h, shell completion and the generated
+// docs (docs/cli/) from it. Every --json prints with printJSON.
 package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strings"
+
+	"github.com/spf13/cobra"
 
 	"hearth/appliance"
 	"hearth/client"
@@ -26,42 +27,26 @@ const (
 	exitDown     = 4 // the daemon is not running
 )
 
-// usageHead and usageFoot frame the usage text; its commands come from
-// the tree.
-const usageHead = `hearth: a workspace computer for AI agents
-
-Usage:
-`
-
-const usageFoot = `
-Every command but up takes --config FILE to find the daemon (default
+// exitCodesText ends the root's help (and docs/cli/hearth.md).
+const exitCodesText = `
+Every command takes --config FILE to find the daemon (default
 /etc/hearth/hearth.toml if it exists, else built-in defaults); with
 HEARTH_ADDR=host:port and HEARTH_TOKEN set, commands use a daemon's TCP
-API (api.tcp) instead. 'hearth COMMAND -h' shows a command's flags and
-their defaults. Exit codes:
+API (api.tcp) instead. Exit codes:
 0 ok, 1 failed, 2 bad command line, 3 not found, 4 daemon not running;
 sandboxes exec exits with the command's own status (128+N if killed by
 signal N); agents run, retry and resume exit 0 when the execution
 completed and 1 when it ended otherwise (failed, budget_exceeded,
 timed_out, cancelled, interrupted), 130 if Ctrl-C stopped the following
-(the execution goes on in the daemon).
-`
-
-// usage is the CLI's usage text.
-func usage() string {
-	var b strings.Builder
-	b.WriteString(usageHead)
-	tree().writeUsage(&b, "")
-	b.WriteString(usageFoot)
-	return b.String()
-}
+(the execution goes on in the daemon).`
 
 // tree is every command of the CLI.
 func tree() *command {
 	return &command{subs: []*command{
-		{name: "up", summary: "run the daemon (mounts the workspace)", max: -1, setup: cmdUp},
-		{name: "doctor", summary: "what this host offers and the tier Hearth uses", max: -1, setup: cmdDoctor},
-		{name: "mcp", summary: "serve MCP on stdin/stdout (delegate tasks to agents,\nread their outputs); the daemon also serves it at /mcp", setup: cmdMCP},
+		upCmd(),
+		doctorCmd(),
+		mcpCmd(),
+		versionCmd(),
 		workspaceCmd(),
 		sandboxesCmd(),
 		agentsCmd(),
@@ -70,9 +55,8 @@ func tree() *command {
 		pricesCmd(),
 		schedulesCmd(),
 		imagesCmd(),
-		{name: "completion", args: "bash|zsh|fish", summary: "print a shell completion script\n(bash: hearth completion bash > /etc/bash_completion.d/hearth)",
-			min: 1, max: 1, noConfig: true, choices: []string{"bash", "fish", "zsh"}, setup: cmdCompletion},
-		{name: "__complete", hidden: true, max: -1, raw: true, noConfig: true, setup: cmdComplete},
+		completionCmd(),
+		docsCmd(),
 	}}
 }
 
@@ -81,17 +65,47 @@ func main() {
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 || isHelp(args[0]) || args[0] == "help" {
-		fmt.Fprint(stdout, usage())
-		return exitOK
+	root, _ := rootCmd(stdin, stdout, stderr)
+	root.SetArgs(args)
+	return exitCode(root.Execute(), stderr)
+}
+
+// rootCmd is the cobra tree of the CLI, and the env its leaves run with.
+func rootCmd(stdin io.Reader, stdout, stderr io.Writer) (*cobra.Command, *env) {
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, config: new(string)}
+	t := tree()
+	root := &cobra.Command{
+		Use:               "hearth",
+		Short:             "hearth: a workspace computer for AI agents",
+		Long:              "hearth: a workspace computer for AI agents. 'hearth up' runs the daemon;\nthe other commands drive it through its API.\n" + exitCodesText,
+		Example:           "  hearth up --config /etc/hearth/hearth.toml\n  hearth agents run analyst \"summarize inputs/\" --input report.pdf\n  hearth version",
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		Args:              cobra.NoArgs,
 	}
-	root := tree()
-	c := root.find(args[0])
-	if c == nil {
-		fmt.Fprintf(stderr, "hearth: unknown command %q\n\n%s", args[0], usage())
-		return exitUsage
+	root.PersistentFlags().StringVar(e.config, "config", "", "the config file that says where the daemon is (default: /etc/hearth/hearth.toml if it exists, else built-in defaults)")
+	showVersion := root.Flags().Bool("version", false, "print the versions of the CLI, the daemon and the images' agent CLIs")
+	root.RunE = func(cmd *cobra.Command, _ []string) error {
+		if *showVersion {
+			if err := printVersion(e, false); err != nil {
+				return actionError{err}
+			}
+			return nil
+		}
+		return cmd.Help()
 	}
-	return exitCode(c.run(c.name, args[1:], &env{stdin: stdin, stdout: stdout, stderr: stderr}), stderr)
+	for _, s := range t.subs {
+		root.AddCommand(s.build(e, noWrap))
+	}
+	e.root = root
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetHelpTemplate(helpTemplate)
+	root.SetUsageTemplate(helpTemplate)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
+	return root, e
 }
 
 type usageError struct{ msg string }
@@ -114,10 +128,11 @@ func exitCode(err error, stderr io.Writer) int {
 	}
 	var ue usageError
 	var ae *client.APIError
+	var act actionError
 	fmt.Fprintf(stderr, "hearth: %v\n", err)
 	switch {
-	case errors.As(err, &ue), errors.Is(err, flag.ErrHelp):
-		return exitUsage
+	case errors.As(err, &ue), !errors.As(err, &act):
+		return exitUsage // cobra refused the command line, or an action did
 	case errors.Is(err, client.ErrDaemonDown):
 		return exitDown
 	case errors.As(err, &ae) && ae.Code == "not_found":
@@ -136,30 +151,4 @@ func loadConfig(path string) (appliance.Config, error) {
 		}
 	}
 	return appliance.LoadConfig(path)
-}
-
-// flags parses args with fs, allowing flags after positional arguments.
-func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
-	fs.SetOutput(io.Discard)
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, flagError(err)
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
-}
-
-// flagError is a usage error for what the flag package refused; -h stays
-// flag.ErrHelp, for the tree to answer with the command's help.
-func flagError(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
-		return err
-	}
-	return usageError{err.Error()}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"syscall"
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	flag "github.com/spf13/pflag"
 
 	"hearth/appliance/mcp"
 	"hearth/client"
@@ -20,6 +20,12 @@ import (
 // client closes stdin or a signal stops it. It reaches the daemon through
 // the API like every other command; a daemon that is not running is said
 // on stderr, and each tool call fails until it answers.
+func mcpCmd() *command {
+	return &command{name: "mcp", setup: cmdMCP,
+		summary: "serve MCP on stdin/stdout (delegate tasks to agents,\nread their outputs); the daemon also serves it at /mcp",
+		example: "claude mcp add hearth -- hearth mcp --config /etc/hearth/hearth.toml"}
+}
+
 func cmdMCP(*flag.FlagSet) action { return serveMCP }
 
 func serveMCP(inv *env) error {

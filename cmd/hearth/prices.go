@@ -2,19 +2,20 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
+	flag "github.com/spf13/pflag"
+
 	"hearth/client"
 )
 
 func pricesCmd() *command {
-	return &command{name: "prices", summary: "the model price table in force (USD per million tokens)", setup: func(fl *flag.FlagSet) action {
-		asJSON := fl.Bool("json", false, "print JSON")
+	return &command{name: "prices", example: "hearth prices\nhearth prices --json", summary: "the model price table in force (USD per million tokens)", setup: func(fl *flag.FlagSet) action {
+		asJSON := jsonFlag(fl)
 		return func(inv *env) error {
 			c, err := inv.client()
 			if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
+	flag "github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
 	"hearth/appliance"
@@ -28,26 +28,26 @@ import (
 const maxStdin = 12 << 20
 
 func sandboxesCmd() *command {
-	return &command{name: "sandboxes", aliases: []string{"sandbox", "sbx"}, subs: []*command{
-		{name: "create", args: "[ID]", max: 1, setup: sbxCreate, summary: "boot a sandbox, print its id"},
-		{name: "exec", args: "ID [flags] -- CMD ARGS...", raw: true, names: sandboxIDs, setup: sbxExec, summary: "run a command; exits with its status"},
-		{name: "cp", args: "SRC DST", min: 2, max: 2, setup: sbxCopy, summary: "copy a file in or out (ID:/path, - for stdin/stdout)"},
-		{name: "pause", args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxPause, summary: "freeze a sandbox"},
-		{name: "resume", args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxResume, summary: "thaw a sandbox"},
-		{name: "destroy", aliases: []string{"rm"}, args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxDestroy, summary: "remove a sandbox"},
-		{name: "ls", aliases: []string{"list"}, setup: sbxList, summary: "list sandboxes with what they use"},
-		{name: "checkpoint", args: "ID [NAME]", min: 1, max: 2, names: sandboxIDs, setup: sbxCheckpoint, summary: "save the writable layer"},
-		{name: "checkpoints", args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxListCheckpoints, summary: "a sandbox's checkpoints"},
-		{name: "restore", args: "ID NAME", min: 2, max: 2, names: sandboxIDs, setup: sbxRestore,
+	return &command{name: "sandboxes", summary: "isolated machines to run commands in", example: "hearth sandboxes create box1 --memory 2G\nhearth sandboxes exec box1 -- uname -a\nhearth sandboxes destroy box1", aliases: []string{"sandbox", "sbx"}, subs: []*command{
+		{name: "create", example: "hearth sandboxes create\nhearth sandboxes create box1 --image python --memory 2G --session work", args: "[ID]", max: 1, setup: sbxCreate, summary: "boot a sandbox, print its id"},
+		{name: "exec", example: "hearth sandboxes exec box1 -- ls -la /workspace\nhearth sandboxes exec box1 --cwd /tmp --env DEBUG=1 -n -- make test", args: "ID [flags] -- CMD ARGS...", raw: true, names: sandboxIDs, setup: sbxExec, summary: "run a command; exits with its status"},
+		{name: "cp", example: "hearth sandboxes cp data.csv box1:/tmp/data.csv\nhearth sandboxes cp box1:/tmp/out.txt -", args: "SRC DST", min: 2, max: 2, setup: sbxCopy, summary: "copy a file in or out (ID:/path, - for stdin/stdout)"},
+		{name: "pause", example: "hearth sandboxes pause box1", args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxPause, summary: "freeze a sandbox"},
+		{name: "resume", example: "hearth sandboxes resume box1", args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxResume, summary: "thaw a sandbox"},
+		{name: "destroy", example: "hearth sandboxes destroy box1", aliases: []string{"rm"}, args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxDestroy, summary: "remove a sandbox"},
+		{name: "ls", example: "hearth sandboxes ls\nhearth sandboxes ls --json", aliases: []string{"list"}, setup: sbxList, summary: "list sandboxes with what they use"},
+		{name: "checkpoint", example: "hearth sandboxes checkpoint box1 before-upgrade", args: "ID [NAME]", min: 1, max: 2, names: sandboxIDs, setup: sbxCheckpoint, summary: "save the writable layer"},
+		{name: "checkpoints", example: "hearth sandboxes checkpoints box1", args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxListCheckpoints, summary: "a sandbox's checkpoints"},
+		{name: "restore", example: "hearth sandboxes restore box1 before-upgrade", args: "ID NAME", min: 2, max: 2, names: sandboxIDs, setup: sbxRestore,
 			summary: "put a checkpoint back (every process ends, the agent restarts)"},
-		{name: "checkpoint-rm", args: "ID NAME", min: 2, max: 2, names: sandboxIDs, setup: sbxDeleteCheckpoint, summary: "delete a checkpoint"},
+		{name: "checkpoint-rm", example: "hearth sandboxes checkpoint-rm box1 before-upgrade", args: "ID NAME", min: 2, max: 2, names: sandboxIDs, setup: sbxDeleteCheckpoint, summary: "delete a checkpoint"},
 		sbxForkCmd(),
-		{name: "save", args: "ID IMAGE", min: 2, max: 2, names: sandboxIDs, setup: sbxSave, summary: "save a sandbox's root as a new image"},
-		{name: "expose", args: "ID PORT", min: 2, max: 2, names: sandboxIDs, setup: sbxExpose,
+		{name: "save", example: "hearth sandboxes save box1 my-image", args: "ID IMAGE", min: 2, max: 2, names: sandboxIDs, setup: sbxSave, summary: "save a sandbox's root as a new image"},
+		{name: "expose", example: "hearth sandboxes expose box1 8080", args: "ID PORT", min: 2, max: 2, names: sandboxIDs, setup: sbxExpose,
 			summary: "serve a port of the sandbox at a preview URL, print it"},
-		{name: "ports", args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxPorts, summary: "a sandbox's exposed ports"},
-		{name: "unexpose", args: "ID PORT", min: 2, max: 2, names: sandboxIDs, setup: sbxUnexpose, summary: "close an exposed port (or --public: revoke its public link)"},
-		{name: "code", args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxCode,
+		{name: "ports", example: "hearth sandboxes ports box1", args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxPorts, summary: "a sandbox's exposed ports"},
+		{name: "unexpose", example: "hearth sandboxes unexpose box1 8080", args: "ID PORT", min: 2, max: 2, names: sandboxIDs, setup: sbxUnexpose, summary: "close an exposed port (or --public: revoke its public link)"},
+		{name: "code", example: "hearth sandboxes code box1", args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxCode,
 			summary: "start code-server in the sandbox, expose it, print its URL"},
 		jobCmd(),
 	}}
@@ -75,6 +75,7 @@ func connect(config string) (*client.Client, error) {
 type envFlag map[string]string
 
 func (e envFlag) String() string { return "" }
+func (e envFlag) Type() string   { return "NAME=VALUE" }
 
 func (e envFlag) Set(v string) error {
 	k, val, ok := strings.Cut(v, "=")
@@ -89,6 +90,7 @@ func (e envFlag) Set(v string) error {
 type sizeFlag int64
 
 func (s *sizeFlag) String() string { return "" }
+func (s *sizeFlag) Type() string   { return "SIZE" }
 
 func (s *sizeFlag) Set(v string) error {
 	n, err := appliance.ParseSize(v)
@@ -136,8 +138,7 @@ func sbxExec(fl *flag.FlagSet) action {
 	fl.StringVar(&req.Cwd, "cwd", "", "directory to run in")
 	fl.StringVar(&req.Timeout, "timeout", "", "kill the command after this long (0: never)")
 	fl.Var(envs, "env", "NAME=VALUE (repeatable)")
-	noStdin := fl.Bool("n", false, "do not forward standard input")
-	fl.BoolVar(noStdin, "no-stdin", false, "do not forward standard input")
+	noStdin := fl.BoolP("no-stdin", "n", false, "do not forward standard input")
 	// Flags go before or right after the id; the command starts at the
 	// first argument that is not one, or after --.
 	// The flags are parsed in execIn, so it reads them through pointers.
@@ -146,18 +147,18 @@ func sbxExec(fl *flag.FlagSet) action {
 
 func execIn(fl *flag.FlagSet, inv *env, req *client.ExecRequest, envs envFlag, noStdin *bool) error {
 	stdin, stdout, stderr := inv.stdin, inv.stdout, inv.stderr
-	if err := fl.Parse(inv.args); err != nil {
-		return flagError(err)
+	rest, help, err := parseRaw(fl, inv.args)
+	if err != nil || help {
+		return helpOr(inv, err, help)
 	}
-	rest := fl.Args()
 	if len(rest) == 0 {
 		return usageError{"usage: hearth sandboxes exec ID [flags] -- CMD ARGS..."}
 	}
 	id := rest[0]
-	if err := fl.Parse(rest[1:]); err != nil {
-		return flagError(err)
+	if req.Argv, help, err = parseRaw(fl, rest[1:]); err != nil || help {
+		return helpOr(inv, err, help)
 	}
-	req.Argv, req.Env = fl.Args(), envs
+	req.Env = envs
 	if len(req.Argv) == 0 {
 		return usageError{"usage: hearth sandboxes exec ID [flags] -- CMD ARGS...: name the command to run"}
 	}
@@ -341,7 +342,7 @@ func sandboxDo(do func(ctx context.Context, c *client.Client, id string, stdout 
 }
 
 func sbxList(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	return func(inv *env) error { return listSandboxes(inv, *asJSON) }
 }
 

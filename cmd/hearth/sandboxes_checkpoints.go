@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"text/tabwriter"
 	"time"
 
 	"github.com/dustin/go-humanize"
+	flag "github.com/spf13/pflag"
 
 	"hearth/client"
 )
@@ -39,7 +39,7 @@ func sbxCheckpoint(*flag.FlagSet) action {
 }
 
 func sbxListCheckpoints(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	return func(inv *env) error {
 		c, err := inv.client()
 		if err != nil {

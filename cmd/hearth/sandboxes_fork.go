@@ -2,11 +2,12 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"time"
 
 	"hearth/client"
+
+	flag "github.com/spf13/pflag"
 )
 
 // maxForks is the daemon's bound on one fork request, checked before it
@@ -14,14 +15,14 @@ import (
 const maxForks = 16
 
 func sbxForkCmd() *command {
-	return &command{name: "fork", args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxFork,
+	return &command{name: "fork", example: "hearth sandboxes fork box1\nhearth sandboxes fork box1 --count 4 --json", args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxFork,
 		summary: "make --count new sandboxes from a copy of its files as they are now (and a branch of its session)\n" +
 			"processes are not carried over: each fork starts with none running; the source pauses only while its files are copied"}
 }
 
 func sbxFork(fl *flag.FlagSet) action {
 	count := fl.Int("count", 1, fmt.Sprintf("how many forks, 1 to %d", maxForks))
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	return func(inv *env) error {
 		if *count < 1 || *count > maxForks {
 			return usageError{fmt.Sprintf("--count %d: give 1 to %d", *count, maxForks)}

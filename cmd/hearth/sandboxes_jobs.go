@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/dustin/go-humanize"
+	flag "github.com/spf13/pflag"
 
 	"hearth/client"
 )
@@ -16,11 +16,11 @@ import (
 // jobCmd is the job commands: background commands in a sandbox that
 // outlive the CLI.
 func jobCmd() *command {
-	return &command{name: "job", aliases: []string{"jobs"}, subs: []*command{
-		{name: "start", args: "ID [flags] -- CMD ARGS...", raw: true, names: sandboxIDs, setup: jobStart, summary: "start a background job"},
-		{name: "ls", aliases: []string{"list"}, args: "ID", min: 1, max: 1, names: sandboxIDs, setup: jobList, summary: "a sandbox's jobs"},
-		{name: "logs", aliases: []string{"output"}, args: "ID JOB", min: 2, max: 2, names: sandboxIDs, setup: jobLogs, summary: "a job's output so far"},
-		{name: "stop", args: "ID JOB", min: 2, max: 2, names: sandboxIDs, setup: jobStop, summary: "stop a job (TERM, then KILL after the grace)"},
+	return &command{name: "job", summary: "background commands in a sandbox that outlive the CLI", example: "hearth sandboxes job start box1 -- python3 -m http.server 8080\nhearth sandboxes job ls box1", aliases: []string{"jobs"}, subs: []*command{
+		{name: "start", example: "hearth sandboxes job start box1 --cwd /srv -- python3 -m http.server 8080", args: "ID [flags] -- CMD ARGS...", raw: true, names: sandboxIDs, setup: jobStart, summary: "start a background job"},
+		{name: "ls", example: "hearth sandboxes job ls box1", aliases: []string{"list"}, args: "ID", min: 1, max: 1, names: sandboxIDs, setup: jobList, summary: "a sandbox's jobs"},
+		{name: "logs", example: "hearth sandboxes job logs box1 j-1\nhearth sandboxes job logs box1 j-1 --stderr", aliases: []string{"output"}, args: "ID JOB", min: 2, max: 2, names: sandboxIDs, setup: jobLogs, summary: "a job's output so far"},
+		{name: "stop", example: "hearth sandboxes job stop box1 j-1 --grace 5s", args: "ID JOB", min: 2, max: 2, names: sandboxIDs, setup: jobStop, summary: "stop a job (TERM, then KILL after the grace)"},
 	}}
 }
 
@@ -35,18 +35,18 @@ func jobStart(fl *flag.FlagSet) action {
 	const form = "usage: hearth sandboxes job start ID [--user U] [--cwd D] [--env K=V]... -- CMD ARGS..."
 	return func(inv *env) error {
 		args := inv.args
-		if err := fl.Parse(args); err != nil {
-			return flagError(err)
+		rest, help, err := parseRaw(fl, args)
+		if err != nil || help {
+			return helpOr(inv, err, help)
 		}
-		rest := fl.Args()
 		if len(rest) == 0 {
 			return usageError{form}
 		}
 		id := rest[0]
-		if err := fl.Parse(rest[1:]); err != nil {
-			return flagError(err)
+		if req.Argv, help, err = parseRaw(fl, rest[1:]); err != nil || help {
+			return helpOr(inv, err, help)
 		}
-		req.Argv, req.Env = fl.Args(), envs
+		req.Env = envs
 		if len(req.Argv) == 0 {
 			return usageError{form + ": name the command to run"}
 		}
@@ -65,7 +65,7 @@ func jobStart(fl *flag.FlagSet) action {
 }
 
 func jobList(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	return func(inv *env) error {
 		c, err := inv.client()
 		if err != nil {

@@ -2,12 +2,13 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	flag "github.com/spf13/pflag"
 
 	"hearth/client"
 )
@@ -25,7 +26,7 @@ func portArg(s string) (int, error) {
 
 func sbxExpose(fl *flag.FlagSet) action {
 	public := fl.Bool("public", false, "also make a public link, which anyone who has it may open until revoked")
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	return func(inv *env) error {
 		port, err := portArg(inv.args[1])
 		if err != nil {
@@ -59,7 +60,7 @@ func sbxExpose(fl *flag.FlagSet) action {
 }
 
 func sbxPorts(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	return func(inv *env) error {
 		c, err := inv.client()
 		if err != nil {

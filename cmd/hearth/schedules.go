@@ -2,24 +2,26 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"text/tabwriter"
 	"time"
 
 	"github.com/dustin/go-humanize"
+	flag "github.com/spf13/pflag"
 
 	"hearth/client"
 )
 
 func schedulesCmd() *command {
-	return &command{name: "schedules", aliases: []string{"schedule"}, subs: []*command{
-		{name: "add", args: `ID "SPEC" AGENT "PROMPT"`, min: 4, max: 4, setup: scheduleAdd,
+	return &command{name: "schedules", summary: "run agents on a schedule", example: `hearth schedules add nightly "@daily" analyst "summarize the day"
+hearth schedules ls`, aliases: []string{"schedule"}, subs: []*command{
+		{name: "add", example: `hearth schedules add nightly "@daily" analyst "summarize the day" --budget 1
+hearth schedules add hourly "0 * * * *" watcher "check the feeds" --overlap skip`, args: `ID "SPEC" AGENT "PROMPT"`, min: 4, max: 4, setup: scheduleAdd,
 			summary: "run a task on a cron schedule (\"0 9 * * 1-5\",\n\"@daily\", \"@every 1h\", \"CRON_TZ=Europe/Paris ...\")"},
-		{name: "ls", aliases: []string{"list"}, setup: scheduleList, summary: "schedules with their next and last runs"},
-		{name: "rm", args: "ID", min: 1, max: 1, names: scheduleIDs, setup: scheduleRemove, summary: "delete a schedule (its history stays)"},
-		{name: "run", args: "ID", min: 1, max: 1, names: scheduleIDs, setup: scheduleRun, summary: "start a run now"},
-		{name: "runs", args: "ID", min: 1, max: 1, names: scheduleIDs, setup: scheduleRuns, summary: "a schedule's runs and their executions"},
+		{name: "ls", example: "hearth schedules ls", aliases: []string{"list"}, setup: scheduleList, summary: "schedules with their next and last runs"},
+		{name: "rm", example: "hearth schedules rm nightly", args: "ID", min: 1, max: 1, names: scheduleIDs, setup: scheduleRemove, summary: "delete a schedule (its history stays)"},
+		{name: "run", example: "hearth schedules run nightly", args: "ID", min: 1, max: 1, names: scheduleIDs, setup: scheduleRun, summary: "start a run now"},
+		{name: "runs", example: "hearth schedules runs nightly --json", args: "ID", min: 1, max: 1, names: scheduleIDs, setup: scheduleRuns, summary: "a schedule's runs and their executions"},
 	}}
 }
 
@@ -46,7 +48,7 @@ func scheduleAdd(fl *flag.FlagSet) action {
 }
 
 func scheduleList(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	return func(inv *env) error {
 		c, err := inv.client()
 		if err != nil {
@@ -133,7 +135,7 @@ func scheduleRun(*flag.FlagSet) action {
 }
 
 func scheduleRuns(fl *flag.FlagSet) action {
-	asJSON := fl.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fl)
 	return func(inv *env) error {
 		c, err := inv.client()
 		if err != nil {

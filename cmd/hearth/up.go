@@ -2,15 +2,21 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
+	flag "github.com/spf13/pflag"
+
 	"hearth/appliance"
 )
+
+func upCmd() *command {
+	return &command{name: "up", summary: "run the daemon (mounts the workspace)", max: -1, setup: cmdUp,
+		example: "hearth up --config /etc/hearth/hearth.toml"}
+}
 
 func cmdUp(*flag.FlagSet) action {
 	return func(inv *env) error { return up(inv.configFile(), inv.stderr) }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
+	flag "github.com/spf13/pflag"
 
 	"hearth/appliance"
 	"hearth/client"
@@ -27,9 +27,9 @@ func workspaceCmd() *command {
 		}
 		return args
 	}
-	return &command{name: "workspace", aliases: []string{"ws"}, wrap: notFoundHint, subs: []*command{
-		{name: "ls", summary: "list sessions", setup: func(fl *flag.FlagSet) action {
-			asJSON := fl.Bool("json", false, "print JSON")
+	return &command{name: "workspace", summary: "the shared workspace: sessions, snapshots, archives", example: "hearth workspace ls\nhearth workspace snapshot work before-refactor", aliases: []string{"ws"}, wrap: notFoundHint, subs: []*command{
+		{name: "ls", example: "hearth workspace ls\nhearth workspace ls --json", summary: "list sessions", setup: func(fl *flag.FlagSet) action {
+			asJSON := jsonFlag(fl)
 			return func(inv *env) error {
 				c, err := inv.client()
 				if err != nil {
@@ -38,7 +38,7 @@ func workspaceCmd() *command {
 				return wsList(context.Background(), c, inv.stdout, *asJSON)
 			}
 		}},
-		{name: "create", args: "SESSION", summary: "make a session (inputs/, outputs/, .home/)", min: 1, max: 1, setup: func(*flag.FlagSet) action {
+		{name: "create", example: "hearth workspace create work", args: "SESSION", summary: "make a session (inputs/, outputs/, .home/)", min: 1, max: 1, setup: func(*flag.FlagSet) action {
 			return func(inv *env) error {
 				cfg, c, err := configAndClient(inv)
 				if err != nil {
@@ -51,7 +51,7 @@ func workspaceCmd() *command {
 				return nil
 			}
 		}},
-		{name: "rm", args: "SESSION", summary: "delete a session and its snapshots", min: 1, max: 1, setup: func(*flag.FlagSet) action {
+		{name: "rm", example: "hearth workspace rm work", args: "SESSION", summary: "delete a session and its snapshots", min: 1, max: 1, setup: func(*flag.FlagSet) action {
 			return func(inv *env) error {
 				c, err := inv.client()
 				if err != nil {
@@ -64,7 +64,7 @@ func workspaceCmd() *command {
 				return nil
 			}
 		}},
-		{name: "snapshot", args: "SESSION|--all [NAME]", summary: "take a copy-on-write snapshot", max: 2, setup: func(fl *flag.FlagSet) action {
+		{name: "snapshot", example: "hearth workspace snapshot work before-refactor\nhearth workspace snapshot --all nightly", args: "SESSION|--all [NAME]", summary: "take a copy-on-write snapshot", max: 2, setup: func(fl *flag.FlagSet) action {
 			all := fl.Bool("all", false, "the whole tree instead of one session")
 			return func(inv *env) error {
 				pos := scoped(*all, inv.args)
@@ -88,8 +88,8 @@ func workspaceCmd() *command {
 				return nil
 			}
 		}},
-		{name: "snapshots", args: "[SESSION]", summary: "list snapshots (no SESSION: whole-tree ones)", max: 1, setup: func(fl *flag.FlagSet) action {
-			asJSON := fl.Bool("json", false, "print JSON")
+		{name: "snapshots", example: "hearth workspace snapshots work", args: "[SESSION]", summary: "list snapshots (no SESSION: whole-tree ones)", max: 1, setup: func(fl *flag.FlagSet) action {
+			asJSON := jsonFlag(fl)
 			return func(inv *env) error {
 				c, err := inv.client()
 				if err != nil {
@@ -98,7 +98,7 @@ func workspaceCmd() *command {
 				return wsSnapshots(context.Background(), c, inv.stdout, strings.Join(inv.args, ""), *asJSON)
 			}
 		}},
-		{name: "snapshot-rm", args: "SESSION|--all NAME", summary: "delete a snapshot (frees its space)", max: 2, setup: func(fl *flag.FlagSet) action {
+		{name: "snapshot-rm", example: "hearth workspace snapshot-rm work before-refactor", args: "SESSION|--all NAME", summary: "delete a snapshot (frees its space)", max: 2, setup: func(fl *flag.FlagSet) action {
 			all := fl.Bool("all", false, "the whole tree instead of one session")
 			return func(inv *env) error {
 				pos := scoped(*all, inv.args)
@@ -116,7 +116,7 @@ func workspaceCmd() *command {
 				return nil
 			}
 		}},
-		{name: "restore", args: "SESSION|--all NAME", summary: "roll back to a snapshot", max: 2, setup: func(fl *flag.FlagSet) action {
+		{name: "restore", example: "hearth workspace restore work before-refactor", args: "SESSION|--all NAME", summary: "roll back to a snapshot", max: 2, setup: func(fl *flag.FlagSet) action {
 			all := fl.Bool("all", false, "the whole tree instead of one session")
 			return func(inv *env) error {
 				pos := scoped(*all, inv.args)
@@ -134,7 +134,7 @@ func workspaceCmd() *command {
 				return nil
 			}
 		}},
-		{name: "branch", args: "SESSION NAME NEW", summary: "start session NEW from a snapshot", min: 3, max: 3, setup: func(*flag.FlagSet) action {
+		{name: "branch", example: "hearth workspace branch work before-refactor work-try2", args: "SESSION NAME NEW", summary: "start session NEW from a snapshot", min: 3, max: 3, setup: func(*flag.FlagSet) action {
 			return func(inv *env) error {
 				c, err := inv.client()
 				if err != nil {
@@ -148,8 +148,8 @@ func workspaceCmd() *command {
 				return nil
 			}
 		}},
-		{name: "download", args: "SESSION", summary: "save the session as a .tar.gz or .zip (from a snapshot)", min: 1, max: 1, setup: func(fl *flag.FlagSet) action {
-			out := fl.String("o", "", "write to FILE (.tar.gz, .tgz or .zip: the format goes by the name; - for stdout); default: SESSION.tar.gz, or stdout when that is not a terminal")
+		{name: "download", example: "hearth workspace download work\nhearth workspace download work -o work.zip --home", args: "SESSION", summary: "save the session as a .tar.gz or .zip (from a snapshot)", min: 1, max: 1, setup: func(fl *flag.FlagSet) action {
+			out := fl.StringP("output", "o", "", "write to FILE (.tar.gz, .tgz or .zip: the format goes by the name; - for stdout); default: SESSION.tar.gz, or stdout when that is not a terminal")
 			format := fl.String("format", "", "tar.gz or zip, for stdout (default tar.gz)")
 			home := fl.Bool("home", false, "include the session's private .home (the agent CLI's own state)")
 			return func(inv *env) error {
@@ -160,7 +160,7 @@ func workspaceCmd() *command {
 				return wsDownload(context.Background(), c, inv, inv.args[0], *out, *format, *home)
 			}
 		}},
-		{name: "upload", args: "SESSION ARCHIVE [DIR]", summary: "unpack a .tar.gz or .zip into the session's inputs/ (or inputs/DIR)", min: 2, max: 3, setup: func(*flag.FlagSet) action {
+		{name: "upload", example: "hearth workspace upload work data.tar.gz datasets", args: "SESSION ARCHIVE [DIR]", summary: "unpack a .tar.gz or .zip into the session's inputs/ (or inputs/DIR)", min: 2, max: 3, setup: func(*flag.FlagSet) action {
 			return func(inv *env) error {
 				c, err := inv.client()
 				if err != nil {
