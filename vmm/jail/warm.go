@@ -59,10 +59,11 @@ type shape struct {
 }
 
 // shapeOf returns the shape of spec; ok is false for a spec no spare can
-// serve.
+// serve: one with a workspace view (mounted on the machine's own id
+// range before Create) or a writable layer of its own (a fork's copy).
 func shapeOf(spec vmm.Spec) (shape, bool) {
 	var st syscall.Stat_t
-	if spec.Workspace != "" || syscall.Stat(spec.RootFS, &st) != nil {
+	if spec.Workspace != "" || spec.Layer != "" || syscall.Stat(spec.RootFS, &st) != nil {
 		return shape{}, false
 	}
 	return shape{rootFS: spec.RootFS, disk: spec.Disk,
