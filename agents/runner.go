@@ -276,6 +276,9 @@ func (r *Runner) Run(ctx context.Context, req TaskRequest) (Result, error) {
 		}
 		req.Agent = sess.Agent
 		kind, previous, agentSession = store.Resume, sess.LastExecution, sess.AgentSessionID
+		if previous == "" { // a branch not run yet: its conversation came with its tree
+			kind = store.Run
+		}
 	}
 	def, limits, err := r.prepare(req.Agent, req.Limits)
 	if err != nil {
