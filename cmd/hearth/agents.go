@@ -31,6 +31,10 @@ func agentsCmd() *command {
 		{name: "retry", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentRetry, summary: "run an ended execution's task again"},
 		{name: "resume", args: `SESSION "PROMPT"`, min: 2, max: 2, names: agentSessionIDs, setup: agentResume,
 			summary: "continue a session; the agent keeps its conversation"},
+		{name: "rewind", args: "SESSION", min: 1, max: 1, names: agentSessionIDs, setup: agentRewind,
+			summary: "put a session's files and conversation back as they were\nafter model call --call N (--undo: back again)"},
+		{name: "branch", args: "SESSION [NEW]", min: 1, max: 2, names: agentSessionIDs, setup: agentBranch,
+			summary: "start a new session as SESSION was after --call N"},
 		{name: "cancel", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentCancel, summary: "stop it (partial outputs are kept)"},
 		{name: "topup", args: "EXECUTION USD", min: 2, max: 2, names: executionIDs, setup: agentTopUp,
 			summary: "raise its dollar limit; one awaiting budget goes on"},
@@ -492,7 +496,11 @@ func agentSessions(fl *flag.FlagSet) action {
 			return err
 		}
 		return printList(inv.stdout, *asJSON, list, "no sessions yet", func(s client.AgentSession) []string {
-			return []string{s.Id, s.Agent, humanize.Time(s.Created), s.LastExecution}
+			from := ""
+			if s.BranchedFrom != "" {
+				from = "branch of " + s.BranchedFrom + " at " + s.BranchedAt
+			}
+			return []string{s.Id, s.Agent, humanize.Time(s.Created), s.LastExecution, from}
 		})
 	}
 }

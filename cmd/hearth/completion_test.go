@@ -25,7 +25,7 @@ func TestCompletion(t *testing.T) {
 	}{
 		{[]string{""}, "agents claims completion credits doctor help images mcp prices sandboxes schedules up workspace"},
 		{[]string{"ag"}, "agents"},
-		{[]string{"agents", "r"}, "reload resume retry run"},
+		{[]string{"agents", "r"}, "reload resume retry rewind run"},
 		{[]string{"agents", "run", "analyst", "--b"}, "--budget"},
 		{[]string{"agents", "run", "analyst", "--budget", ""}, ""}, // a value: the shell's own completion
 		{[]string{"sandboxes", "job", ""}, "logs ls start stop"},
@@ -88,7 +88,7 @@ func TestCompletionBash(t *testing.T) {
 	os.WriteFile(path, []byte(script), 0o644)
 	cmd := exec.Command(bashPath, "--norc", "-c", `source "$1"; COMP_WORDS=("$2" agents re); COMP_CWORD=2; _hearth; echo "${COMPREPLY[*]}"`, "bash", path, bin)
 	out, err := cmd.CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "reload resume retry" {
-		t.Fatalf("bash completion of 'hearth agents re' = %q, %v; want reload resume retry", out, err)
+	if err != nil || strings.TrimSpace(string(out)) != "reload resume retry rewind" {
+		t.Fatalf("bash completion of 'hearth agents re' = %q, %v; want reload resume retry rewind", out, err)
 	}
 }
