@@ -143,7 +143,7 @@ func benchCallSnapshots(b *testing.B, ret Retention) {
 }
 
 // diskUse is the space dir's files take on disk.
-func diskUse(b *testing.B, dir string) float64 {
+func diskUse(b testing.TB, dir string) float64 {
 	var n int64
 	err := filepath.WalkDir(dir, func(p string, d iofs.DirEntry, err error) error {
 		if err != nil {
