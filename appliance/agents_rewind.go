@@ -298,10 +298,8 @@ func (a *agentService) BranchSession(ctx context.Context, session string, call i
 			return store.Session{}, CallPoint{}, invalid(err)
 		}
 	}
-	sess, err := a.store.GetSession(ctx, session)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.Session{}, CallPoint{}, notFoundf("no session %s: list them with 'hearth agents sessions'", session)
-	} else if err != nil {
+	sess, err := a.Session(ctx, session)
+	if err != nil {
 		return store.Session{}, CallPoint{}, err
 	}
 	pt, err := a.callPoint(ctx, session, call, execution)
@@ -343,4 +341,13 @@ func (a *agentService) branchFiles(session, snapshot, branch string) error {
 // Branches lists the sessions branched from session, newest first.
 func (a *agentService) Branches(ctx context.Context, session string) ([]store.Session, error) {
 	return a.store.ListSessions(ctx, store.SessionFilter{BranchedFrom: session, Limit: 10000})
+}
+
+// Session returns the agent session id.
+func (a *agentService) Session(ctx context.Context, id string) (store.Session, error) {
+	sess, err := a.store.GetSession(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return sess, notFoundf("no session %s: list them with 'hearth agents sessions'", id)
+	}
+	return sess, err
 }

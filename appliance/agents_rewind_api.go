@@ -49,3 +49,8 @@ func (s *server) ListAgentSessionBranches(w http.ResponseWriter, r *http.Request
 	}
 	result(w, http.StatusOK, out, err)
 }
+
+func (s *server) GetAgentSession(w http.ResponseWriter, r *http.Request, id string) {
+	sess, err := s.d.agents.Session(r.Context(), id)
+	result(w, http.StatusOK, agentSessionView(sess), err)
+}

@@ -51,3 +51,9 @@ func (c *Client) SessionBranches(ctx context.Context, session string) ([]AgentSe
 		return c.api.ListAgentSessionBranches(ctx, session)
 	})
 }
+
+// AgentSession returns one agent session, with where it was branched from.
+func (c *Client) AgentSession(ctx context.Context, id string) (AgentSession, error) {
+	var out AgentSession
+	return out, c.call(ctx, &out, func(ctx context.Context) (*http.Response, error) { return c.api.GetAgentSession(ctx, id) })
+}

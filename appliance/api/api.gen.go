@@ -2002,6 +2002,11 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/sessions (the `ListAgentSessions` operationId).
 	ListAgentSessions(ctx context.Context, params *ListAgentSessionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetAgentSession One agent session, with where it was branched from.
+	//
+	// Corresponds with GET /v1/sessions/{id} (the `GetAgentSession` operationId).
+	GetAgentSession(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListAgentSessionBranches The sessions branched from a session, newest first.
 	//
 	// Corresponds with GET /v1/sessions/{id}/branches (the `ListAgentSessionBranches` operationId).
@@ -3356,6 +3361,21 @@ func (c *Client) ListScheduleRuns(ctx context.Context, id ScheduleID, params *Li
 // Corresponds with GET /v1/sessions (the `ListAgentSessions` operationId).
 func (c *Client) ListAgentSessions(ctx context.Context, params *ListAgentSessionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListAgentSessionsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetAgentSession One agent session, with where it was branched from.
+//
+// Corresponds with GET /v1/sessions/{id} (the `GetAgentSession` operationId).
+func (c *Client) GetAgentSession(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetAgentSessionRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -6049,6 +6069,40 @@ func NewListAgentSessionsRequest(server string, params *ListAgentSessionsParams)
 	return req, nil
 }
 
+// NewGetAgentSessionRequest constructs an http.Request for the GetAgentSession method
+func NewGetAgentSessionRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sessions/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListAgentSessionBranchesRequest constructs an http.Request for the ListAgentSessionBranches method
 func NewListAgentSessionBranchesRequest(server string, id string) (*http.Request, error) {
 	var err error
@@ -7375,6 +7429,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/sessions (the `ListAgentSessions` operationId).
 	ListAgentSessionsWithResponse(ctx context.Context, params *ListAgentSessionsParams, reqEditors ...RequestEditorFn) (*ListAgentSessionsResponse, error)
+
+	// GetAgentSessionWithResponse One agent session, with where it was branched from.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sessions/{id} (the `GetAgentSession` operationId).
+	GetAgentSessionWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetAgentSessionResponse, error)
 
 	// ListAgentSessionBranchesWithResponse The sessions branched from a session, newest first.
 	//
@@ -10160,6 +10221,54 @@ func (r ListAgentSessionsResponse) ContentType() string {
 	return ""
 }
 
+type GetAgentSessionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AgentSession
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetAgentSessionResponse) GetJSON200() *AgentSession {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetAgentSessionResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetAgentSessionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetAgentSessionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetAgentSessionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetAgentSessionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListAgentSessionBranchesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11893,6 +12002,19 @@ func (c *ClientWithResponses) ListAgentSessionsWithResponse(ctx context.Context,
 		return nil, err
 	}
 	return ParseListAgentSessionsResponse(rsp)
+}
+
+// GetAgentSessionWithResponse One agent session, with where it was branched from.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sessions/{id} (the `GetAgentSession` operationId).
+func (c *ClientWithResponses) GetAgentSessionWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetAgentSessionResponse, error) {
+	rsp, err := c.GetAgentSession(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetAgentSessionResponse(rsp)
 }
 
 // ListAgentSessionBranchesWithResponse The sessions branched from a session, newest first.
@@ -13988,6 +14110,39 @@ func ParseListAgentSessionsResponse(rsp *http.Response) (*ListAgentSessionsRespo
 	return response, nil
 }
 
+// ParseGetAgentSessionResponse parses an HTTP response from a GetAgentSessionWithResponse call
+func ParseGetAgentSessionResponse(rsp *http.Response) (*GetAgentSessionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetAgentSessionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AgentSession
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListAgentSessionBranchesResponse parses an HTTP response from a ListAgentSessionBranchesWithResponse call
 func ParseListAgentSessionBranchesResponse(rsp *http.Response) (*ListAgentSessionBranchesResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -14650,6 +14805,9 @@ type ServerInterface interface {
 	// ListAgentSessions List agent sessions, newest first.
 	// (GET /v1/sessions)
 	ListAgentSessions(w http.ResponseWriter, r *http.Request, params ListAgentSessionsParams)
+	// GetAgentSession One agent session, with where it was branched from.
+	// (GET /v1/sessions/{id})
+	GetAgentSession(w http.ResponseWriter, r *http.Request, id string)
 	// ListAgentSessionBranches The sessions branched from a session, newest first.
 	// (GET /v1/sessions/{id}/branches)
 	ListAgentSessionBranches(w http.ResponseWriter, r *http.Request, id string)
@@ -16333,6 +16491,32 @@ func (siw *ServerInterfaceWrapper) ListAgentSessions(w http.ResponseWriter, r *h
 	handler.ServeHTTP(w, r)
 }
 
+// GetAgentSession operation middleware
+func (siw *ServerInterfaceWrapper) GetAgentSession(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetAgentSession(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListAgentSessionBranches operation middleware
 func (siw *ServerInterfaceWrapper) ListAgentSessionBranches(w http.ResponseWriter, r *http.Request) {
 
@@ -16923,6 +17107,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/executions/{id}/outputs/{path}", wrapper.DownloadOutput)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sessions", wrapper.ListAgentSessions)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sessions/{id}/resume", wrapper.ResumeSession)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sessions/{id}", wrapper.GetAgentSession)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sessions/{id}/rewind", wrapper.RewindAgentSession)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sessions/{id}/rewind/undo", wrapper.UndoAgentSessionRewind)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sessions/{id}/branches", wrapper.ListAgentSessionBranches)
