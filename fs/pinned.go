@@ -33,7 +33,7 @@ type holdCache struct {
 }
 
 type holdEntry struct {
-	created int64  // the snapshot's (a snapshot deleted and taken again under its name is another)
+	created int64   // the snapshot's (a snapshot deleted and taken again under its name is another)
 	against snapKey // the newer snapshot it was counted against
 	at      int64   // and when that one was taken
 	bytes   int64

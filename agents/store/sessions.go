@@ -105,8 +105,8 @@ func (s *Store) GetSession(ctx context.Context, id string) (Session, error) {
 type SessionFilter struct {
 	Agent        string
 	BranchedFrom string // only the sessions branched from this one
-	Before string // a session id: only sessions older than it (the next page); unknown gives none
-	Limit  int    // at most this many; 0 means 100
+	Before       string // a session id: only sessions older than it (the next page); unknown gives none
+	Limit        int    // at most this many; 0 means 100
 }
 
 // ListSessions returns sessions newest first.
