@@ -102,7 +102,9 @@ func (ec *execCalls) read(ev evstream.Event) {
 		var p struct {
 			AgentSessionID string `json:"agent_session_id"`
 		}
-		if json.Unmarshal(ev.Payload, &p) == nil && p.AgentSessionID != "" {
+		// The first one reported: the adapters let no later line change
+		// it (docs/security.md), and neither does this.
+		if ec.agentSID == "" && json.Unmarshal(ev.Payload, &p) == nil {
 			ec.agentSID = p.AgentSessionID
 		}
 	}
