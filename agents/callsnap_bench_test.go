@@ -153,7 +153,8 @@ func benchCallSnapshots(b *testing.B, ret Retention) {
 		b.ReportMetric(float64(copyEach.Microseconds()), "us/copy-tree")
 		b.ReportMetric(float64(copyEach)/(float64(snapTime)/calls), "x-snapshot-faster-than-copy")
 		b.ReportMetric(diskCopy/(1<<20), "MiB-disk-per-copy")
-		b.ReportMetric(diskCopy*calls/(diskSnap-diskPlain), "x-disk-saved-vs-copies")
+		// Against keeping as many copies as the store keeps snapshots.
+		b.ReportMetric(diskCopy*float64(want)/max(diskSnap-diskPlain, 4096), "x-disk-saved-vs-copies")
 		b.StartTimer()
 	}
 }
