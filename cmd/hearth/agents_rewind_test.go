@@ -25,7 +25,7 @@ func TestAgentsRewindCommands(t *testing.T) {
 		{args: []string{"agents", "branch", session, "--call", "1", "cli-branch", c}, wantOut: "branched session cli-branch from " + session + " at call 1"},
 		{args: []string{"agents", "rewind", session, "--call", "1", c}, wantOut: "hearth agents rewind " + session + " --undo"},
 		{args: []string{"agents", "rewind", session, "--undo", c}, wantOut: "is back at snapshot rewind-"},
-		{args: []string{"agents", "rewind", session, "--call", "7", c}, wantCode: exitError, wantErr: "no call 7"},
+		{args: []string{"agents", "rewind", session, "--call", "7", c}, wantCode: exitNotFound, wantErr: "no call 7"},
 		{args: []string{"agents", "sessions", c}, wantOut: "branch of " + session},
 	})
 }
