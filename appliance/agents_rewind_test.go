@@ -27,9 +27,15 @@ func TestAgentsRewindBranch(t *testing.T) {
 	}}, nil)
 	ctx := context.Background()
 	c := env.c
-	e, err := c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "write two files", Wait: true})
+	// Not waited for in the request: under -race on a loaded host the run
+	// can take longer than the client waits for headers.
+	started, err := c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "write two files"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := c.Execution(ctx, waitEnded(t, env, started.Id).ID)
 	if err != nil || e.Status != "completed" {
-		t.Fatalf("Delegate = %+v, %v", e, err)
+		t.Fatalf("the first execution = %+v, %v", e, err)
 	}
 	sess := e.Session
 	has := func(session, p string) bool {
@@ -76,7 +82,11 @@ func TestAgentsRewindBranch(t *testing.T) {
 	}
 	origBody := string(env.model.MessageRequests()[len(env.model.MessageRequests())-1].Body)
 
-	bres, err := c.Resume(ctx, "branch-one", ResumeRequest{Prompt: "prompt-branch", Wait: true})
+	bstarted, err := c.Resume(ctx, "branch-one", ResumeRequest{Prompt: "prompt-branch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bres, err := c.Execution(ctx, waitEnded(t, env, bstarted.Id).ID)
 	if err != nil || bres.Status != "completed" || bres.Result != "branch-done" {
 		t.Fatalf("Resume(branch) = %+v, %v", bres, err)
 	}
