@@ -29,6 +29,7 @@ import (
 type SnapshotRef struct {
 	Name    string
 	Created time.Time
+	Holds   int64 // from SnapshotHolds: bytes it is the newest holder of (fs.SnapshotHold)
 }
 
 // Retention is which of a session's call snapshots are kept; see
@@ -38,7 +39,16 @@ type Retention struct {
 	All  bool          // keep them all
 	Last int           // keep the newest Last of each kind (start, call, end)
 	Age  time.Duration // keep those younger than Age
+	// MaxBytes bounds the bytes of file data the session's snapshots pin
+	// that its live tree no longer has (an agent rewriting a big file at
+	// every call would otherwise keep each version): past it, the
+	// oldest call snapshots are deleted. 0 is DefaultCallSnapshotBytes.
+	MaxBytes int64
 }
+
+// DefaultCallSnapshotBytes is the default Retention.MaxBytes: 1 GiB a
+// session.
+const DefaultCallSnapshotBytes = 1 << 30
 
 // DefaultCallSnapshots is how many call snapshots a session keeps when
 // agents.call_snapshots is not set. A snapshot costs a few hundred bytes
@@ -130,6 +140,37 @@ func (r Retention) expired(snaps []SnapshotRef, now time.Time) []string {
 	return out
 }
 
+// enforceBytes deletes session's oldest call snapshots (never keep, the
+// one just taken) until what its snapshots pin is within r.MaxBytes.
+func (r Retention) enforceBytes(ws Workspace, session, keep string) error {
+	limit := r.MaxBytes
+	if limit == 0 {
+		limit = DefaultCallSnapshotBytes
+	}
+	holds, err := ws.SnapshotHolds(session)
+	if err != nil {
+		return err
+	}
+	var total int64
+	for _, h := range holds {
+		total += h.Holds
+	}
+	for _, h := range holds { // oldest first
+		if total <= limit {
+			return nil
+		}
+		m := callSnapName.FindStringSubmatch(h.Name)
+		if m == nil || h.Name == keep {
+			continue // not the runner's: never touched
+		}
+		if err := ws.DeleteSnapshot(session, h.Name); err != nil {
+			return err
+		}
+		total -= h.Holds
+	}
+	return nil
+}
+
 // callSnaps is a run's snapshot state.
 type callSnaps struct {
 	mu    sync.Mutex
@@ -173,16 +214,20 @@ func (ru *run) snapshot(kind string) string {
 			"message": fmt.Sprintf("could not snapshot session %s as %s (the run goes on without it): %v", ru.exec.Session, name, err)}))
 		return ""
 	}
-	if ret.All {
-		return name
-	}
-	snaps, err := ws.Snapshots(ru.exec.Session)
-	if err == nil {
-		for _, old := range ret.expired(snaps, time.Now()) {
-			if err = ws.DeleteSnapshot(ru.exec.Session, old); err != nil {
-				break
+	var err error
+	if !ret.All {
+		var snaps []SnapshotRef
+		snaps, err = ws.Snapshots(ru.exec.Session)
+		if err == nil {
+			for _, old := range ret.expired(snaps, time.Now()) {
+				if err = ws.DeleteSnapshot(ru.exec.Session, old); err != nil {
+					break
+				}
 			}
 		}
+	}
+	if err == nil {
+		err = ret.enforceBytes(ws, ru.exec.Session, name)
 	}
 	if err != nil {
 		ru.emit(stream.New("", "", stream.Error, map[string]string{

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	iofs "io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -68,9 +69,17 @@ func benchCallSnapshots(b *testing.B, ret Retention) {
 		snapStore, plainStore := open("snap"), open("plain")
 		ru := &run{r: &Runner{cfg: RunnerConfig{Workspace: fsWorkspace{s: snapStore}, CallSnapshots: ret}},
 			exec: store.Execution{ID: "exec-bench", Session: "bench"}}
-		var snapTime, writeSnap, writePlain time.Duration
+		var snapTime, writeSnap, writePlain, copyTime time.Duration
+		native := nativeTree(b, filepath.Join(dir, "native"), files)
+		copies := 0
 		content := bytes.Repeat([]byte("y"), 4096)
 		for i := range calls {
+			if i%(calls/naiveCopies) == calls/naiveCopies/2 { // the naive snapshot, interleaved
+				t0 := time.Now()
+				copyTree(b, native, filepath.Join(dir, "copies", fmt.Sprint(copies)))
+				copyTime += time.Since(t0)
+				copies++
+			}
 			p := fmt.Sprintf("d%03d/f%05d", (i*7)%files/100, (i*7)%files)
 			for _, s := range []*fs.Store{plainStore, snapStore} { // interleaved
 				t0 := time.Now()
@@ -138,12 +147,54 @@ func benchCallSnapshots(b *testing.B, ret Retention) {
 		b.ReportMetric(diskSnap/diskPlain, "x-disk")
 		b.ReportMetric(float64(closeSnap.Milliseconds()), "ms-close-snapshotted")
 		b.ReportMetric(float64(closePlain.Milliseconds()), "ms-close-plain")
+		// The naive snapshot: a copy of the session's tree on the host.
+		copyEach := copyTime / time.Duration(copies)
+		diskCopy := diskUse(b, filepath.Join(dir, "copies")) / float64(copies)
+		b.ReportMetric(float64(copyEach.Microseconds()), "us/copy-tree")
+		b.ReportMetric(float64(copyEach)/(float64(snapTime)/calls), "x-snapshot-faster-than-copy")
+		b.ReportMetric(diskCopy/(1<<20), "MiB-disk-per-copy")
+		// Against keeping as many copies as the store keeps snapshots.
+		b.ReportMetric(diskCopy*float64(want)/max(diskSnap-diskPlain, 4096), "x-disk-saved-vs-copies")
 		b.StartTimer()
 	}
 }
 
+// naiveCopies is how many naive snapshots (copies of the whole tree)
+// the benchmark takes among its calls: enough for a figure, few enough
+// that the baseline does not take minutes.
+const naiveCopies = 4
+
+// nativeTree writes the benchmark's session tree (files of 1 KiB, 100
+// to a directory) natively under dir.
+func nativeTree(b testing.TB, dir string, files int) string {
+	content := bytes.Repeat([]byte("x"), 1024)
+	for i := range files {
+		p := filepath.Join(dir, fmt.Sprintf("d%03d", i/100), fmt.Sprintf("f%05d", i))
+		if i%100 == 0 {
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(p, content, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// copyTree copies from to to file by file, as a naive snapshot would,
+// and syncs it (a snapshot is durable when taken).
+func copyTree(b testing.TB, from, to string) {
+	if err := os.CopyFS(to, os.DirFS(from)); err != nil {
+		b.Fatal(err)
+	}
+	if err := exec.Command("sync", "-f", to).Run(); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // diskUse is the space dir's files take on disk.
-func diskUse(b *testing.B, dir string) float64 {
+func diskUse(b testing.TB, dir string) float64 {
 	var n int64
 	err := filepath.WalkDir(dir, func(p string, d iofs.DirEntry, err error) error {
 		if err != nil {

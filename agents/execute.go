@@ -207,7 +207,7 @@ func (ru *run) boot(ctx context.Context) (vmm.Machine, func(), error) {
 // agent runs the agent CLI until it ends or is stopped.
 func (ru *run) agent(ctx context.Context, gc *guest.Client, token, listen, proxy string) (Result, error) {
 	cfg := ru.r.cfg
-	work := "/workspace/agents/" + ru.exec.Session
+	work := WorkDir(ru.exec.Session)
 	c := cliStart{gateway: "http://" + listen, token: token, work: work, home: work + "/.home",
 		resume: ru.agentSession, mcp: slices.Clone(ru.mcpServers)}
 	if ru.onBudget() == OnBudgetPause {

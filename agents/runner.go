@@ -57,6 +57,9 @@ type Workspace interface {
 	Snapshot(session, name string) error
 	Snapshots(session string) ([]SnapshotRef, error)
 	DeleteSnapshot(session, name string) error
+	// SnapshotHolds lists the session's snapshots, oldest first, with
+	// the bytes each pins (fs.Store.SnapshotHolds).
+	SnapshotHolds(session string) ([]SnapshotRef, error)
 }
 
 // Quota is what an agent's definition asks of its session's quota; zero
@@ -184,7 +187,7 @@ func NewRunner(cfg RunnerConfig) *Runner {
 	if cfg.BudgetWait == 0 {
 		cfg.BudgetWait = DefaultBudgetWait
 	}
-	if cfg.CallSnapshots == (Retention{}) {
+	if r := cfg.CallSnapshots; !r.Off && !r.All && r.Last == 0 && r.Age == 0 {
 		cfg.CallSnapshots.Last = DefaultCallSnapshots
 	}
 	r := &Runner{cfg: cfg, runs: map[string]*run{}, agents: cfg.Agents}
@@ -276,6 +279,9 @@ func (r *Runner) Run(ctx context.Context, req TaskRequest) (Result, error) {
 		}
 		req.Agent = sess.Agent
 		kind, previous, agentSession = store.Resume, sess.LastExecution, sess.AgentSessionID
+		if previous == "" { // a branch not run yet: its conversation came with its tree
+			kind = store.Run
+		}
 	}
 	def, limits, err := r.prepare(req.Agent, req.Limits)
 	if err != nil {

@@ -71,6 +71,16 @@ func (w fsWorkspace) OpenSession(session string) (*os.Root, error) {
 
 func (w fsWorkspace) Snapshot(session, name string) error { return w.s.Snapshot(session, name) }
 
+// SnapshotHolds lists the session's snapshots with the bytes each pins.
+func (w fsWorkspace) SnapshotHolds(session string) ([]SnapshotRef, error) {
+	list, err := w.s.SnapshotHolds(session)
+	out := make([]SnapshotRef, len(list))
+	for i, h := range list {
+		out[i] = SnapshotRef{Name: h.Name, Created: h.Created, Holds: h.Holds}
+	}
+	return out, err
+}
+
 func (w fsWorkspace) DeleteSnapshot(session, name string) error {
 	return w.s.DeleteSnapshot(session, name)
 }

@@ -240,6 +240,7 @@ func (a *agentService) startRunner(driver vmm.Driver, providers map[string]gatew
 	if err != nil {
 		return fmt.Errorf("agents.%w", err)
 	}
+	callSnaps.MaxBytes = int64(a.cfg.Agents.CallSnapshotBytes)
 	a.runner = agents.NewRunner(agents.RunnerConfig{
 		Driver: driver, Workspace: a.ws, Store: a.store,
 		Gateway: gw, GatewayDial: dial(a.gwSock),

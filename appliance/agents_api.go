@@ -226,7 +226,7 @@ func (s *server) ListAgentSessions(w http.ResponseWriter, r *http.Request, param
 	list, err := s.d.agents.Sessions(r.Context(), store.SessionFilter{Agent: params.Agent, Before: params.Before, Limit: params.Limit})
 	out := make([]api.AgentSession, 0, len(list))
 	for _, sess := range list {
-		out = append(out, api.AgentSession{Id: sess.ID, Agent: sess.Agent, Created: sess.Created, LastExecution: sess.LastExecution})
+		out = append(out, agentSessionView(sess))
 	}
 	result(w, http.StatusOK, out, err)
 }

@@ -105,6 +105,16 @@ func (w agentWorkspace) Snapshots(session string) ([]agents.SnapshotRef, error) 
 	return out, err
 }
 
+// SnapshotHolds lists the session's snapshots with the bytes each pins.
+func (w agentWorkspace) SnapshotHolds(session string) ([]agents.SnapshotRef, error) {
+	list, err := w.store.SnapshotHolds(session)
+	out := make([]agents.SnapshotRef, len(list))
+	for i, h := range list {
+		out[i] = agents.SnapshotRef{Name: h.Name, Created: h.Created, Holds: h.Holds}
+	}
+	return out, err
+}
+
 func (w agentWorkspace) DeleteSnapshot(session, name string) error {
 	return w.store.DeleteSnapshot(session, name)
 }

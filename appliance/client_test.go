@@ -28,6 +28,7 @@ type (
 	Execution            = client.Execution
 	DelegateRequest      = client.DelegateRequest
 	ResumeRequest        = client.ResumeRequest
+	SessionBranchRequest = client.SessionBranchRequest
 	Limits               = client.Limits
 	Event                = client.Event
 	OutputFile           = client.OutputFile

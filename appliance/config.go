@@ -131,6 +131,10 @@ type AgentsConfig struct {
 	// "off" (none taken). Empty means "last 100". Enforced as they are
 	// taken; snapshots taken otherwise are never touched.
 	CallSnapshots string `toml:"call_snapshots"`
+	// CallSnapshotBytes bounds, per session, the file data its call
+	// snapshots keep that the session no longer has: past it the oldest
+	// are deleted, whatever call_snapshots says. 0 means 1GiB.
+	CallSnapshotBytes Size `toml:"call_snapshot_bytes"`
 }
 
 // Bounds of agents.max_depth and agents.max_children.
@@ -422,6 +426,9 @@ func (c Config) Validate() error {
 	}
 	if n := c.Agents.MaxChildren; n < 0 || n > maxMaxChildren {
 		return fmt.Errorf("agents.max_children = %d: give how many children one execution may have running at once, 1 to %d (0 or none: %d)", n, maxMaxChildren, agents.DefaultMaxChildren)
+	}
+	if c.Agents.CallSnapshotBytes < 0 {
+		return fmt.Errorf("agents.call_snapshot_bytes = %d: give a size like 512MiB or 4GiB (or none for 1GiB)", c.Agents.CallSnapshotBytes)
 	}
 	if _, err := agents.ParseRetention(c.Agents.CallSnapshots); err != nil {
 		return fmt.Errorf("agents.%w", err)

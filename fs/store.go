@@ -53,6 +53,7 @@ type Store struct {
 	opts   Options
 
 	mu       sync.RWMutex
+	holds    holdCache // SnapshotHolds' figures, its own lock
 	sessions map[string]*session
 	snaps    map[snapKey]*snapshot
 	epoch    uint64 // bumped by every snapshot; see session.shared

@@ -20,6 +20,11 @@ type Session struct {
 	// AgentSessionID is the agent CLI's own session id, which a resume
 	// passes back to it (claude --resume <id>).
 	AgentSessionID string `json:"agent_session_id,omitempty"`
+	// BranchedFrom is the session this one was branched from, and
+	// BranchedAt the snapshot of it that it started as ("" for a session
+	// that was not branched).
+	BranchedFrom string `json:"branched_from,omitempty"`
+	BranchedAt   string `json:"branched_at,omitempty"`
 }
 
 // idAttempts bounds the retries when a generated id collides.
@@ -51,8 +56,8 @@ func (s *Store) CreateSession(ctx context.Context, sess Session) (Session, error
 			sess.ID = NewSessionID()
 		}
 		_, err := s.w.ExecContext(ctx,
-			"INSERT INTO sessions (id, agent, created, agent_session_id) VALUES (?, ?, ?, ?)",
-			sess.ID, sess.Agent, sess.Created.UnixNano(), sess.AgentSessionID)
+			"INSERT INTO sessions (id, agent, created, agent_session_id, branched_from, branched_at) VALUES (?, ?, ?, ?, ?, ?)",
+			sess.ID, sess.Agent, sess.Created.UnixNano(), sess.AgentSessionID, sess.BranchedFrom, sess.BranchedAt)
 		switch {
 		case err == nil:
 			return sess, nil
@@ -65,7 +70,7 @@ func (s *Store) CreateSession(ctx context.Context, sess Session) (Session, error
 	return Session{}, fmt.Errorf("create session: %w: no free id after %d attempts", ErrExists, idAttempts)
 }
 
-const sessionColumns = "id, agent, created, last_execution, agent_session_id"
+const sessionColumns = "id, agent, created, last_execution, agent_session_id, branched_from, branched_at"
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -75,7 +80,7 @@ func scanSession(row scanner) (Session, error) {
 		created int64
 		last    sql.NullString
 	)
-	if err := row.Scan(&sess.ID, &sess.Agent, &created, &last, &sess.AgentSessionID); err != nil {
+	if err := row.Scan(&sess.ID, &sess.Agent, &created, &last, &sess.AgentSessionID, &sess.BranchedFrom, &sess.BranchedAt); err != nil {
 		return Session{}, err
 	}
 	sess.Created = time.Unix(0, created).UTC()
@@ -98,17 +103,19 @@ func (s *Store) GetSession(ctx context.Context, id string) (Session, error) {
 
 // SessionFilter selects sessions for ListSessions. Zero fields select all.
 type SessionFilter struct {
-	Agent  string
-	Before string // a session id: only sessions older than it (the next page); unknown gives none
-	Limit  int    // at most this many; 0 means 100
+	Agent        string
+	BranchedFrom string // only the sessions branched from this one
+	Before       string // a session id: only sessions older than it (the next page); unknown gives none
+	Limit        int    // at most this many; 0 means 100
 }
 
 // ListSessions returns sessions newest first.
 func (s *Store) ListSessions(ctx context.Context, f SessionFilter) ([]Session, error) {
 	q := "SELECT " + sessionColumns + " FROM sessions WHERE (?1 = '' OR agent = ?1)" +
 		" AND (?2 = '' OR (created, rowid) < (SELECT created, rowid FROM sessions WHERE id = ?2))" +
+		" AND (?4 = '' OR branched_from = ?4)" +
 		" ORDER BY created DESC, rowid DESC LIMIT ?3"
-	rows, err := s.r.QueryContext(ctx, q, f.Agent, f.Before, pageLimit(f.Limit))
+	rows, err := s.r.QueryContext(ctx, q, f.Agent, f.Before, pageLimit(f.Limit), f.BranchedFrom)
 	if err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}

@@ -27,6 +27,7 @@ const (
 	Warning    Type = "warning"     // something the execution goes on with that its owner should know: {"message", "model", "price_used", "pattern"}
 	Retry      Type = "retry"       // the agent's CLI retries a failed model call: {"attempt", "max_retries", "status", "delay_ms", "error"}
 	System     Type = "system"      // another notice the agent's CLI printed: {"subtype", "payload", "truncated"}
+	Rewind     Type = "rewind"      // the session was rewound, its rewind undone, or a branch made from it: {"op": rewound|undone|branched, "execution", "call", "session_call", "snapshot", "undo", "branch"}
 	Child      Type = "child"       // a child this execution delegated to started (status pending) or ended: {"execution", "session", "agent", "status", "usd", "tokens", "error"}; usd and tokens include its descendants
 )
 

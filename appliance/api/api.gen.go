@@ -304,7 +304,13 @@ type AgentReload struct {
 
 // AgentSession defines model for AgentSession.
 type AgentSession struct {
-	Agent         string    `json:"agent"`
+	Agent string `json:"agent"`
+
+	// BranchedAt The snapshot of branched_from it started as.
+	BranchedAt string `json:"branched_at,omitempty,omitzero"`
+
+	// BranchedFrom The session this one was branched from.
+	BranchedFrom  string    `json:"branched_from,omitempty,omitzero"`
 	Created       time.Time `json:"created"`
 	Id            string    `json:"id"`
 	LastExecution string    `json:"last_execution,omitempty,omitzero"`
@@ -337,6 +343,24 @@ type CLIVersion struct {
 
 	// Version Its version installed in the image.
 	Version string `json:"version"`
+}
+
+// CallPoint defines model for CallPoint.
+type CallPoint struct {
+	// AgentSessionId The agent CLI's session id at that point, which a resume passes back to it.
+	AgentSessionId string `json:"agent_session_id,omitempty,omitzero"`
+
+	// Call The call's number in that execution (0: its start).
+	Call int `json:"call"`
+
+	// Execution The execution the call was part of.
+	Execution string `json:"execution"`
+
+	// SessionCall The call's number over the session.
+	SessionCall int `json:"session_call"`
+
+	// Snapshot The session snapshot holding the state after the call.
+	Snapshot string `json:"snapshot"`
 }
 
 // Checkpoint defines model for Checkpoint.
@@ -962,6 +986,24 @@ type RetryRequest struct {
 	Wait bool `json:"wait,omitempty,omitzero"`
 }
 
+// Rewind defines model for Rewind.
+type Rewind struct {
+	Session string    `json:"session"`
+	To      CallPoint `json:"to"`
+
+	// Undo The snapshot of the state before the rewind: undoRewind (or a workspace restore of it) brings it back.
+	Undo string `json:"undo"`
+}
+
+// RewindRequest defines model for RewindRequest.
+type RewindRequest struct {
+	// Call The model call after which to go back: counted over the session's calls, oldest execution first, from 1; with execution, that execution's calls (as its call-N snapshots). 0 is the (first or named) execution's start.
+	Call int `json:"call"`
+
+	// Execution Count the calls of this execution of the session only.
+	Execution string `json:"execution,omitempty,omitzero"`
+}
+
 // Sandbox defines model for Sandbox.
 type Sandbox struct {
 	// AutoPaused Paused because it was idle; the next exec or file call resumes it.
@@ -1083,6 +1125,24 @@ type ScheduleRun struct {
 type ScheduleRunStarted struct {
 	// Run The run's id; it shows in the history once it has ended.
 	Run string `json:"run"`
+}
+
+// SessionBranch defines model for SessionBranch.
+type SessionBranch struct {
+	From    CallPoint    `json:"from"`
+	Session AgentSession `json:"session"`
+}
+
+// SessionBranchRequest defines model for SessionBranchRequest.
+type SessionBranchRequest struct {
+	// Call As in RewindRequest.
+	Call int `json:"call"`
+
+	// Execution As in RewindRequest.
+	Execution string `json:"execution,omitempty,omitzero"`
+
+	// Id The new session's id; generated when left out.
+	Id string `json:"id,omitempty,omitzero"`
 }
 
 // SessionInfo defines model for SessionInfo.
@@ -1378,8 +1438,14 @@ type SaveSandboxJSONRequestBody = SaveSandboxRequest
 // AddScheduleJSONRequestBody defines body for AddSchedule for application/json ContentType.
 type AddScheduleJSONRequestBody = ScheduleRequest
 
+// BranchAgentSessionJSONRequestBody defines body for BranchAgentSession for application/json ContentType.
+type BranchAgentSessionJSONRequestBody = SessionBranchRequest
+
 // ResumeSessionJSONRequestBody defines body for ResumeSession for application/json ContentType.
 type ResumeSessionJSONRequestBody = ResumeRequest
+
+// RewindAgentSessionJSONRequestBody defines body for RewindAgentSession for application/json ContentType.
+type RewindAgentSessionJSONRequestBody = RewindRequest
 
 // BranchSessionJSONRequestBody defines body for BranchSession for application/json ContentType.
 type BranchSessionJSONRequestBody = BranchRequest
@@ -2034,6 +2100,30 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/sessions (the `ListAgentSessions` operationId).
 	ListAgentSessions(ctx context.Context, params *ListAgentSessionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetAgentSession One agent session, with where it was branched from.
+	//
+	// Corresponds with GET /v1/sessions/{id} (the `GetAgentSession` operationId).
+	GetAgentSession(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListAgentSessionBranches The sessions branched from a session, newest first.
+	//
+	// Corresponds with GET /v1/sessions/{id}/branches (the `ListAgentSessionBranches` operationId).
+	ListAgentSessionBranches(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// BranchAgentSessionWithBody Start a new session as a session was after a model call, with its agent's conversation up to there; the original is left as it is and both resume on their own.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/sessions/{id}/branches (the `BranchAgentSession` operationId).
+	BranchAgentSessionWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// BranchAgentSession Start a new session as a session was after a model call, with its agent's conversation up to there; the original is left as it is and both resume on their own.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/sessions/{id}/branches (the `BranchAgentSession` operationId).
+	BranchAgentSession(ctx context.Context, id string, body BranchAgentSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ResumeSessionWithBody Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
 	//
 	// Input files may be streamed as multipart/form-data, as for delegateTask.
@@ -2051,6 +2141,25 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
 	ResumeSession(ctx context.Context, id string, body ResumeSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RewindAgentSessionWithBody Put a session's files and its agent's conversation back as they were after a model call, so a resume continues from there; the state before is kept as snapshot rewind-<time>. Refused (409) while an execution runs in it.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/sessions/{id}/rewind (the `RewindAgentSession` operationId).
+	RewindAgentSessionWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RewindAgentSession Put a session's files and its agent's conversation back as they were after a model call, so a resume continues from there; the state before is kept as snapshot rewind-<time>. Refused (409) while an execution runs in it.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/sessions/{id}/rewind (the `RewindAgentSession` operationId).
+	RewindAgentSession(ctx context.Context, id string, body RewindAgentSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UndoAgentSessionRewind Bring a session back to where it was before its latest rewind (itself a rewind, so undoing again redoes). Refused (409) while an execution runs in it.
+	//
+	// Corresponds with POST /v1/sessions/{id}/rewind/undo (the `UndoAgentSessionRewind` operationId).
+	UndoAgentSessionRewind(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetVersion The daemon's build (version, commit, Go) and the agent CLI each built image runs, with its version (hearth version shows it).
 	//
@@ -3423,6 +3532,70 @@ func (c *Client) ListAgentSessions(ctx context.Context, params *ListAgentSession
 	return c.Client.Do(req)
 }
 
+// GetAgentSession One agent session, with where it was branched from.
+//
+// Corresponds with GET /v1/sessions/{id} (the `GetAgentSession` operationId).
+func (c *Client) GetAgentSession(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetAgentSessionRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListAgentSessionBranches The sessions branched from a session, newest first.
+//
+// Corresponds with GET /v1/sessions/{id}/branches (the `ListAgentSessionBranches` operationId).
+func (c *Client) ListAgentSessionBranches(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAgentSessionBranchesRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// BranchAgentSessionWithBody Start a new session as a session was after a model call, with its agent's conversation up to there; the original is left as it is and both resume on their own.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/sessions/{id}/branches (the `BranchAgentSession` operationId).
+func (c *Client) BranchAgentSessionWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewBranchAgentSessionRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// BranchAgentSession Start a new session as a session was after a model call, with its agent's conversation up to there; the original is left as it is and both resume on their own.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/sessions/{id}/branches (the `BranchAgentSession` operationId).
+func (c *Client) BranchAgentSession(ctx context.Context, id string, body BranchAgentSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewBranchAgentSessionRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ResumeSessionWithBody Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
 //
 // Input files may be streamed as multipart/form-data, as for delegateTask.
@@ -3451,6 +3624,55 @@ func (c *Client) ResumeSessionWithBody(ctx context.Context, id string, contentTy
 // Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
 func (c *Client) ResumeSession(ctx context.Context, id string, body ResumeSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewResumeSessionRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RewindAgentSessionWithBody Put a session's files and its agent's conversation back as they were after a model call, so a resume continues from there; the state before is kept as snapshot rewind-<time>. Refused (409) while an execution runs in it.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/sessions/{id}/rewind (the `RewindAgentSession` operationId).
+func (c *Client) RewindAgentSessionWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRewindAgentSessionRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RewindAgentSession Put a session's files and its agent's conversation back as they were after a model call, so a resume continues from there; the state before is kept as snapshot rewind-<time>. Refused (409) while an execution runs in it.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/sessions/{id}/rewind (the `RewindAgentSession` operationId).
+func (c *Client) RewindAgentSession(ctx context.Context, id string, body RewindAgentSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRewindAgentSessionRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UndoAgentSessionRewind Bring a session back to where it was before its latest rewind (itself a rewind, so undoing again redoes). Refused (409) while an execution runs in it.
+//
+// Corresponds with POST /v1/sessions/{id}/rewind/undo (the `UndoAgentSessionRewind` operationId).
+func (c *Client) UndoAgentSessionRewind(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUndoAgentSessionRewindRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -6070,6 +6292,121 @@ func NewListAgentSessionsRequest(server string, params *ListAgentSessionsParams)
 	return req, nil
 }
 
+// NewGetAgentSessionRequest constructs an http.Request for the GetAgentSession method
+func NewGetAgentSessionRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sessions/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListAgentSessionBranchesRequest constructs an http.Request for the ListAgentSessionBranches method
+func NewListAgentSessionBranchesRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sessions/%s/branches", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewBranchAgentSessionRequest calls the generic BranchAgentSession builder with application/json body
+func NewBranchAgentSessionRequest(server string, id string, body BranchAgentSessionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewBranchAgentSessionRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewBranchAgentSessionRequestWithBody constructs an http.Request for the BranchAgentSession method, with any body, and a specified content type
+func NewBranchAgentSessionRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sessions/%s/branches", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewResumeSessionRequest calls the generic ResumeSession builder with application/json body
 func NewResumeSessionRequest(server string, id string, body ResumeSessionJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -6113,6 +6450,87 @@ func NewResumeSessionRequestWithBody(server string, id string, contentType strin
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRewindAgentSessionRequest calls the generic RewindAgentSession builder with application/json body
+func NewRewindAgentSessionRequest(server string, id string, body RewindAgentSessionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRewindAgentSessionRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewRewindAgentSessionRequestWithBody constructs an http.Request for the RewindAgentSession method, with any body, and a specified content type
+func NewRewindAgentSessionRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sessions/%s/rewind", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewUndoAgentSessionRewindRequest constructs an http.Request for the UndoAgentSessionRewind method
+func NewUndoAgentSessionRewindRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/sessions/%s/rewind/undo", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -7300,6 +7718,34 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/sessions (the `ListAgentSessions` operationId).
 	ListAgentSessionsWithResponse(ctx context.Context, params *ListAgentSessionsParams, reqEditors ...RequestEditorFn) (*ListAgentSessionsResponse, error)
 
+	// GetAgentSessionWithResponse One agent session, with where it was branched from.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sessions/{id} (the `GetAgentSession` operationId).
+	GetAgentSessionWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetAgentSessionResponse, error)
+
+	// ListAgentSessionBranchesWithResponse The sessions branched from a session, newest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/sessions/{id}/branches (the `ListAgentSessionBranches` operationId).
+	ListAgentSessionBranchesWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*ListAgentSessionBranchesResponse, error)
+
+	// BranchAgentSessionWithBodyWithResponse Start a new session as a session was after a model call, with its agent's conversation up to there; the original is left as it is and both resume on their own.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sessions/{id}/branches (the `BranchAgentSession` operationId).
+	BranchAgentSessionWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*BranchAgentSessionResponse, error)
+
+	// BranchAgentSessionWithResponse Start a new session as a session was after a model call, with its agent's conversation up to there; the original is left as it is and both resume on their own.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sessions/{id}/branches (the `BranchAgentSession` operationId).
+	BranchAgentSessionWithResponse(ctx context.Context, id string, body BranchAgentSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*BranchAgentSessionResponse, error)
+
 	// ResumeSessionWithBodyWithResponse Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
 	//
 	// Input files may be streamed as multipart/form-data, as for delegateTask.
@@ -7317,6 +7763,27 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/sessions/{id}/resume (the `ResumeSession` operationId).
 	ResumeSessionWithResponse(ctx context.Context, id string, body ResumeSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*ResumeSessionResponse, error)
+
+	// RewindAgentSessionWithBodyWithResponse Put a session's files and its agent's conversation back as they were after a model call, so a resume continues from there; the state before is kept as snapshot rewind-<time>. Refused (409) while an execution runs in it.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sessions/{id}/rewind (the `RewindAgentSession` operationId).
+	RewindAgentSessionWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RewindAgentSessionResponse, error)
+
+	// RewindAgentSessionWithResponse Put a session's files and its agent's conversation back as they were after a model call, so a resume continues from there; the state before is kept as snapshot rewind-<time>. Refused (409) while an execution runs in it.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sessions/{id}/rewind (the `RewindAgentSession` operationId).
+	RewindAgentSessionWithResponse(ctx context.Context, id string, body RewindAgentSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*RewindAgentSessionResponse, error)
+
+	// UndoAgentSessionRewindWithResponse Bring a session back to where it was before its latest rewind (itself a rewind, so undoing again redoes). Refused (409) while an execution runs in it.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/sessions/{id}/rewind/undo (the `UndoAgentSessionRewind` operationId).
+	UndoAgentSessionRewindWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*UndoAgentSessionRewindResponse, error)
 
 	// GetVersionWithResponse The daemon's build (version, commit, Go) and the agent CLI each built image runs, with its version (hearth version shows it).
 	//
@@ -10097,6 +10564,150 @@ func (r ListAgentSessionsResponse) ContentType() string {
 	return ""
 }
 
+type GetAgentSessionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AgentSession
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetAgentSessionResponse) GetJSON200() *AgentSession {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetAgentSessionResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetAgentSessionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetAgentSessionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetAgentSessionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetAgentSessionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListAgentSessionBranchesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]AgentSession
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAgentSessionBranchesResponse) GetJSON200() *[]AgentSession {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListAgentSessionBranchesResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAgentSessionBranchesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAgentSessionBranchesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAgentSessionBranchesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAgentSessionBranchesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type BranchAgentSessionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *SessionBranch
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r BranchAgentSessionResponse) GetJSON201() *SessionBranch {
+	return r.JSON201
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r BranchAgentSessionResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r BranchAgentSessionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r BranchAgentSessionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r BranchAgentSessionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r BranchAgentSessionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ResumeSessionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10146,6 +10757,102 @@ func (r ResumeSessionResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ResumeSessionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RewindAgentSessionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Rewind
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RewindAgentSessionResponse) GetJSON200() *Rewind {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r RewindAgentSessionResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RewindAgentSessionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RewindAgentSessionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RewindAgentSessionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RewindAgentSessionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UndoAgentSessionRewindResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Rewind
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UndoAgentSessionRewindResponse) GetJSON200() *Rewind {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r UndoAgentSessionRewindResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UndoAgentSessionRewindResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UndoAgentSessionRewindResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UndoAgentSessionRewindResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UndoAgentSessionRewindResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -11738,6 +12445,58 @@ func (c *ClientWithResponses) ListAgentSessionsWithResponse(ctx context.Context,
 	return ParseListAgentSessionsResponse(rsp)
 }
 
+// GetAgentSessionWithResponse One agent session, with where it was branched from.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sessions/{id} (the `GetAgentSession` operationId).
+func (c *ClientWithResponses) GetAgentSessionWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetAgentSessionResponse, error) {
+	rsp, err := c.GetAgentSession(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetAgentSessionResponse(rsp)
+}
+
+// ListAgentSessionBranchesWithResponse The sessions branched from a session, newest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/sessions/{id}/branches (the `ListAgentSessionBranches` operationId).
+func (c *ClientWithResponses) ListAgentSessionBranchesWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*ListAgentSessionBranchesResponse, error) {
+	rsp, err := c.ListAgentSessionBranches(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAgentSessionBranchesResponse(rsp)
+}
+
+// BranchAgentSessionWithBodyWithResponse Start a new session as a session was after a model call, with its agent's conversation up to there; the original is left as it is and both resume on their own.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sessions/{id}/branches (the `BranchAgentSession` operationId).
+func (c *ClientWithResponses) BranchAgentSessionWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*BranchAgentSessionResponse, error) {
+	rsp, err := c.BranchAgentSessionWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseBranchAgentSessionResponse(rsp)
+}
+
+// BranchAgentSessionWithResponse Start a new session as a session was after a model call, with its agent's conversation up to there; the original is left as it is and both resume on their own.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sessions/{id}/branches (the `BranchAgentSession` operationId).
+func (c *ClientWithResponses) BranchAgentSessionWithResponse(ctx context.Context, id string, body BranchAgentSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*BranchAgentSessionResponse, error) {
+	rsp, err := c.BranchAgentSession(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseBranchAgentSessionResponse(rsp)
+}
+
 // ResumeSessionWithBodyWithResponse Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
 //
 // Input files may be streamed as multipart/form-data, as for delegateTask.
@@ -11766,6 +12525,45 @@ func (c *ClientWithResponses) ResumeSessionWithResponse(ctx context.Context, id 
 		return nil, err
 	}
 	return ParseResumeSessionResponse(rsp)
+}
+
+// RewindAgentSessionWithBodyWithResponse Put a session's files and its agent's conversation back as they were after a model call, so a resume continues from there; the state before is kept as snapshot rewind-<time>. Refused (409) while an execution runs in it.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sessions/{id}/rewind (the `RewindAgentSession` operationId).
+func (c *ClientWithResponses) RewindAgentSessionWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RewindAgentSessionResponse, error) {
+	rsp, err := c.RewindAgentSessionWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRewindAgentSessionResponse(rsp)
+}
+
+// RewindAgentSessionWithResponse Put a session's files and its agent's conversation back as they were after a model call, so a resume continues from there; the state before is kept as snapshot rewind-<time>. Refused (409) while an execution runs in it.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sessions/{id}/rewind (the `RewindAgentSession` operationId).
+func (c *ClientWithResponses) RewindAgentSessionWithResponse(ctx context.Context, id string, body RewindAgentSessionJSONRequestBody, reqEditors ...RequestEditorFn) (*RewindAgentSessionResponse, error) {
+	rsp, err := c.RewindAgentSession(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRewindAgentSessionResponse(rsp)
+}
+
+// UndoAgentSessionRewindWithResponse Bring a session back to where it was before its latest rewind (itself a rewind, so undoing again redoes). Refused (409) while an execution runs in it.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/sessions/{id}/rewind/undo (the `UndoAgentSessionRewind` operationId).
+func (c *ClientWithResponses) UndoAgentSessionRewindWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*UndoAgentSessionRewindResponse, error) {
+	rsp, err := c.UndoAgentSessionRewind(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUndoAgentSessionRewindResponse(rsp)
 }
 
 // GetVersionWithResponse The daemon's build (version, commit, Go) and the agent CLI each built image runs, with its version (hearth version shows it).
@@ -13799,6 +14597,105 @@ func ParseListAgentSessionsResponse(rsp *http.Response) (*ListAgentSessionsRespo
 	return response, nil
 }
 
+// ParseGetAgentSessionResponse parses an HTTP response from a GetAgentSessionWithResponse call
+func ParseGetAgentSessionResponse(rsp *http.Response) (*GetAgentSessionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetAgentSessionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AgentSession
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListAgentSessionBranchesResponse parses an HTTP response from a ListAgentSessionBranchesWithResponse call
+func ParseListAgentSessionBranchesResponse(rsp *http.Response) (*ListAgentSessionBranchesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAgentSessionBranchesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []AgentSession
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseBranchAgentSessionResponse parses an HTTP response from a BranchAgentSessionWithResponse call
+func ParseBranchAgentSessionResponse(rsp *http.Response) (*BranchAgentSessionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &BranchAgentSessionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest SessionBranch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseResumeSessionResponse parses an HTTP response from a ResumeSessionWithResponse call
 func ParseResumeSessionResponse(rsp *http.Response) (*ResumeSessionResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -13826,6 +14723,72 @@ func ParseResumeSessionResponse(rsp *http.Response) (*ResumeSessionResponse, err
 			return nil, err
 		}
 		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRewindAgentSessionResponse parses an HTTP response from a RewindAgentSessionWithResponse call
+func ParseRewindAgentSessionResponse(rsp *http.Response) (*RewindAgentSessionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RewindAgentSessionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Rewind
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUndoAgentSessionRewindResponse parses an HTTP response from a UndoAgentSessionRewindWithResponse call
+func ParseUndoAgentSessionRewindResponse(rsp *http.Response) (*UndoAgentSessionRewindResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UndoAgentSessionRewindResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Rewind
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Failure
@@ -14365,9 +15328,24 @@ type ServerInterface interface {
 	// ListAgentSessions List agent sessions, newest first.
 	// (GET /v1/sessions)
 	ListAgentSessions(w http.ResponseWriter, r *http.Request, params ListAgentSessionsParams)
+	// GetAgentSession One agent session, with where it was branched from.
+	// (GET /v1/sessions/{id})
+	GetAgentSession(w http.ResponseWriter, r *http.Request, id string)
+	// ListAgentSessionBranches The sessions branched from a session, newest first.
+	// (GET /v1/sessions/{id}/branches)
+	ListAgentSessionBranches(w http.ResponseWriter, r *http.Request, id string)
+	// BranchAgentSession Start a new session as a session was after a model call, with its agent's conversation up to there; the original is left as it is and both resume on their own.
+	// (POST /v1/sessions/{id}/branches)
+	BranchAgentSession(w http.ResponseWriter, r *http.Request, id string)
 	// ResumeSession Continue a session with a new prompt, the agent keeping its whole conversation; refused (409) while an execution runs in it.
 	// (POST /v1/sessions/{id}/resume)
 	ResumeSession(w http.ResponseWriter, r *http.Request, id string)
+	// RewindAgentSession Put a session's files and its agent's conversation back as they were after a model call, so a resume continues from there; the state before is kept as snapshot rewind-<time>. Refused (409) while an execution runs in it.
+	// (POST /v1/sessions/{id}/rewind)
+	RewindAgentSession(w http.ResponseWriter, r *http.Request, id string)
+	// UndoAgentSessionRewind Bring a session back to where it was before its latest rewind (itself a rewind, so undoing again redoes). Refused (409) while an execution runs in it.
+	// (POST /v1/sessions/{id}/rewind/undo)
+	UndoAgentSessionRewind(w http.ResponseWriter, r *http.Request, id string)
 	// GetVersion The daemon's build (version, commit, Go) and the agent CLI each built image runs, with its version (hearth version shows it).
 	// (GET /v1/version)
 	GetVersion(w http.ResponseWriter, r *http.Request)
@@ -16065,6 +17043,84 @@ func (siw *ServerInterfaceWrapper) ListAgentSessions(w http.ResponseWriter, r *h
 	handler.ServeHTTP(w, r)
 }
 
+// GetAgentSession operation middleware
+func (siw *ServerInterfaceWrapper) GetAgentSession(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetAgentSession(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListAgentSessionBranches operation middleware
+func (siw *ServerInterfaceWrapper) ListAgentSessionBranches(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListAgentSessionBranches(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// BranchAgentSession operation middleware
+func (siw *ServerInterfaceWrapper) BranchAgentSession(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.BranchAgentSession(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ResumeSession operation middleware
 func (siw *ServerInterfaceWrapper) ResumeSession(w http.ResponseWriter, r *http.Request) {
 
@@ -16082,6 +17138,58 @@ func (siw *ServerInterfaceWrapper) ResumeSession(w http.ResponseWriter, r *http.
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ResumeSession(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RewindAgentSession operation middleware
+func (siw *ServerInterfaceWrapper) RewindAgentSession(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RewindAgentSession(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UndoAgentSessionRewind operation middleware
+func (siw *ServerInterfaceWrapper) UndoAgentSessionRewind(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UndoAgentSessionRewind(w, r, id)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -16566,6 +17674,11 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/executions/{id}/outputs/{path}", wrapper.DownloadOutput)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sessions", wrapper.ListAgentSessions)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sessions/{id}/resume", wrapper.ResumeSession)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sessions/{id}", wrapper.GetAgentSession)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sessions/{id}/rewind", wrapper.RewindAgentSession)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sessions/{id}/rewind/undo", wrapper.UndoAgentSessionRewind)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/sessions/{id}/branches", wrapper.ListAgentSessionBranches)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/sessions/{id}/branches", wrapper.BranchAgentSession)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/credits", wrapper.GetCredits)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/credits", wrapper.AddCredits)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/prices", wrapper.GetPrices)

@@ -79,6 +79,8 @@ func TestEventRows(t *testing.T) {
 	  add(ev(17, 'child', {execution: 'exec-0000000a', session: 's2', agent: 'writer', status: 'budget_exceeded', usd: 0.15, error: '<img src=x onerror="window.__pwned=1">'}));
 	  add(ev(18, 'claim', {op: 'taken_over', path: 's1/<img src=x onerror="window.__pwned=1">.md', holder: 'exec-2', previous: 'exec-1', expires: '2026-11-22T10:10:00Z'}));
 	  add(ev(19, 'claim', {op: 'released', path: 's1/outputs/a.md', holder: 'exec-2', by: 'end'}));
+	  add(ev(20, 'rewind', {op: 'rewound', execution: 'exec-1', call: 2, session_call: 5, snapshot: 'exec-1.call-3', undo: 'rewind-<img src=x onerror="window.__pwned=1">'}));
+	  add(ev(21, 'rewind', {op: 'branched', execution: 'exec-1', call: 2, session_call: 5, snapshot: 'exec-1.call-3', branch: 'session-b'}));
 	  return [...box.children].map(r => ({seq: r.dataset.seq, cls: r.className, text: r.innerText.replace(/\s+/g, ' ').trim(), imgs: String(r.querySelectorAll('img').length)}));
 	})`)
 	want := []struct{ seq, cls, text string }{
@@ -100,6 +102,8 @@ func TestEventRows(t *testing.T) {
 		{"17", "event t-child warn", `CHILD exec-0000000a (writer) budget exceeded, $0.15: <img src=x onerror="window.__pwned=1">`},
 		{"18", "event t-claim warn", `CLAIM taken over s1/<img src=x onerror="window.__pwned=1">.md until `},
 		{"19", "event t-claim", "CLAIM released s1/outputs/a.md as the execution ended"},
+		{"20", "event t-rewind warn", `REWIND session rewound after call 5 (exec-1 call 2); the state before is snapshot rewind-<img src=x onerror="window.__pwned=1">`},
+		{"21", "event t-rewind warn", "REWIND session branched after call 5 (exec-1 call 2) as session-b"},
 	}
 	if len(rows) != len(want) {
 		t.Fatalf("%d rows, want %d (the result of a shown call goes under it): %v", len(rows), len(want), rows)

@@ -237,7 +237,7 @@ func TestMCP(t *testing.T) {
 			}
 		}
 		slices.Sort(names)
-		if want := []string{"cancel_execution", "delegate_task", "get_execution", "list_agents", "list_sessions", "read_output", "topup_execution"}; !slices.Equal(names, want) {
+		if want := []string{"branch_session", "cancel_execution", "delegate_task", "get_execution", "list_agents", "list_sessions", "read_output", "rewind_session", "topup_execution"}; !slices.Equal(names, want) {
 			t.Errorf("%s: tools %v, want %v", name, names, want)
 		}
 		var agents struct{ Agents []struct{ Name string } }
@@ -398,6 +398,9 @@ func checkBadCalls(t *testing.T, cs *mcpsdk.ClientSession, first execution) {
 		{"unknown session", "read_output", map[string]any{"session": "session-000000", "path": "report.md"}, "session-000000"},
 		{"max_bytes too big", "read_output", map[string]any{"execution": first.ID, "path": "report.md", "max_bytes": 2 << 20}, "max_bytes"},
 		{"negative limit", "list_sessions", map[string]any{"limit": -1}, "limit"},
+		{"rewind without a call", "rewind_session", map[string]any{"session": first.Session}, "which model call"},
+		{"rewind past the calls", "rewind_session", map[string]any{"session": first.Session, "call": 99}, "no call 99"},
+		{"branch an unknown session", "branch_session", map[string]any{"session": "session-000000", "call": 1}, "session-000000"},
 		{"unknown tool", "frobnicate", map[string]any{}, ""},
 	} {
 		res, err := cs.CallTool(context.Background(), &mcpsdk.CallToolParams{Name: tc.tool, Arguments: tc.args})

@@ -147,6 +147,7 @@ func (h *handlers) addTools(s *mcpsdk.Server) {
 	mcpsdk.AddTool(s, &mcpsdk.Tool{Name: "cancel_execution", Description: "Stop a running execution; it ends cancelled and keeps its partial outputs."}, h.cancel)
 	mcpsdk.AddTool(s, &mcpsdk.Tool{Name: "topup_execution", Description: "Raise a running execution's dollar limit by usd (reserved from the credits when they are on); " +
 		"one awaiting_budget goes on at once, its held model call answered."}, h.topUp)
+	h.addRewindTools(s)
 }
 
 func (h *handlers) listAgents(ctx context.Context, _ *mcpsdk.CallToolRequest, _ struct{}) (*mcpsdk.CallToolResult, agentList, error) {

@@ -34,6 +34,10 @@ hearth agents run coder "fix the failing test" --timeout 10m --detach`, args: `A
 		{name: "retry", example: "hearth agents retry exec-4ca3193e", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentRetry, summary: "run an ended execution's task again"},
 		{name: "resume", example: `hearth agents resume session-1f1e2b "now add a chart"`, args: `SESSION "PROMPT"`, min: 2, max: 2, names: agentSessionIDs, setup: agentResume,
 			summary: "continue a session; the agent keeps its conversation"},
+		{name: "rewind", example: "hearth agents rewind session-1f1e2b --call 3\nhearth agents rewind session-1f1e2b --call 2 --execution exec-4ca3193e\nhearth agents rewind session-1f1e2b --undo", args: "SESSION", min: 1, max: 1, names: agentSessionIDs, setup: agentRewind,
+			summary: "put a session's files and conversation back as they were\nafter model call --call N (--undo: back again)"},
+		{name: "branch", example: "hearth agents branch session-1f1e2b --call 3\nhearth agents branch session-1f1e2b --call 3 try-other-way", args: "SESSION [NEW]", min: 1, max: 2, names: agentSessionIDs, setup: agentBranch,
+			summary: "start a new session as SESSION was after --call N"},
 		{name: "cancel", example: "hearth agents cancel exec-4ca3193e", args: "EXECUTION", min: 1, max: 1, names: executionIDs, setup: agentCancel, summary: "stop it (partial outputs are kept)"},
 		{name: "topup", example: "hearth agents topup exec-4ca3193e 0.25", args: "EXECUTION USD", min: 2, max: 2, names: executionIDs, setup: agentTopUp,
 			summary: "raise its dollar limit; one awaiting budget goes on"},
@@ -495,7 +499,11 @@ func agentSessions(fl *flag.FlagSet) action {
 			return err
 		}
 		return printList(inv.stdout, *asJSON, list, "no sessions yet", func(s client.AgentSession) []string {
-			return []string{s.Id, s.Agent, humanize.Time(s.Created), s.LastExecution}
+			from := ""
+			if s.BranchedFrom != "" {
+				from = "branch of " + s.BranchedFrom + " at " + s.BranchedAt
+			}
+			return []string{s.Id, s.Agent, humanize.Time(s.Created), s.LastExecution, from}
 		})
 	}
 }

@@ -34,7 +34,7 @@ func TestCompletion(t *testing.T) {
 	}{
 		{[]string{""}, "agents claims completion credits doctor help images mcp prices sandboxes schedules up version workspace"},
 		{[]string{"ag"}, "agents"},
-		{[]string{"agents", "r"}, "reload resume retry run"},
+		{[]string{"agents", "r"}, "reload resume retry rewind run"},
 		{[]string{"agents", "run", "analyst", "--b"}, "--budget"},
 		{[]string{"agents", "run", "analyst", "--budget", ""}, ""}, // a value: the shell's own completion
 		{[]string{"sandboxes", "job", ""}, "logs ls start stop"},
@@ -109,7 +109,7 @@ func TestCompletionBash(t *testing.T) {
 	os.WriteFile(path, []byte(script), 0o644)
 	cmd := exec.Command(bashPath, "--norc", "-c", `source "$3"; source "$1"; COMP_WORDS=("$2" agents re); COMP_CWORD=2; COMP_LINE="$2 agents re"; COMP_POINT=${#COMP_LINE}; __start_hearth; echo "${COMPREPLY[*]}"`, "bash", path, bin, helpers)
 	out, err := cmd.Output() // stderr has compopt's complaint outside a real completion
-	if err != nil || strings.TrimSpace(string(out)) != "reload resume retry" {
-		t.Fatalf("bash completion of 'hearth agents re' = %q, %v; want reload resume retry", out, err)
+	if err != nil || strings.TrimSpace(string(out)) != "reload resume retry rewind" {
+		t.Fatalf("bash completion of 'hearth agents re' = %q, %v; want reload resume retry rewind", out, err)
 	}
 }

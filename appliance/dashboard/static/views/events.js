@@ -70,6 +70,8 @@ function describe(type, p) {
       p.status === 'pending' || p.status === 'completed' ? '' : 'warn'];
     case 'claim':
       return ['claim', claim(p), p.op === 'taken_over' ? 'warn' : ''];
+    case 'rewind':
+      return ['rewind', rewind(p), 'warn'];
   }
   return [type, h('code', {}, JSON.stringify(p))];
 }
@@ -127,6 +129,14 @@ function claim(p) {
   else if (p.by === 'operator') s += ' by an operator';
   else if (p.by === 'end') s += ' as the execution ended';
   return s;
+}
+
+// rewind is a rewind, its undo or a branch of the session.
+function rewind(p) {
+  const at = p.execution ? `after call ${p.session_call} (${p.execution} call ${p.call})` : `to snapshot ${p.snapshot}`;
+  if (p.op === 'branched') return `session branched ${at} as ${p.branch}`;
+  if (p.op === 'undone') return `rewind undone: back ${at}; the state before is snapshot ${p.undo}`;
+  return `session rewound ${at}; the state before is snapshot ${p.undo}`;
 }
 
 function budget(p) {

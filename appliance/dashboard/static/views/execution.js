@@ -9,7 +9,7 @@ import { usd, turnsOf, spendOf, ranFor, terminal, bytes, count, when, oneLine } 
 import { renderEvent, attachResult } from './events.js';
 
 // eventTypes are the SSE event names the API sends (one per event type).
-const eventTypes = ['status', 'text', 'tool_call', 'tool_result', 'model_call', 'retry', 'file', 'budget', 'warning', 'error', 'output', 'network', 'system', 'child', 'claim'];
+const eventTypes = ['status', 'text', 'tool_call', 'tool_result', 'model_call', 'retry', 'file', 'budget', 'warning', 'error', 'output', 'network', 'system', 'child', 'claim', 'rewind'];
 
 export function mount(el, id) {
   const v = {
@@ -17,6 +17,7 @@ export function mount(el, id) {
     exec: null,
     summary: h('section', { class: 'summary', id: 'summary' }),
     tree: h('section', { class: 'tree', id: 'tree' }),
+    branches: h('section', { class: 'branches', id: 'branches' }),
     actions: h('div', { class: 'actions', id: 'actions' }),
     outputs: h('section', { class: 'outputs', id: 'outputs' }),
     claims: h('section', { class: 'claims', id: 'claims', hidden: true }),
@@ -29,6 +30,7 @@ export function mount(el, id) {
     h('div', { class: 'head' }, h('h1', {}, id), v.actions),
     v.summary,
     v.tree,
+    v.branches,
     v.claims,
     h('h2', {}, 'Output files'), v.outputs, v.viewer,
     h('h2', {}, 'Events'), v.events,
@@ -91,7 +93,9 @@ function show(v, ev) {
   if (ev.type === 'tool_result' && attachResult(v.events, ev)) {
     // shown under its call
   } else {
-    v.events.append(renderEvent(ev));
+    const row = renderEvent(ev);
+    if (ev.type === 'model_call') addCallActions(v, row, ev.payload || {});
+    v.events.append(row);
   }
   if (atEnd && v.events.childElementCount > 1) window.scrollTo(0, document.body.scrollHeight);
 }
@@ -106,6 +110,58 @@ async function loadExecution(v) {
   showSummary(v);
   showActions(v);
   await loadTree(v);
+  await loadBranches(v);
+}
+
+// sessionPath is an agent session's API path.
+const sessionPath = (id) => `/v1/sessions/${encodeURIComponent(id)}`;
+
+// addCallActions puts "rewind here" and "branch here" on a finished model
+// call's row: they take the session back (or a new one) to the state
+// after this call, counted in this execution as its snapshots are.
+function addCallActions(v, row, p) {
+  const m = /\.call-(\d+)$/.exec(p.snapshot || '');
+  if (p.phase === 'start' || !m) return;
+  const call = Number(m[1]);
+  const msg = h('span', { class: 'action-error' });
+  const session = () => (v.exec ? v.exec.session : '');
+  const rewind = h('button', { class: 'rewind-here', title: `put the session's files and conversation back as they were after this call (undoable)`,
+    onclick: (e) => act(e.target, msg, 'Rewinding…', async () => {
+      if (!session()) throw new Error('the execution is still loading');
+      if (!confirm(`Rewind session ${session()} to after call ${call}? The state now is kept as a snapshot; undo with hearth agents rewind ${session()} --undo.`)) return;
+      const r = await post(`${sessionPath(session())}/rewind`, { call, execution: v.id });
+      msg.textContent = `rewound; the state before is snapshot ${r.undo}`;
+    }) }, 'rewind here');
+  const branch = h('button', { class: 'branch-here', title: 'start a new session as this one was after this call',
+    onclick: (e) => act(e.target, msg, 'Branching…', async () => {
+      if (!session()) throw new Error('the execution is still loading');
+      const b = await post(`${sessionPath(session())}/branches`, { call, execution: v.id });
+      msg.textContent = `branched as session ${b.session.id}: continue it with hearth agents resume ${b.session.id}`;
+      await loadBranches(v);
+    }) }, 'branch here');
+  row.querySelector('.body').append(' ', rewind, ' ', branch, ' ', msg);
+}
+
+// loadBranches shows where the session was branched from and the
+// sessions branched from it.
+async function loadBranches(v) {
+  const s = v.exec && v.exec.session;
+  if (!s) return;
+  let me, kids;
+  try {
+    [me, kids] = await Promise.all([get(sessionPath(s)), get(`${sessionPath(s)}/branches`)]);
+  } catch (err) {
+    replace(v.branches, errorBox(err));
+    return;
+  }
+  const from = me.branched_from ? h('p', { class: 'branched-from' }, `Session ${s} was branched from session ${me.branched_from} at snapshot ${me.branched_at}.`) : null;
+  if (!from && kids.length === 0) {
+    replace(v.branches);
+    return;
+  }
+  replace(v.branches, h('h2', {}, `Branches (${kids.length})`), from,
+    kids.length ? h('ul', { class: 'branch-list' }, kids.map((k) => h('li', { dataset: { id: k.id } },
+      `${k.id} from ${k.branched_at}`, k.last_execution ? [' (last run ', h('a', { href: `#/execution/${encodeURIComponent(k.last_execution)}` }, k.last_execution), ')'] : ' (not run yet)'))) : null);
 }
 
 // loadTree shows the executions this one delegated to: each with its
