@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Builds the Debian package dist/hearth_<version>_amd64.deb: hearth and
+# hearth-guest (static, stamped with the version and commit), the default
+# /etc/hearth/hearth.toml, the systemd unit and the maintainer scripts in
+# packaging/, put together by nfpm (pinned in packaging/nfpm/go.mod).
+#
+# Usage: scripts/package.sh [--version V]
+#   V is a Debian version (it must start with a digit); without it, one is
+#   made from `git describe`: tag v1.2.0 gives 1.2.0, 3 commits after it
+#   1.2.0+3.g<hash>; with no tag, 0.0.0~git<commit date>.<hash>.
+# Prints the path of the package.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+ensure_go
+
+version=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --version) version=${2:?--version needs a value}; shift 2 ;;
+    --version=*) version=${1#--version=}; shift ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "$0: unknown argument $1 (see $0 --help)" >&2; exit 2 ;;
+  esac
+done
+
+commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+if [ -z "$version" ]; then
+  desc=$(git describe --tags --always --dirty 2>/dev/null || echo unknown)
+  dirty=
+  case $desc in *-dirty) dirty=1; desc=${desc%-dirty} ;; esac
+  if [[ $desc =~ ^v?([0-9][0-9A-Za-z.~+]*)(-([0-9]+)-g([0-9a-f]+))?$ ]]; then
+    version=${BASH_REMATCH[1]}
+    [ -n "${BASH_REMATCH[3]}" ] && version+="+${BASH_REMATCH[3]}.g${BASH_REMATCH[4]}"
+  else
+    when=$(git log -1 --format=%cd --date=format:%Y%m%d 2>/dev/null || date -u +%Y%m%d)
+    version="0.0.0~git${when}.${commit:0:7}"
+  fi
+  if [ -n "$dirty" ]; then
+    case $version in *+*) version+=".dirty" ;; *) version+="+dirty" ;; esac
+  fi
+fi
+if ! [[ $version =~ ^[0-9][0-9A-Za-z.+~-]*$ ]]; then
+  echo "$0: --version $version: a Debian version starts with a digit and has only letters, digits and . + ~ -" >&2
+  exit 2
+fi
+
+build=dist/build
+mkdir -p "$build"
+ldflags="-X hearth/internal/version.Version=$version -X hearth/internal/version.Commit=$commit"
+echo "==> building hearth $version (commit ${commit:0:12})" >&2
+# Static binaries: the guest agent must be (it runs inside any image), and
+# the daemon then needs nothing but the kernel and the packages it names.
+CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$build/hearth" ./cmd/hearth
+CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags -s -w" -o "$build/hearth-guest" ./cmd/hearth-guest
+(cd packaging/nfpm && go build -o "../../$build/nfpm" github.com/goreleaser/nfpm/v2/cmd/nfpm)
+
+deb="dist/hearth_${version}_amd64.deb"
+rm -f "$deb"
+HEARTH_VERSION=$version "$build/nfpm" package --config packaging/nfpm.yaml --packager deb --target "$deb" >&2
+echo "$deb"
