@@ -4,7 +4,8 @@
 # /etc/hearth/hearth.toml, the systemd unit and the maintainer scripts in
 # packaging/, put together by nfpm (pinned in packaging/nfpm/go.mod).
 #
-# Usage: scripts/package.sh [--version V]
+# Usage: scripts/package.sh [--version V] [--dist DIR]
+#   DIR is where the package goes (default dist; binaries in DIR/build).
 #   V is a Debian version (it must start with a digit); without it, one is
 #   made from `git describe`: tag v1.2.0 gives 1.2.0, 3 commits after it
 #   1.2.0+3.g<hash>; with no tag, 0.0.0~git<commit date>.<hash>.
@@ -15,11 +16,14 @@ cd "$(dirname "$0")/.."
 ensure_go
 
 version=
+dist=dist
 while [ $# -gt 0 ]; do
   case $1 in
     --version) version=${2:?--version needs a value}; shift 2 ;;
     --version=*) version=${1#--version=}; shift ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --dist) dist=${2:?--dist needs a directory}; shift 2 ;;
+    --dist=*) dist=${1#--dist=}; shift ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "$0: unknown argument $1 (see $0 --help)" >&2; exit 2 ;;
   esac
 done
@@ -45,7 +49,9 @@ if ! [[ $version =~ ^[0-9][0-9A-Za-z.+~-]*$ ]]; then
   exit 2
 fi
 
-build=dist/build
+mkdir -p "$dist"
+dist=$(cd "$dist" && pwd)
+build=$dist/build
 mkdir -p "$build"
 ldflags="-X hearth/internal/version.Version=$version -X hearth/internal/version.Commit=$commit"
 echo "==> building hearth $version (commit ${commit:0:12})" >&2
@@ -53,9 +59,9 @@ echo "==> building hearth $version (commit ${commit:0:12})" >&2
 # the daemon then needs nothing but the kernel and the packages it names.
 CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$build/hearth" ./cmd/hearth
 CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags -s -w" -o "$build/hearth-guest" ./cmd/hearth-guest
-(cd packaging/nfpm && go build -o "../../$build/nfpm" github.com/goreleaser/nfpm/v2/cmd/nfpm)
+(cd packaging/nfpm && go build -o "$build/nfpm" github.com/goreleaser/nfpm/v2/cmd/nfpm)
 
-deb="dist/hearth_${version}_amd64.deb"
+deb="$dist/hearth_${version}_amd64.deb"
 rm -f "$deb"
-HEARTH_VERSION=$version "$build/nfpm" package --config packaging/nfpm.yaml --packager deb --target "$deb" >&2
+HEARTH_VERSION=$version HEARTH_BUILD=$build "$build/nfpm" package --config packaging/nfpm.yaml --packager deb --target "$deb" >&2
 echo "$deb"
