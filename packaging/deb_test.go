@@ -148,7 +148,8 @@ func checkVersions(ctx context.Context, t *testing.T, root string) {
 	if err != nil && strings.Contains(out, "unknown command") {
 		// hearth version comes with the CLI's rework (issue 20, item 2);
 		// until then the guest agent's --version above checks the stamp.
-		t.Logf("hearth version: not in this build yet (%s)", strings.TrimSpace(out))
+		first, _, _ := strings.Cut(out, "\n")
+		t.Logf("hearth version: not in this build yet (%s)", first)
 		return
 	}
 	if err != nil || !strings.HasPrefix(out, "hearth "+stamp) {
@@ -160,6 +161,7 @@ func checkVersions(ctx context.Context, t *testing.T, root string) {
 // guest agent beside hearth and reads the state directory's modes.
 func checkDoctor(ctx context.Context, t *testing.T, root string) {
 	out := mustChroot(ctx, t, root, "hearth", "doctor", "--config", "/etc/hearth/hearth.toml")
+	t.Logf("hearth doctor in the installed root:\n%s", out)
 	for _, want := range []string{"guest agent  ok  /usr/bin/hearth-guest", "state modes  ok", "\ntier: "} {
 		if !strings.Contains(collapseSpaces(out), want) {
 			t.Errorf("hearth doctor in the installed root says:\n%s\nwant a line with %q", out, want)
