@@ -51,6 +51,7 @@ func TestDebInstall(t *testing.T) {
 	t.Run("doctor", func(t *testing.T) { checkDoctor(ctx, t, root) })
 	t.Run("unit", func(t *testing.T) { checkUnit(ctx, t, root) })
 	t.Run("files", func(t *testing.T) { checkFiles(t, root) })
+	t.Run("hostile loosened state dir", func(t *testing.T) { checkRetightened(ctx, t, root) })
 	t.Run("remove and purge", func(t *testing.T) { checkRemoval(ctx, t, root) })
 }
 
@@ -227,6 +228,27 @@ func checkFiles(t *testing.T, root string) {
 	conffiles, err := os.ReadFile(filepath.Join(root, "var/lib/dpkg/info/hearth.conffiles"))
 	if err != nil || !strings.Contains(string(conffiles), "/etc/hearth/hearth.toml") {
 		t.Errorf("dpkg's conffiles of hearth = %q, %v; want /etc/hearth/hearth.toml", conffiles, err)
+	}
+}
+
+// checkRetightened: a state directory another local user was given
+// (mode 0777, their own) before an upgrade is root's only again after it,
+// before the daemon's own start would fix it.
+func checkRetightened(ctx context.Context, t *testing.T, root string) {
+	state := filepath.Join(root, "var/lib/hearth")
+	if err := os.Chmod(state, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(state, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	mustChroot(ctx, t, root, "dpkg", "--install", "/tmp/hearth.deb")
+	fi, err := os.Stat(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); fi.Mode().Perm() != 0o700 || st.Uid != 0 || st.Gid != 0 {
+		t.Errorf("after an upgrade over a loosened state dir: mode %v owner %d:%d, want 0700 root:root", fi.Mode(), st.Uid, st.Gid)
 	}
 }
 
