@@ -36,6 +36,10 @@ func TestDebInstall(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
+	commit, err := exec.CommandContext(ctx, "git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse HEAD: %v", err)
+	}
 	deb := buildPackage(ctx, t)
 	root := freshRoot(ctx, t)
 	if err := copyFile(deb, filepath.Join(root, "tmp", "hearth.deb")); err != nil {
@@ -47,7 +51,7 @@ func TestDebInstall(t *testing.T) {
 	mustChroot(ctx, t, root, "apt-get", "update", "-qq")
 	mustChroot(ctx, t, root, "apt-get", "install", "-y", "-qq", "--no-install-recommends", "/tmp/hearth.deb")
 
-	t.Run("versions", func(t *testing.T) { checkVersions(ctx, t, root) })
+	t.Run("versions", func(t *testing.T) { checkVersions(ctx, t, root, strings.TrimSpace(string(commit))) })
 	t.Run("doctor", func(t *testing.T) { checkDoctor(ctx, t, root) })
 	t.Run("unit", func(t *testing.T) { checkUnit(ctx, t, root) })
 	t.Run("files", func(t *testing.T) { checkFiles(t, root) })
@@ -136,12 +140,10 @@ func mustChroot(ctx context.Context, t *testing.T, root string, args ...string) 
 	return out
 }
 
-func checkVersions(ctx context.Context, t *testing.T, root string) {
-	commit, err := exec.CommandContext(ctx, "git", "rev-parse", "HEAD").Output()
-	if err != nil {
-		t.Fatalf("git rev-parse HEAD: %v", err)
-	}
-	stamp := testVersion + " (commit " + strings.TrimSpace(string(commit))[:12]
+// checkVersions: both binaries carry the version and the commit
+// scripts/package.sh was given (commit: HEAD when it started).
+func checkVersions(ctx context.Context, t *testing.T, root, commit string) {
+	stamp := testVersion + " (commit " + commit[:12]
 	if out := mustChroot(ctx, t, root, "hearth-guest", "--version"); !strings.HasPrefix(out, "hearth-guest "+stamp) {
 		t.Errorf("hearth-guest --version = %q, want it to start with %q", out, "hearth-guest "+stamp)
 	}
@@ -191,7 +193,10 @@ func checkUnit(ctx context.Context, t *testing.T, root string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	broken := strings.Replace(string(data), "KillMode=process", "KillMode=processes", 1)
+	broken := strings.Replace(string(data), "\nKillMode=process\n", "\nKillMode=processes\n", 1)
+	if broken == string(data) {
+		t.Fatalf("%s has no line KillMode=process", unit)
+	}
 	if err := os.WriteFile(filepath.Join(root, "tmp", "broken.service"), []byte(broken), 0o644); err != nil {
 		t.Fatal(err)
 	}
