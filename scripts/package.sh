@@ -7,8 +7,9 @@
 # Usage: scripts/package.sh [--version V] [--dist DIR]
 #   DIR is where the package goes (default dist; binaries in DIR/build).
 #   V is a Debian version (it must start with a digit); without it, one is
-#   made from `git describe`: tag v1.2.0 gives 1.2.0, 3 commits after it
-#   1.2.0+3.g<hash>; with no tag, 0.0.0~git<commit date>.<hash>.
+#   made from the newest tag v<digit>...: v1.2.0 gives 1.2.0, 3 commits
+#   after it 1.2.0+3.g<hash>; with no such tag, 0.0.0~git<commit date>.<hash>
+#   (+dirty, or .dirty, for a tree with uncommitted changes).
 # Prints the path of the package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,22 +24,23 @@ while [ $# -gt 0 ]; do
     --version=*) version=${1#--version=}; shift ;;
     --dist) dist=${2:?--dist needs a directory}; shift 2 ;;
     --dist=*) dist=${1#--dist=}; shift ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "$0: unknown argument $1 (see $0 --help)" >&2; exit 2 ;;
   esac
 done
 
 commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 if [ -z "$version" ]; then
-  desc=$(git describe --tags --always --dirty 2>/dev/null || echo unknown)
   dirty=
-  case $desc in *-dirty) dirty=1; desc=${desc%-dirty} ;; esac
-  if [[ $desc =~ ^v?([0-9][0-9A-Za-z.~+]*)(-([0-9]+)-g([0-9a-f]+))?$ ]]; then
+  if desc=$(git describe --tags --dirty --match 'v[0-9]*' 2>/dev/null) &&
+    [[ ${desc%-dirty} =~ ^v([0-9][0-9A-Za-z.~+]*)(-([0-9]+)-g([0-9a-f]+))?$ ]]; then
     version=${BASH_REMATCH[1]}
     [ -n "${BASH_REMATCH[3]}" ] && version+="+${BASH_REMATCH[3]}.g${BASH_REMATCH[4]}"
+    [ "$desc" != "${desc%-dirty}" ] && dirty=1
   else
     when=$(git log -1 --format=%cd --date=format:%Y%m%d 2>/dev/null || date -u +%Y%m%d)
     version="0.0.0~git${when}.${commit:0:7}"
+    git diff --quiet HEAD 2>/dev/null || dirty=1
   fi
   if [ -n "$dirty" ]; then
     case $version in *+*) version+=".dirty" ;; *) version+="+dirty" ;; esac
