@@ -6,7 +6,7 @@
 // In a VM it is /init of the initramfs and reads its settings from the
 // kernel command line instead of flags (vm_linux.go).
 //
-// Usage: hearth-guest --channel fd:N|unix:PATH|dev:PATH|listen:PATH|listen-fd:N
+// Usage: hearth-guest --version, or hearth-guest --channel fd:N|unix:PATH|dev:PATH|listen:PATH|listen-fd:N
 // [--jail-fd N] [--hostname NAME] [--root DIR]... [--uid N --gid N]
 //
 // Copied into a machine and run there with --attest, it is the probe that
@@ -27,6 +27,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"hearth/internal/version"
 	"hearth/vmm/guest"
 )
 
@@ -59,9 +60,14 @@ func run(args []string) error {
 	attachTo := fl.String("attach-workspace", "", "host side: put the detached mount at descriptor 3 at this path inside the machine of --target-pid, replacing what is there, and exit")
 	targetPID := fl.Int("target-pid", 0, "the agent whose machine --attach-workspace works on")
 	wsDevice := fl.String("workspace-device", "", "outside a VM (the Cloud Hypervisor double): the directory standing for the workspace's virtio-fs device, bound at /workspace/.share again when the host asks for a remount")
+	showVersion := fl.Bool("version", false, "print the version, commit and Go version this binary was built with, and exit")
 	var allowed roots
 	fl.Var(&allowed, "root", "directory file requests may reach (repeatable; default /)")
 	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	if *showVersion {
+		_, err := fmt.Println("hearth-guest " + version.Get().String())
 		return err
 	}
 	if *attachTo != "" {

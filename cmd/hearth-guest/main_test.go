@@ -107,3 +107,23 @@ func TestAgentAsInit(t *testing.T) {
 		t.Fatal("the agent did not exit after the host closed the channel")
 	}
 }
+
+// TestVersionFlag builds the agent with a stamped version, as
+// scripts/package.sh does, and checks --version reports it.
+func TestVersionFlag(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "hearth-guest")
+	build := exec.Command("go", "build", "-trimpath", "-o", bin,
+		"-ldflags", "-X hearth/internal/version.Version=9.8.7-test -X hearth/internal/version.Commit=0123456789abcdef", ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v: %s", err, out)
+	}
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("hearth-guest --version: %v: %s", err, out)
+	}
+	want := "hearth-guest 9.8.7-test (commit 0123456789ab, go"
+	if !strings.HasPrefix(string(out), want) {
+		t.Errorf("hearth-guest --version = %q, want it to start with %q", out, want)
+	}
+}
