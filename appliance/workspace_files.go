@@ -163,12 +163,17 @@ func PreviewType(head []byte, whole bool) string {
 		return ct
 	}
 	text := head
-	if !whole { // a rune may be cut at the end of the sniffed bytes
-		for i := 0; i < utf8.UTFMax && len(text) > 0 && !utf8.Valid(text); i++ {
-			text = text[:len(text)-1]
+	if !whole { // the sniffed bytes may end inside a rune: leave that rune out
+		for i := 1; i < utf8.UTFMax && i <= len(head); i++ {
+			if tail := head[len(head)-i:]; utf8.RuneStart(tail[0]) {
+				if !utf8.FullRune(tail) {
+					text = head[:len(head)-i]
+				}
+				break
+			}
 		}
 	}
-	if utf8.Valid(text) && !bytes.ContainsRune(text, 0) {
+	if utf8.Valid(text) && bytes.IndexByte(head, 0) < 0 {
 		return "text/plain; charset=utf-8"
 	}
 	return "application/octet-stream"

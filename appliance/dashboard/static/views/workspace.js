@@ -11,8 +11,8 @@ import { bytes, count, when, oneLine } from '../format.js';
 
 export function mount(el, arg) {
   const [session, ...dir] = arg ? arg.split('/') : [];
-  if (!session) return sessions(el);
-  return sessionPage(el, session, dir.join('/'));
+  if (session) sessionPage(el, session, dir.join('/'));
+  else sessions(el);
 }
 
 const rule = 'Each session\'s agent writes only its own directory and reads every other session\'s; its .home is private (not shown here).';
