@@ -118,7 +118,10 @@ func TestHostileWorkspaceFiles(t *testing.T) {
 		t.Errorf("WorkspaceDir(outputs) = %+v, %v; want the names as they are and the link as a link", list, err)
 	}
 	runErrorCases(t, []errorCase{
-		{"a link out", func() error { _, _, err := c.ReadWorkspaceFile(context.Background(), "s1", "outputs/passwd"); return err }, "bad_request", 400, "not a regular file"},
+		{"a link out", func() error {
+			_, _, err := c.ReadWorkspaceFile(context.Background(), "s1", "outputs/passwd")
+			return err
+		}, "bad_request", 400, "not a regular file"},
 		{"climbing out", func() error { _, _, err := c.ReadWorkspaceFile(context.Background(), "s1", "../s2/x"); return err }, "bad_request", 400, "inside the session"},
 		{"the .home", func() error { _, _, err := c.ReadWorkspaceFile(context.Background(), "s1", ".home/secret"); return err }, "bad_request", 400, "private"},
 		{"the .home listed", func() error { _, err := c.WorkspaceDir(context.Background(), "s1", "./.home"); return err }, "bad_request", 400, "private"},
