@@ -54,7 +54,7 @@ function show(el, agents, schedules, spend) {
 function row(a, schedules, spent) {
   return h('tr', { dataset: { agent: a.name } },
     h('td', {}, h('strong', {}, a.name), h('div', { class: 'muted small' }, a.description || '')),
-    h('td', { class: 'c-runs' }, h('div', {}, `${a.cli || 'its image\'s CLI'} · `, h('code', {}, a.image)), h('div', { class: 'muted small' }, `model ${a.model}`)),
+    h('td', { class: 'c-runs' }, h('div', {}, `CLI ${a.cli || 'from its image'} · image `, h('code', {}, a.image)), h('div', { class: 'muted small' }, `model ${a.model}`)),
     h('td', { class: 'c-limits' }, limitsText(a.limits)),
     h('td', { class: 'c-schedules' }, schedules.length === 0 ? h('span', { class: 'muted' }, 'none')
       : schedules.map((s) => h('div', {}, h('a', { href: `#/schedules/${encodeURIComponent(s.id)}` }, h('code', {}, s.spec)),

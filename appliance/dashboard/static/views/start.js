@@ -35,7 +35,7 @@ async function load(el, preset) {
   });
   const describe = () => {
     const a = chosen();
-    replace(about, a.description || '', h('div', {}, `${a.cli || 'cli from its image'} on ${a.image}, model ${a.model}; limits: ${limitsText(a.limits)}`));
+    replace(about, a.description || '', h('div', {}, `CLI ${a.cli || 'from its image'}, image ${a.image}, model ${a.model}; limits: ${limitsText(a.limits)}`));
     form.showLimit();
   };
   select.addEventListener('change', describe);
