@@ -92,7 +92,11 @@ func TestHostileCrossOriginAPI(t *testing.T) {
 		{"archive upload", "POST", "/v1/workspace/sessions/s1/archive", "\x1f\x8bpwned"},
 		{"sign out", "POST", logoutPath, ``},
 		{"mcp", "POST", "/mcp", `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`},
+		// The dashboard's start and resume forms send these, with the files uploaded.
+		{"delegate with inputs", "POST", "/v1/executions", "--x\r\nContent-Disposition: form-data; name=\"request\"\r\n\r\n{\"agent\":\"a\",\"prompt\":\"p\"}\r\n--x--\r\n"},
+		{"resume with inputs", "POST", "/v1/sessions/s1/resume", "--x\r\nContent-Disposition: form-data; name=\"request\"\r\n\r\n{\"prompt\":\"p\"}\r\n--x--\r\n"},
 	}
+	uploads := map[string]bool{"upload": true, "archive upload": true, "delegate with inputs": true, "resume with inputs": true}
 	type attack struct {
 		name    string
 		headers map[string]string
@@ -110,7 +114,7 @@ func TestHostileCrossOriginAPI(t *testing.T) {
 	}
 	for _, rt := range routes {
 		for _, at := range attacks {
-			if (rt.name == "upload" || rt.name == "archive upload") && !at.uploads || rt.body == "" && at.want == http.StatusUnsupportedMediaType {
+			if uploads[rt.name] && !at.uploads || rt.body == "" && at.want == http.StatusUnsupportedMediaType {
 				continue
 			}
 			status, body := send(t, rt.method, base+rt.path, rt.body, session, at.headers)

@@ -2,7 +2,9 @@ package appliance
 
 import (
 	"fmt"
+	"io"
 	"net/http"
+	"path"
 	"time"
 
 	"hearth/appliance/api"
@@ -111,4 +113,33 @@ func (a *archiveWriter) start() {
 func (s *server) UploadSessionArchive(w http.ResponseWriter, r *http.Request, id string, params api.UploadSessionArchiveParams) {
 	got, err := s.d.UploadArchive(id, params.Dir, string(params.Format), r.Body)
 	result(w, http.StatusOK, got, err)
+}
+
+func (s *server) ListWorkspaceDir(w http.ResponseWriter, r *http.Request, id string, params api.ListWorkspaceDirParams) {
+	list, err := s.d.ListWorkspaceDir(id, params.Path)
+	out := make([]api.WorkspaceEntry, len(list))
+	for i, e := range list {
+		out[i] = api.WorkspaceEntry{Name: e.Name, Path: e.Path, Type: api.WorkspaceEntryType(e.Type), Size: e.Size, Modified: e.Modified}
+	}
+	result(w, http.StatusOK, out, err)
+}
+
+// ReadWorkspaceFile serves a file with the one type OpenWorkspaceFile
+// allows, not to be sniffed, and sandboxed should a browser open it as a
+// page: what an agent wrote never runs with the dashboard's origin.
+func (s *server) ReadWorkspaceFile(w http.ResponseWriter, r *http.Request, id string, params api.ReadWorkspaceFileParams) {
+	f, err := s.d.OpenWorkspaceFile(id, params.Path)
+	if err != nil {
+		fail(w, apiError(err))
+		return
+	}
+	defer f.Close()
+	h := w.Header()
+	h.Set("Content-Type", f.ContentType)
+	h.Set("Content-Length", fmt.Sprint(f.Size))
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "sandbox; default-src 'none'")
+	h.Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", path.Base(params.Path)))
+	w.WriteHeader(http.StatusOK)
+	io.Copy(w, f)
 }

@@ -205,6 +205,30 @@ func (e SandboxStatus) Valid() bool {
 	}
 }
 
+// Defines values for WorkspaceEntryType.
+const (
+	Dir   WorkspaceEntryType = "dir"
+	File  WorkspaceEntryType = "file"
+	Link  WorkspaceEntryType = "link"
+	Other WorkspaceEntryType = "other"
+)
+
+// Valid indicates whether the value is a known member of the WorkspaceEntryType enum.
+func (e WorkspaceEntryType) Valid() bool {
+	switch e {
+	case Dir:
+		return true
+	case File:
+		return true
+	case Link:
+		return true
+	case Other:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for JobOutputParamsStream.
 const (
 	JobOutputParamsStreamStderr JobOutputParamsStream = "stderr"
@@ -1245,6 +1269,20 @@ type VersionInfo struct {
 	Version string `json:"version"`
 }
 
+// WorkspaceEntry defines model for WorkspaceEntry.
+type WorkspaceEntry struct {
+	Modified time.Time `json:"modified"`
+	Name     string    `json:"name"`
+
+	// Path Relative to the session ("outputs/report.md").
+	Path string             `json:"path"`
+	Size int64              `json:"size"`
+	Type WorkspaceEntryType `json:"type"`
+}
+
+// WorkspaceEntryType defines model for WorkspaceEntry.Type.
+type WorkspaceEntryType string
+
 // CheckpointName defines model for CheckpointName.
 type CheckpointName = string
 
@@ -1387,6 +1425,18 @@ type UploadSessionArchiveParams struct {
 
 // UploadSessionArchiveParamsFormat defines parameters for UploadSessionArchive.
 type UploadSessionArchiveParamsFormat string
+
+// ReadWorkspaceFileParams defines parameters for ReadWorkspaceFile.
+type ReadWorkspaceFileParams struct {
+	// Path A regular file, relative to the session ("outputs/report.md"); the private .home cannot be named.
+	Path string `form:"path" json:"path"`
+}
+
+// ListWorkspaceDirParams defines parameters for ListWorkspaceDir.
+type ListWorkspaceDirParams struct {
+	// Path A directory, relative to the session; default the session itself. Its .home is left out.
+	Path string `form:"path,omitempty" json:"path,omitempty,omitzero"`
+}
 
 // DeleteSnapshotParams defines parameters for DeleteSnapshot.
 type DeleteSnapshotParams struct {
@@ -2249,6 +2299,23 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/workspace/sessions/{id}/archive (the `UploadSessionArchive` operationId).
 	UploadSessionArchiveWithBody(ctx context.Context, id string, params *UploadSessionArchiveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReadWorkspaceFile Read one regular file of a session, for a preview; no symbolic link is followed.
+	//
+	// The Content-Type is told from the bytes, never from the name, and
+	// is only ever text/plain (valid UTF-8 without NUL), image/png,
+	// image/jpeg, image/gif, image/webp or application/octet-stream: an
+	// agent's HTML or SVG comes as text, so it cannot run in a browser.
+	// Every answer has X-Content-Type-Options nosniff, a sandboxing
+	// Content-Security-Policy and Content-Disposition attachment.
+	//
+	// Corresponds with GET /v1/workspace/sessions/{id}/files (the `ReadWorkspaceFile` operationId).
+	ReadWorkspaceFile(ctx context.Context, id string, params *ReadWorkspaceFileParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListWorkspaceDir List a directory of a session, by name.
+	//
+	// Corresponds with GET /v1/workspace/sessions/{id}/files/list (the `ListWorkspaceDir` operationId).
+	ListWorkspaceDir(ctx context.Context, id string, params *ListWorkspaceDirParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeleteSnapshot Delete a snapshot.
 	//
@@ -3872,6 +3939,43 @@ func (c *Client) DownloadSessionArchive(ctx context.Context, id string, params *
 // Corresponds with POST /v1/workspace/sessions/{id}/archive (the `UploadSessionArchive` operationId).
 func (c *Client) UploadSessionArchiveWithBody(ctx context.Context, id string, params *UploadSessionArchiveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewUploadSessionArchiveRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReadWorkspaceFile Read one regular file of a session, for a preview; no symbolic link is followed.
+//
+// The Content-Type is told from the bytes, never from the name, and
+// is only ever text/plain (valid UTF-8 without NUL), image/png,
+// image/jpeg, image/gif, image/webp or application/octet-stream: an
+// agent's HTML or SVG comes as text, so it cannot run in a browser.
+// Every answer has X-Content-Type-Options nosniff, a sandboxing
+// Content-Security-Policy and Content-Disposition attachment.
+//
+// Corresponds with GET /v1/workspace/sessions/{id}/files (the `ReadWorkspaceFile` operationId).
+func (c *Client) ReadWorkspaceFile(ctx context.Context, id string, params *ReadWorkspaceFileParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReadWorkspaceFileRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListWorkspaceDir List a directory of a session, by name.
+//
+// Corresponds with GET /v1/workspace/sessions/{id}/files/list (the `ListWorkspaceDir` operationId).
+func (c *Client) ListWorkspaceDir(ctx context.Context, id string, params *ListWorkspaceDirParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListWorkspaceDirRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -6875,6 +6979,120 @@ func NewUploadSessionArchiveRequestWithBody(server string, id string, params *Up
 	return req, nil
 }
 
+// NewReadWorkspaceFileRequest constructs an http.Request for the ReadWorkspaceFile method
+func NewReadWorkspaceFileRequest(server string, id string, params *ReadWorkspaceFileParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workspace/sessions/%s/files", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListWorkspaceDirRequest constructs an http.Request for the ListWorkspaceDir method
+func NewListWorkspaceDirRequest(server string, id string, params *ListWorkspaceDirParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workspace/sessions/%s/files/list", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "path", params.Path, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewDeleteSnapshotRequest constructs an http.Request for the DeleteSnapshot method
 func NewDeleteSnapshotRequest(server string, params *DeleteSnapshotParams) (*http.Request, error) {
 	var err error
@@ -7881,6 +8099,27 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/workspace/sessions/{id}/archive (the `UploadSessionArchive` operationId).
 	UploadSessionArchiveWithBodyWithResponse(ctx context.Context, id string, params *UploadSessionArchiveParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UploadSessionArchiveResponse, error)
+
+	// ReadWorkspaceFileWithResponse Read one regular file of a session, for a preview; no symbolic link is followed.
+	//
+	// The Content-Type is told from the bytes, never from the name, and
+	// is only ever text/plain (valid UTF-8 without NUL), image/png,
+	// image/jpeg, image/gif, image/webp or application/octet-stream: an
+	// agent's HTML or SVG comes as text, so it cannot run in a browser.
+	// Every answer has X-Content-Type-Options nosniff, a sandboxing
+	// Content-Security-Policy and Content-Disposition attachment.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/workspace/sessions/{id}/files (the `ReadWorkspaceFile` operationId).
+	ReadWorkspaceFileWithResponse(ctx context.Context, id string, params *ReadWorkspaceFileParams, reqEditors ...RequestEditorFn) (*ReadWorkspaceFileResponse, error)
+
+	// ListWorkspaceDirWithResponse List a directory of a session, by name.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/workspace/sessions/{id}/files/list (the `ListWorkspaceDir` operationId).
+	ListWorkspaceDirWithResponse(ctx context.Context, id string, params *ListWorkspaceDirParams, reqEditors ...RequestEditorFn) (*ListWorkspaceDirResponse, error)
 
 	// DeleteSnapshotWithResponse Delete a snapshot.
 	//
@@ -11236,6 +11475,95 @@ func (r UploadSessionArchiveResponse) ContentType() string {
 	return ""
 }
 
+type ReadWorkspaceFileResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ReadWorkspaceFileResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ReadWorkspaceFileResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReadWorkspaceFileResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReadWorkspaceFileResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReadWorkspaceFileResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListWorkspaceDirResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]WorkspaceEntry
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListWorkspaceDirResponse) GetJSON200() *[]WorkspaceEntry {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListWorkspaceDirResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListWorkspaceDirResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListWorkspaceDirResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListWorkspaceDirResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListWorkspaceDirResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type DeleteSnapshotResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -12727,6 +13055,39 @@ func (c *ClientWithResponses) UploadSessionArchiveWithBodyWithResponse(ctx conte
 		return nil, err
 	}
 	return ParseUploadSessionArchiveResponse(rsp)
+}
+
+// ReadWorkspaceFileWithResponse Read one regular file of a session, for a preview; no symbolic link is followed.
+//
+// The Content-Type is told from the bytes, never from the name, and
+// is only ever text/plain (valid UTF-8 without NUL), image/png,
+// image/jpeg, image/gif, image/webp or application/octet-stream: an
+// agent's HTML or SVG comes as text, so it cannot run in a browser.
+// Every answer has X-Content-Type-Options nosniff, a sandboxing
+// Content-Security-Policy and Content-Disposition attachment.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/workspace/sessions/{id}/files (the `ReadWorkspaceFile` operationId).
+func (c *ClientWithResponses) ReadWorkspaceFileWithResponse(ctx context.Context, id string, params *ReadWorkspaceFileParams, reqEditors ...RequestEditorFn) (*ReadWorkspaceFileResponse, error) {
+	rsp, err := c.ReadWorkspaceFile(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReadWorkspaceFileResponse(rsp)
+}
+
+// ListWorkspaceDirWithResponse List a directory of a session, by name.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/workspace/sessions/{id}/files/list (the `ListWorkspaceDir` operationId).
+func (c *ClientWithResponses) ListWorkspaceDirWithResponse(ctx context.Context, id string, params *ListWorkspaceDirParams, reqEditors ...RequestEditorFn) (*ListWorkspaceDirResponse, error) {
+	rsp, err := c.ListWorkspaceDir(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListWorkspaceDirResponse(rsp)
 }
 
 // DeleteSnapshotWithResponse Delete a snapshot.
@@ -15059,6 +15420,65 @@ func ParseUploadSessionArchiveResponse(rsp *http.Response) (*UploadSessionArchiv
 	return response, nil
 }
 
+// ParseReadWorkspaceFileResponse parses an HTTP response from a ReadWorkspaceFileWithResponse call
+func ParseReadWorkspaceFileResponse(rsp *http.Response) (*ReadWorkspaceFileResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReadWorkspaceFileResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListWorkspaceDirResponse parses an HTTP response from a ListWorkspaceDirWithResponse call
+func ParseListWorkspaceDirResponse(rsp *http.Response) (*ListWorkspaceDirResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListWorkspaceDirResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []WorkspaceEntry
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseDeleteSnapshotResponse parses an HTTP response from a DeleteSnapshotWithResponse call
 func ParseDeleteSnapshotResponse(rsp *http.Response) (*DeleteSnapshotResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -15370,6 +15790,12 @@ type ServerInterface interface {
 	// UploadSessionArchive Unpack the body, a .tar.gz or .zip, into the session's inputs/ (or inputs/DIR), all or nothing.
 	// (POST /v1/workspace/sessions/{id}/archive)
 	UploadSessionArchive(w http.ResponseWriter, r *http.Request, id string, params UploadSessionArchiveParams)
+	// ReadWorkspaceFile Read one regular file of a session, for a preview; no symbolic link is followed.
+	// (GET /v1/workspace/sessions/{id}/files)
+	ReadWorkspaceFile(w http.ResponseWriter, r *http.Request, id string, params ReadWorkspaceFileParams)
+	// ListWorkspaceDir List a directory of a session, by name.
+	// (GET /v1/workspace/sessions/{id}/files/list)
+	ListWorkspaceDir(w http.ResponseWriter, r *http.Request, id string, params ListWorkspaceDirParams)
 	// DeleteSnapshot Delete a snapshot.
 	// (DELETE /v1/workspace/snapshots)
 	DeleteSnapshot(w http.ResponseWriter, r *http.Request, params DeleteSnapshotParams)
@@ -17405,6 +17831,90 @@ func (siw *ServerInterfaceWrapper) UploadSessionArchive(w http.ResponseWriter, r
 	handler.ServeHTTP(w, r)
 }
 
+// ReadWorkspaceFile operation middleware
+func (siw *ServerInterfaceWrapper) ReadWorkspaceFile(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ReadWorkspaceFileParams
+
+	// ------------- Required query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReadWorkspaceFile(w, r, id, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListWorkspaceDir operation middleware
+func (siw *ServerInterfaceWrapper) ListWorkspaceDir(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", r.PathValue("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListWorkspaceDirParams
+
+	// ------------- Optional query parameter "path" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "path", r.URL.Query(), &params.Path, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "path"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "path", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListWorkspaceDir(w, r, id, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // DeleteSnapshot operation middleware
 func (siw *ServerInterfaceWrapper) DeleteSnapshot(w http.ResponseWriter, r *http.Request) {
 
@@ -17625,6 +18135,8 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/workspace/sessions/{id}", wrapper.DeleteSession)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/workspace/sessions/{id}/archive", wrapper.DownloadSessionArchive)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/workspace/sessions/{id}/archive", wrapper.UploadSessionArchive)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/workspace/sessions/{id}/files", wrapper.ReadWorkspaceFile)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/workspace/sessions/{id}/files/list", wrapper.ListWorkspaceDir)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/workspace/snapshots", wrapper.DeleteSnapshot)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/workspace/snapshots", wrapper.ListSnapshots)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/workspace/snapshots", wrapper.CreateSnapshot)

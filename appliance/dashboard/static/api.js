@@ -81,7 +81,9 @@ export async function signOut() {
 
 async function request(method, path, body) {
   const init = { method, headers: { Accept: 'application/json' } };
-  if (body !== undefined) {
+  if (body instanceof FormData) {
+    init.body = body; // multipart: the browser sets the type with its boundary
+  } else if (body !== undefined) {
     init.headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);
   }
@@ -110,6 +112,21 @@ async function request(method, path, body) {
 
 export const get = (path) => request('GET', path);
 export const post = (path, body = {}) => request('POST', path, body);
+
+// postTask sends a delegate or resume request with input files as
+// multipart/form-data: the JSON request first, then one "input" part per
+// file, streamed by the browser (files up to 1 GiB in all).
+export function postTask(path, req, files = []) {
+  const form = new FormData();
+  form.append('request', new Blob([JSON.stringify(req)], { type: 'application/json' }));
+  for (const f of files) form.append('input', f, f.name);
+  return request('POST', path, form);
+}
+
+// workspaceFileURL reads one file of a workspace session, typed by the
+// daemon from its bytes (text/plain, a raster image, or bytes).
+export const workspaceFileURL = (session, path) =>
+  `/v1/workspace/sessions/${encodeURIComponent(session)}/files${query({ path })}`;
 
 // query builds "?k=v&..." from the set values of params; arrays repeat.
 export function query(params) {

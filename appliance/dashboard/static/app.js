@@ -9,6 +9,10 @@ import * as schedules from './views/schedules.js';
 import * as credits from './views/credits.js';
 import * as sandboxes from './views/sandboxes.js';
 import * as reference from './views/reference.js';
+import * as start from './views/start.js';
+import * as sessionView from './views/session.js';
+import * as agents from './views/agents.js';
+import * as workspace from './views/workspace.js';
 
 // routes map "#/<first>/<rest>" to a view; each view's mount(el, arg)
 // returns a function that stops its timers and streams.
@@ -20,6 +24,10 @@ const routes = {
   credits: [credits, 'credits'],
   sandboxes: [sandboxes, 'sandboxes'],
   api: [reference, 'api'],
+  start: [start, 'start'],
+  session: [sessionView, 'executions'],
+  agents: [agents, 'agents'],
+  workspace: [workspace, 'workspace'],
 };
 
 let unmount = () => {};

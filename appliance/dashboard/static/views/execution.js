@@ -195,7 +195,7 @@ function showSummary(v) {
   const rows = [
     ['status', badge(e.status)],
     ['agent', e.agent],
-    ['session', [e.session, ' ', archiveLink(e.session, 'tar.gz'), ' ', archiveLink(e.session, 'zip')]],
+    ['session', [h('a', { class: 'session-link', href: `#/session/${encodeURIComponent(e.session)}` }, e.session), ' ', archiveLink(e.session, 'tar.gz'), ' ', archiveLink(e.session, 'zip')]],
     ['kind', e.previous ? [e.kind, ' of ', h('a', { href: `#/execution/${encodeURIComponent(e.previous)}` }, e.previous)] : e.kind],
     ['parent', e.parent ? [h('a', { href: `#/execution/${encodeURIComponent(e.parent)}`, id: 'parent-link' }, e.parent), ` (depth ${e.depth})`] : null],
     ['prompt', h('span', { class: 'prompt' }, e.prompt)],
