@@ -1,6 +1,7 @@
 package appliance
 
 import (
+	"encoding"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -360,9 +362,33 @@ func DefaultSandboxConfig() SandboxConfig {
 	}
 }
 
-const knownKeys = "state_dir, workspace.mount, sandbox.agent, sandbox.tier, sandbox.allow_tcg, sandbox.warm, sandbox.default_image, sandbox.idle_timeout, " +
-	"sandbox.exec_timeout, sandbox.cpus, sandbox.memory, sandbox.pids, sandbox.disk, sandbox.max_upload, " +
-	"agents.dir, agents.grace, agents.on_shutdown, agents.shutdown_timeout, agents.on_budget, agents.budget_wait, agents.max_depth, agents.max_children, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, model.unpriced, providers.<anthropic|openai|gemini>.upstream, providers.<name>.api_key_env, providers.<name>.api_key_file, providers.<name>.prices, credits.enabled, log.format, workspace.allow_other, workspace.session_bytes, workspace.session_files, workspace.upload_bytes, workspace.upload_files, sandbox.id_base, sandbox.id_machines"
+// ConfigKeys lists every key the config file takes, as dotted paths
+// ("sandbox.warm"; "providers.<name>.upstream" for a map's entries), read
+// from Config's toml tags so that the list never falls behind the struct.
+func ConfigKeys() []string { return tomlKeys(reflect.TypeOf(Config{}), "") }
+
+func tomlKeys(t reflect.Type, prefix string) []string {
+	var keys []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		ft := f.Type
+		switch {
+		case ft.Kind() == reflect.Struct && !ft.Implements(textUnmarshaler) && !reflect.PointerTo(ft).Implements(textUnmarshaler):
+			keys = append(keys, tomlKeys(ft, prefix+name+".")...)
+		case ft.Kind() == reflect.Map && ft.Elem().Kind() == reflect.Struct:
+			keys = append(keys, tomlKeys(ft.Elem(), prefix+name+".<name>.")...)
+		default:
+			keys = append(keys, prefix+name)
+		}
+	}
+	return keys
+}
+
+var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 
 // LoadConfig decodes the TOML file at path over the defaults. Unknown keys
 // are errors, so a typo does not silently fall back to a default.
@@ -381,7 +407,7 @@ func LoadConfig(path string) (Config, error) {
 		for i, k := range und {
 			keys[i] = k.String()
 		}
-		return cfg, fmt.Errorf("config %s: unknown key %s (known: %s)", path, strings.Join(keys, ", "), knownKeys)
+		return cfg, fmt.Errorf("config %s: unknown key %s (known: %s)", path, strings.Join(keys, ", "), strings.Join(ConfigKeys(), ", "))
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", path, err)

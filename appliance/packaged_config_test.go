@@ -62,7 +62,7 @@ func TestPackagedConfig(t *testing.T) {
 	for _, d := range differences("", reflect.ValueOf(cfg), reflect.ValueOf(def)) {
 		t.Errorf("%s: %s", packagedConfig, d)
 	}
-	for _, key := range tomlKeys(reflect.TypeOf(Config{})) {
+	for _, key := range leafKeys() {
 		if !strings.Contains(text, "\n"+key+" = ") {
 			t.Errorf("%s does not name %s: add it, commented out with its default", packagedConfig, key)
 		}
@@ -85,22 +85,11 @@ func differences(key string, got, want reflect.Value) []string {
 	return []string{strings.TrimPrefix(key, ".") + " = " + fmt.Sprint(got.Interface()) + ", but the default is " + fmt.Sprint(want.Interface())}
 }
 
-// tomlKeys lists the last part of every leaf key of a config struct type
-// (for a map of tables, its tables' keys).
-func tomlKeys(t reflect.Type) []string {
+// leafKeys lists the last part of every key ConfigKeys names.
+func leafKeys() []string {
 	var out []string
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
-		ft := f.Type
-		if ft.Kind() == reflect.Map {
-			ft = ft.Elem()
-		}
-		if ft.Kind() == reflect.Struct {
-			out = append(out, tomlKeys(ft)...)
-			continue
-		}
-		out = append(out, tag)
+	for _, k := range ConfigKeys() {
+		out = append(out, k[strings.LastIndex(k, ".")+1:])
 	}
 	return out
 }

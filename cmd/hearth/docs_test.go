@@ -2,10 +2,8 @@ package main
 
 import (
 	"bytes"
-	"encoding"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -179,35 +177,20 @@ func commandLike(w string) bool {
 	return !strings.Contains(" is the and runs keeps serves does has uses ", " "+w+" ")
 }
 
-// configKeys are the keys of hearth.toml, "section.key", from
-// appliance.Config's toml tags; a map of sections is "section.*".
+// configKeys are the keys of hearth.toml, "section.key", and their
+// sections, from appliance.ConfigKeys; a map of sections is "section.*".
 func configKeys() map[string]bool {
 	keys := map[string]bool{}
-	addKeys(keys, "", reflect.TypeOf(appliance.Config{}))
-	return keys
-}
-
-var textUnmarshaler = reflect.TypeOf((*encoding.TextUnmarshaler)(nil)).Elem()
-
-func addKeys(keys map[string]bool, prefix string, t reflect.Type) {
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
-		if tag == "" || tag == "-" {
-			continue
+	for _, k := range appliance.ConfigKeys() {
+		k = strings.ReplaceAll(k, "<name>", "*")
+		for i := range k {
+			if k[i] == '.' {
+				keys[k[:i]] = true
+			}
 		}
-		key := prefix + tag
-		keys[key] = true
-		ft := f.Type
-		switch {
-		case reflect.PointerTo(ft).Implements(textUnmarshaler):
-		case ft.Kind() == reflect.Struct:
-			addKeys(keys, key+".", ft)
-		case ft.Kind() == reflect.Map && ft.Elem().Kind() == reflect.Struct:
-			keys[key+".*"] = true
-			addKeys(keys, key+".*.", ft.Elem())
-		}
+		keys[k] = true
 	}
+	return keys
 }
 
 var (
