@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"hearth/appliance/api"
@@ -211,4 +212,37 @@ func (s *imageService) clis(m image.Manifest) []api.CLIVersion {
 		}
 	}
 	return append(out, v)
+}
+
+// BuildImagesInto builds the named built-in images into dir, an image
+// cache laid out as a daemon's state_dir/images, without a daemon:
+// for preparing a machine or a CI run ahead of time (`hearth images
+// build --cache DIR`). A built image that is current is kept as it is.
+// Builders of one cache take turns, so a daemon may use it meanwhile.
+func BuildImagesInto(ctx context.Context, dir string, names []string, progress io.Writer) ([]image.Image, error) {
+	cat, err := image.BuiltinCatalog()
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		if err := checkImageName(n); err != nil {
+			return nil, err
+		}
+		if !slices.Contains(cat.Names(), n) {
+			return nil, fmt.Errorf("%w: no recipe %q (recipes: %s)", ErrNotFound, n, strings.Join(cat.Names(), ", "))
+		}
+	}
+	b, err := image.NewBuilder(dir, cat, progress)
+	if err != nil {
+		return nil, err
+	}
+	var built []image.Image
+	for _, n := range names {
+		img, err := b.Build(ctx, n)
+		if err != nil {
+			return built, fmt.Errorf("build image %s: %w", n, err)
+		}
+		built = append(built, img)
+	}
+	return built, nil
 }

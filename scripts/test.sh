@@ -25,6 +25,10 @@ ensure_packages python3
 # postgresql: the cluster's store and job queue are tested on a real
 # server, started per test from a fresh initdb (internal/pgtest).
 ensure_packages postgresql
+# bubblewrap: the sandbox-create benchmark measures bwrap beside Hearth.
+# bash-completion: the generated bash completion script is run in a real
+# bash, which needs its helpers. sshfs: nodes mount the served workspace.
+ensure_packages bubblewrap bash-completion sshfs
 ensure_command node nodejs
 ensure_command npm npm
 (cd sdk/typescript && npm install --no-audit --no-fund --loglevel=error)
@@ -44,6 +48,10 @@ export HEARTH_TEST_IMAGES="${HEARTH_TEST_IMAGES:-/var/tmp/hearth-test-images}"
 # Screenshots and other files tests leave for people to look at.
 export HEARTH_ARTIFACTS="${HEARTH_ARTIFACTS:-$PWD/.artifacts}"
 mkdir -p "$HEARTH_ARTIFACTS"
+# The images the tests boot are built first, outside any test's time
+# limit: minutes each on a fresh machine, nothing once cached.
+echo "==> images (cache $HEARTH_TEST_IMAGES)"
+go run ./cmd/hearth images build --cache "$HEARTH_TEST_IMAGES" base claude-code codex opencode gemini code-server
 echo "==> go test -race"
 go test -race -count=1 -timeout 30m ./...
 # Every fuzz target (a parser of bytes an agent, a provider or a file can

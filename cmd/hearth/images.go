@@ -13,6 +13,7 @@ import (
 	"github.com/dustin/go-humanize"
 	flag "github.com/spf13/pflag"
 
+	"hearth/appliance"
 	"hearth/client"
 )
 
@@ -28,12 +29,8 @@ func imagesCmd() *command {
 		}
 	}
 	return &command{name: "images", summary: "the images sandboxes boot, built from recipes", example: "hearth images ls\nhearth images build claude-code", aliases: []string{"image"}, subs: []*command{
-		{name: "build", example: "hearth images build claude-code", args: "NAME", min: 1, max: 1, names: recipeNames, summary: "build an image from its recipe, showing progress",
-			setup: func(*flag.FlagSet) action {
-				return imageDo(func(ctx context.Context, c *client.Client, name string, inv *env) error {
-					return imgBuild(ctx, c, name, inv.stdout, inv.stderr)
-				})
-			}},
+		{name: "build", example: "hearth images build claude-code\nhearth images build base node claude-code --cache /var/tmp/hearth-images", args: "NAME...", min: 1, max: -1, names: recipeNames,
+			summary: "build images from their recipes, showing progress\n(--cache DIR: into an image cache, without a daemon)", setup: imgBuildCmd},
 		{name: "ls", example: "hearth images ls\nhearth images ls --json", aliases: []string{"list"}, summary: "list built images and recipes", setup: func(fl *flag.FlagSet) action {
 			asJSON := jsonFlag(fl)
 			return func(inv *env) error {
@@ -60,6 +57,34 @@ func imagesCmd() *command {
 			})
 		}},
 	}}
+}
+
+func imgBuildCmd(fl *flag.FlagSet) action {
+	cache := fl.String("cache", "", "build into this image cache directory without a daemon (laid out as a daemon's state_dir/images; the tests' HEARTH_TEST_IMAGES)")
+	return func(inv *env) error {
+		ctx := context.Background()
+		if *cache != "" {
+			start := time.Now()
+			imgs, err := appliance.BuildImagesInto(ctx, *cache, inv.args, inv.stderr)
+			for _, img := range imgs {
+				fmt.Fprintf(inv.stdout, "image %s %s ready (%s)\n", img.Name, shortHash(img.Hash), humanize.IBytes(uint64(img.Size)))
+			}
+			if err == nil {
+				fmt.Fprintf(inv.stdout, "%d images ready in %s after %s\n", len(imgs), *cache, time.Since(start).Round(100*time.Millisecond))
+			}
+			return err
+		}
+		c, err := inv.client()
+		if err != nil {
+			return err
+		}
+		for _, name := range inv.args {
+			if err := imgBuild(ctx, c, name, inv.stdout, inv.stderr); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 func imgBuild(ctx context.Context, c *client.Client, name string, stdout, stderr io.Writer) error {
