@@ -481,12 +481,16 @@ func unmountLayer(mnt string) error {
 	} else if err != nil {
 		return fmt.Errorf("unmount layer %s: %w", mnt, err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	// The loop device lets go of its file once the kernel has released
+	// it, after the unmount returns: milliseconds on a quiet host, but
+	// over 10 s was seen under heavy I/O, so the bound is generous.
+	const detachWait = time.Minute
+	for deadline := time.Now().Add(detachWait); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
 		if now, err := os.ReadFile(backing); err != nil || string(now) != string(before) {
 			return nil
 		}
 	}
-	return fmt.Errorf("unmount layer %s: loop device %d:%d still attached after 10s", mnt, unix.Major(dev), unix.Minor(dev))
+	return fmt.Errorf("unmount layer %s: loop device %d:%d still attached after %s", mnt, unix.Major(dev), unix.Minor(dev), detachWait)
 }
 
 // mergeLayers makes dst, which must not exist, a copy of the root that
