@@ -87,6 +87,7 @@ type Mount struct {
 	log  *bytes.Buffer
 
 	once sync.Once
+	mu   sync.Mutex // guards log while sshfs runs
 }
 
 // MountView mounts n's view at dir with sshfs and returns once it is
@@ -105,7 +106,7 @@ func MountView(ctx context.Context, n Node, dir string) (*Mount, error) {
 	}
 	m := &Mount{dir: dir, done: make(chan struct{}), log: &bytes.Buffer{}}
 	m.cmd = exec.Command(bin, args...)
-	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
+	m.cmd.Stdout, m.cmd.Stderr = lockedWriter{m}, lockedWriter{m}
 	m.cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
 	if err := m.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("mount workspace at %s: %w", dir, err)
@@ -115,7 +116,34 @@ func MountView(ctx context.Context, n Node, dir string) (*Mount, error) {
 		m.Unmount()
 		return nil, err
 	}
+	if err := m.probe(ctx); err != nil {
+		m.Unmount()
+		return nil, err
+	}
 	return m, nil
+}
+
+// probe lists the mount's root once: sshfs may mount before its first
+// connection is made, so only an answer from the server says it worked.
+func (m *Mount) probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, mountWait)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() { _, err := os.ReadDir(m.dir); res <- err }() // ends at the latest when Unmount aborts it
+	select {
+	case err := <-res:
+		if err != nil {
+			// Give sshfs a moment to finish its message.
+			select {
+			case <-m.done:
+			case <-time.After(200 * time.Millisecond):
+			}
+			return fmt.Errorf("mount workspace at %s: %w: %s", m.dir, err, m.words())
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("mount workspace at %s: no answer: %w", m.dir, ctx.Err())
+	}
 }
 
 // waitMounted polls the mount table until sshfs shows up at dir.
@@ -130,7 +158,7 @@ func (m *Mount) waitMounted(ctx context.Context) error {
 		}
 		select {
 		case <-m.done:
-			return fmt.Errorf("mount workspace at %s: sshfs exited (%v): %s", m.dir, m.err, strings.TrimSpace(m.log.String()))
+			return fmt.Errorf("mount workspace at %s: sshfs exited (%v): %s", m.dir, m.err, m.words())
 		case <-ctx.Done():
 			return fmt.Errorf("mount workspace at %s: %w", m.dir, ctx.Err())
 		case <-tick.C:
@@ -218,4 +246,22 @@ func (n Node) dial(ctx context.Context) (*ssh.Client, error) {
 	}
 	c.SetDeadline(time.Time{})
 	return ssh.NewClient(sc, chans, reqs), nil
+}
+
+type lockedWriter struct{ m *Mount }
+
+func (w lockedWriter) Write(b []byte) (int, error) {
+	w.m.mu.Lock()
+	defer w.m.mu.Unlock()
+	if w.m.log.Len() > 64<<10 {
+		return len(b), nil // enough to say what went wrong
+	}
+	return w.m.log.Write(b)
+}
+
+// words is what sshfs (and ssh) said.
+func (m *Mount) words() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return strings.TrimSpace(m.log.String())
 }
