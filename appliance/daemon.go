@@ -193,7 +193,7 @@ func (d *Daemon) openWorkspace(context.Context) error {
 	}
 	d.undo.push("workspace view", d.view.Unmount)
 	d.watchWorkspaceHealth(store)
-	return nil
+	return d.serveWorkspace(store)
 }
 
 // openDriver opens the image cache and the machine driver of the tier

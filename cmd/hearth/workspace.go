@@ -28,6 +28,7 @@ func workspaceCmd() *command {
 		return args
 	}
 	return &command{name: "workspace", aliases: []string{"ws"}, wrap: notFoundHint, subs: []*command{
+		workspaceServeCmd(),
 		{name: "ls", summary: "list sessions", setup: func(fl *flag.FlagSet) action {
 			asJSON := fl.Bool("json", false, "print JSON")
 			return func(inv *env) error {

@@ -2,9 +2,9 @@ package remote
 
 import (
 	"bytes"
-	"encoding/pem"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"

@@ -61,7 +61,9 @@ func TestViewRulesOverSSHFS(t *testing.T) {
 		name string
 		fn   func() error
 	}{
-		{"write", func() error { return os.WriteFile(filepath.Join(a, "beta", "outputs", "report.md"), []byte("x"), 0o644) }},
+		{"write", func() error {
+			return os.WriteFile(filepath.Join(a, "beta", "outputs", "report.md"), []byte("x"), 0o644)
+		}},
 		{"create", func() error { return os.WriteFile(filepath.Join(a, "beta", "outputs", "new"), []byte("x"), 0o644) }},
 		{"remove", func() error { return os.Remove(filepath.Join(a, "beta", "outputs", "report.md")) }},
 		{"mkdir", func() error { return os.Mkdir(filepath.Join(a, "beta", "inputs", "d"), 0o755) }},
