@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"hearth/appliance"
@@ -26,7 +27,9 @@ func workspaceServeCmd() *command {
 					cfg.Workspace.Listen = *listen
 				}
 				if *keys != "" {
-					cfg.Workspace.NodeKeys = *keys
+					if cfg.Workspace.NodeKeys, err = filepath.Abs(*keys); err != nil {
+						return err
+					}
 				}
 				if err := cfg.Validate(); err != nil {
 					return usageError{err.Error()}
