@@ -23,7 +23,8 @@ func (s *Server) serveEvents(session string, ch ssh.Channel) {
 	sub := s.cfg.Store.Events().Subscribe(eventBuffer)
 	defer sub.Close()
 	gone := make(chan struct{})
-	go func() { io.Copy(io.Discard, ch); close(gone) }()
+	defer func() { ch.Close(); <-gone }()
+	go func() { io.Copy(io.Discard, ch); close(gone) }() // the node closing its side
 	enc := json.NewEncoder(ch)
 	for {
 		select {

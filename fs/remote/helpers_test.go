@@ -51,22 +51,20 @@ func newTestbed(t testing.TB, sessions ...string) *testbed {
 		t.Fatalf("fs.Open: %v", err)
 	}
 	t.Cleanup(func() { st.Close() })
-	for _, s := range sessions {
-		if err := st.CreateSession(s, fs.Owner{}); err != nil {
+	for i, s := range sessions {
+		if err := st.CreateSession(s, fs.Owner{UID: uint32(2000 + i), GID: uint32(2000 + i)}); err != nil {
 			t.Fatalf("CreateSession(%q) = %v", s, err)
 		}
 	}
 	tb := &testbed{store: st, dir: filepath.Join(tmp, "serve"), nodeKeys: filepath.Join(tmp, "nodes"),
 		key: filepath.Join(tmp, "node1"), known: filepath.Join(tmp, "known_hosts")}
-	signer, err := GenerateKey(tb.key)
-	if err != nil {
+	if _, err := GenerateKey(tb.key); err != nil {
 		t.Fatal(err)
 	}
 	pub, _ := os.ReadFile(tb.key + ".pub")
 	if err := os.WriteFile(tb.nodeKeys, append(pub[:len(pub)-1], " node1\n"...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_ = signer
 	tb.start(t, "127.0.0.1:0")
 	return tb
 }
@@ -132,4 +130,21 @@ func (tb *testbed) write(session, p, content string) error {
 func (tb *testbed) read(session, p string) (string, error) {
 	b, err := tb.store.ReadFile(session, "", p, 0)
 	return string(b), err
+}
+
+// mountsUnder lists the mounts at or below dir.
+func mountsUnder(t testing.TB, dir string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			out = append(out, f[4])
+		}
+	}
+	return out
 }

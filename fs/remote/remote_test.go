@@ -50,6 +50,12 @@ func TestViewRulesOverSSHFS(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(a, "alpha", "outputs", "d"), 0o755); err != nil {
 		t.Errorf("mkdir in own session: %v", err)
 	}
+	for _, p := range []string{own, filepath.Join(a, "alpha", "outputs", "d")} {
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil || st.Uid != 2000 || st.Gid != 2000 {
+			t.Errorf("owner of %s = %d:%d, %v; want the session's, 2000:2000", p, st.Uid, st.Gid, err)
+		}
+	}
 	if err := os.Rename(own, filepath.Join(a, "alpha", "outputs", "d", "b.txt")); err != nil {
 		t.Errorf("rename in own session: %v", err)
 	}
@@ -154,6 +160,9 @@ func TestServerRestartMountRecovers(t *testing.T) {
 	}
 	addr := tb.addr
 	tb.srv.Close()
+	if m := mountsUnder(t, tb.dir); len(m) > 0 {
+		t.Errorf("views still mounted after Close: %v", m)
+	}
 	if _, err := os.ReadFile(filepath.Join(a, "alpha", "outputs", "missing")); err == nil {
 		t.Fatalf("read while the server is down succeeded")
 	}

@@ -224,6 +224,8 @@ func (s *Server) serveConn(c net.Conn) {
 // serveChannel waits for the one subsystem request a channel may make,
 // refusing shells, commands and terminals.
 func (s *Server) serveChannel(session string, ch ssh.Channel, reqs <-chan *ssh.Request) {
+	var wg sync.WaitGroup
+	defer wg.Wait() // the requests end with the channel or the connection
 	defer ch.Close()
 	for req := range reqs {
 		name := subsystemName(req)
@@ -232,7 +234,8 @@ func (s *Server) serveChannel(session string, ch ssh.Channel, reqs <-chan *ssh.R
 			continue
 		}
 		req.Reply(true, nil)
-		go ssh.DiscardRequests(reqs)
+		wg.Add(1)
+		go func() { defer wg.Done(); ssh.DiscardRequests(reqs) }()
 		if name == subsystemEvents {
 			s.serveEvents(session, ch)
 			return
