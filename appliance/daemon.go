@@ -25,6 +25,7 @@ type Daemon struct {
 	cfg    Config
 	store  *fs.Store
 	view   *fs.View
+	wsAddr string // where the workspace is served to nodes; "" not served
 	images *imageService
 	sbx    *sandboxManager
 	ports  *previews // the sandboxes' exposed ports

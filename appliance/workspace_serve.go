@@ -22,6 +22,7 @@ func (d *Daemon) serveWorkspace(store *fs.Store) error {
 	if err != nil {
 		return err
 	}
+	d.wsAddr = ln.Addr().String()
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	d.undo.push("workspace server", func() error {
@@ -30,6 +31,10 @@ func (d *Daemon) serveWorkspace(store *fs.Store) error {
 	})
 	return nil
 }
+
+// WorkspaceAddr is where the workspace is served to other nodes, "" if
+// it is not (workspace.listen).
+func (d *Daemon) WorkspaceAddr() string { return d.wsAddr }
 
 func listenWorkspace(cfg Config, store *fs.Store, log *slog.Logger) (*remote.Server, net.Listener, error) {
 	srv, err := remote.NewServer(remote.Config{Store: store, Dir: filepath.Join(cfg.StateDir, "workspace-serve"),
