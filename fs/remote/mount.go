@@ -68,6 +68,9 @@ func (n Node) sshfsArgs(dir string) ([]string, error) {
 		// never follows one out of the view (os.Root).
 		"no_contain_symlinks",
 		"allow_other", "default_permissions",
+		// AES-GCM (AES-NI on every x86 host) reads twice as fast here as
+		// ssh's default, chacha20-poly1305; both ends are known.
+		"Ciphers=aes128-gcm@openssh.com",
 	}
 	for _, o := range opts {
 		if strings.ContainsAny(o, "\n") {
