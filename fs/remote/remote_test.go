@@ -222,3 +222,22 @@ func TestFollowEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestQuotaOverSSHFS: a write the store refuses (the session's quota)
+// fails on the node, and the file never holds more than was accepted.
+func TestQuotaOverSSHFS(t *testing.T) {
+	tb := newTestbed(t, "alpha")
+	if err := tb.store.SetQuota("alpha", fs.Quota{Bytes: 64 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	a := tb.mount(t, "alpha")
+	p := filepath.Join(a, "alpha", "outputs", "big")
+	err := os.WriteFile(p, make([]byte, 1<<20), 0o644)
+	if err == nil {
+		t.Fatalf("writing 1 MiB into a 64 KiB quota through sshfs succeeded")
+	}
+	t.Logf("over quota through sshfs: %v", err)
+	if got, err := tb.read("alpha", "outputs/big"); err == nil && len(got) > 64<<10 {
+		t.Errorf("store holds %d bytes of big, over the quota", len(got))
+	}
+}
