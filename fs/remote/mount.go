@@ -16,6 +16,8 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 	"golang.org/x/sys/unix"
+
+	"hearth/fs"
 )
 
 // Node is how a node reaches one session's view on the serving node.
@@ -24,7 +26,13 @@ type Node struct {
 	Session    string // whose view: writable for it, read-only for others
 	KeyFile    string // this node's private key (OpenSSH format)
 	KnownHosts string // a known_hosts file holding the serving node's host key
+	// IDs shift owners as for a local view of a machine that runs in its
+	// own range of host ids (fs.ViewOptions.IDs); the zero value shifts
+	// nothing.
+	IDs fs.IDShift
 }
+
+func (n Node) user() string { return viewUser{session: n.Session, ids: n.IDs}.String() }
 
 // ErrNoSSHFS means the sshfs client is not installed.
 var ErrNoSSHFS = errors.New("sshfs not found: install the sshfs package")
@@ -51,6 +59,9 @@ const (
 
 // sshfsArgs are the arguments that mount n at dir in the foreground.
 func (n Node) sshfsArgs(dir string) ([]string, error) {
+	if err := fs.ValidateID("session", n.Session); err != nil {
+		return nil, err
+	}
 	host, port, err := net.SplitHostPort(n.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("workspace address %q: %w (want host:port)", n.Addr, err)
@@ -78,7 +89,7 @@ func (n Node) sshfsArgs(dir string) ([]string, error) {
 		}
 	}
 	return []string{"-f", "-F", "/dev/null", "-p", port, "-o", strings.Join(opts, ","),
-		n.Session + "@" + host + ":/", dir}, nil
+		n.user() + "@" + host + ":/", dir}, nil
 }
 
 // Mount is one sshfs mount of a session's view.
@@ -234,7 +245,7 @@ func (n Node) dial(ctx context.Context) (*ssh.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("known hosts: %w", err)
 	}
-	cfg := &ssh.ClientConfig{User: n.Session, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
+	cfg := &ssh.ClientConfig{User: n.user(), Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
 		HostKeyCallback: hk, Timeout: handshakeTimeout}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", n.Addr)

@@ -241,3 +241,34 @@ func TestQuotaOverSSHFS(t *testing.T) {
 		t.Errorf("store holds %d bytes of big, over the quota", len(got))
 	}
 }
+
+// TestIDShiftOverSSHFS: a node whose machine runs in its own range of
+// host ids sees owners shifted into it, and what it makes is kept under
+// the store's ids, as with a local machine's view.
+func TestIDShiftOverSSHFS(t *testing.T) {
+	tb := newTestbed(t, "alpha") // owned by 2000 in the store
+	n := tb.node("alpha")
+	n.IDs = fs.IDShift{From: 2000, To: 302000, Size: 1000}
+	dir := filepath.Join(t.TempDir(), "shifted")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m, err := MountView(ctx, n, dir)
+	if err != nil {
+		t.Fatalf("MountView: %v", err)
+	}
+	defer m.Unmount()
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(dir, "alpha"), &st); err != nil || st.Uid != 302000 {
+		t.Errorf("owner of alpha through the shifted view = %d, %v; want 302000", st.Uid, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "alpha", "outputs", "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Stat(filepath.Join(dir, "alpha", "outputs", "f"), &st); err != nil || st.Uid != 302000 {
+		t.Errorf("owner of a new file through the shifted view = %d, %v; want 302000", st.Uid, err)
+	}
+	plain := tb.mount(t, "alpha")
+	if err := syscall.Stat(filepath.Join(plain, "alpha", "outputs", "f"), &st); err != nil || st.Uid != 2000 {
+		t.Errorf("owner of the new file in the store = %d, %v; want 2000", st.Uid, err)
+	}
+}

@@ -79,7 +79,7 @@ func NewServer(cfg Config) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{cfg: cfg, host: host, log: log, conns: map[net.Conn]struct{}{},
-		views: &views{store: cfg.Store, dir: filepath.Join(cfg.Dir, "views"), m: map[string]*served{}}}, nil
+		views: &views{store: cfg.Store, dir: filepath.Join(cfg.Dir, "views"), m: map[viewUser]*served{}}}, nil
 }
 
 // HostKey is the public key nodes must trust (their known_hosts).
@@ -165,8 +165,12 @@ func (s *Server) authorize(md ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permiss
 	}
 	for _, k := range keys {
 		if bytes.Equal(k.key.Marshal(), key.Marshal()) {
-			if !s.live(md.User()) {
-				return nil, fmt.Errorf("session %q: %w", md.User(), ErrUnknownSession)
+			u, err := parseUser(md.User())
+			if err != nil {
+				return nil, err
+			}
+			if !s.live(u.session) {
+				return nil, fmt.Errorf("session %q: %w", u.session, ErrUnknownSession)
 			}
 			return &ssh.Permissions{Extensions: map[string]string{"node": k.name}}, nil
 		}
@@ -175,9 +179,6 @@ func (s *Server) authorize(md ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permiss
 }
 
 func (s *Server) live(session string) bool {
-	if fs.ValidateID("session", session) != nil {
-		return false
-	}
 	for _, si := range s.cfg.Store.Sessions() {
 		if si.ID == session {
 			return true
@@ -201,7 +202,12 @@ func (s *Server) serveConn(c net.Conn) {
 		return
 	}
 	c.SetDeadline(time.Time{})
-	s.log.Info("workspace node connected", "node", sc.Permissions.Extensions["node"], "session", sc.User(), "remote", c.RemoteAddr())
+	u, err := parseUser(sc.User()) // checked at authorization
+	if err != nil {
+		sc.Close()
+		return
+	}
+	s.log.Info("workspace node connected", "node", sc.Permissions.Extensions["node"], "user", sc.User(), "remote", c.RemoteAddr())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); ssh.DiscardRequests(reqs) }() // no port forwarding
@@ -215,7 +221,7 @@ func (s *Server) serveConn(c net.Conn) {
 			continue
 		}
 		wg.Add(1)
-		go func() { defer wg.Done(); s.serveChannel(sc.User(), ch, creqs) }()
+		go func() { defer wg.Done(); s.serveChannel(u, ch, creqs) }()
 	}
 	sc.Close()
 	wg.Wait()
@@ -223,7 +229,7 @@ func (s *Server) serveConn(c net.Conn) {
 
 // serveChannel waits for the one subsystem request a channel may make,
 // refusing shells, commands and terminals.
-func (s *Server) serveChannel(session string, ch ssh.Channel, reqs <-chan *ssh.Request) {
+func (s *Server) serveChannel(u viewUser, ch ssh.Channel, reqs <-chan *ssh.Request) {
 	var wg sync.WaitGroup
 	defer wg.Wait() // the requests end with the channel or the connection
 	defer ch.Close()
@@ -237,11 +243,11 @@ func (s *Server) serveChannel(session string, ch ssh.Channel, reqs <-chan *ssh.R
 		wg.Add(1)
 		go func() { defer wg.Done(); ssh.DiscardRequests(reqs) }()
 		if name == subsystemEvents {
-			s.serveEvents(session, ch)
+			s.serveEvents(u.session, ch)
 			return
 		}
-		if err := s.serveSFTP(session, ch); err != nil {
-			s.log.Info("workspace sftp ended", "session", session, "err", err)
+		if err := s.serveSFTP(u, ch); err != nil {
+			s.log.Info("workspace sftp ended", "user", u.String(), "err", err)
 		}
 		return
 	}
@@ -259,8 +265,8 @@ func subsystemName(req *ssh.Request) string {
 	return p.Name
 }
 
-func (s *Server) serveSFTP(session string, ch ssh.Channel) error {
-	h, release, err := s.views.acquire(session)
+func (s *Server) serveSFTP(u viewUser, ch ssh.Channel) error {
+	h, release, err := s.views.acquire(u)
 	if err != nil {
 		return err
 	}

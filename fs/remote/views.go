@@ -17,7 +17,7 @@ type views struct {
 	dir   string
 
 	mu sync.Mutex
-	m  map[string]*served
+	m  map[viewUser]*served
 }
 
 type served struct {
@@ -28,54 +28,54 @@ type served struct {
 
 // acquire returns handlers inside session's view, mounting it if no
 // connection holds it; release gives it back.
-func (vs *views) acquire(session string) (*handlers, func(), error) {
+func (vs *views) acquire(u viewUser) (*handlers, func(), error) {
 	vs.mu.Lock()
 	defer vs.mu.Unlock()
-	sv := vs.m[session]
+	sv := vs.m[u]
 	if sv == nil {
 		var err error
-		if sv, err = vs.mount(session); err != nil {
+		if sv, err = vs.mount(u); err != nil {
 			return nil, nil, err
 		}
-		vs.m[session] = sv
+		vs.m[u] = sv
 	}
 	var st syscall.Stat_t
-	if err := syscall.Stat(filepath.Join(sv.view.Dir(), session), &st); err != nil {
+	if err := syscall.Stat(filepath.Join(sv.view.Dir(), u.session), &st); err != nil {
 		if sv.refs == 0 {
-			vs.drop(session, sv)
+			vs.drop(u, sv)
 		}
-		return nil, nil, fmt.Errorf("serve session %s: %w", session, err)
+		return nil, nil, fmt.Errorf("serve session %s: %w", u.session, err)
 	}
 	sv.refs++
 	h := &handlers{root: sv.root, uid: int(st.Uid), gid: int(st.Gid)}
 	var once sync.Once
-	return h, func() { once.Do(func() { vs.release(session, sv) }) }, nil
+	return h, func() { once.Do(func() { vs.release(u, sv) }) }, nil
 }
 
-func (vs *views) mount(session string) (*served, error) {
-	v, err := vs.store.Mount(filepath.Join(vs.dir, session), fs.ViewOptions{Session: session})
+func (vs *views) mount(u viewUser) (*served, error) {
+	v, err := vs.store.Mount(filepath.Join(vs.dir, u.String()), fs.ViewOptions{Session: u.session, IDs: u.ids})
 	if err != nil {
-		return nil, fmt.Errorf("serve session %s: %w", session, err)
+		return nil, fmt.Errorf("serve session %s: %w", u.session, err)
 	}
 	root, err := os.OpenRoot(v.Dir())
 	if err != nil {
 		v.Unmount()
-		return nil, fmt.Errorf("serve session %s: %w", session, err)
+		return nil, fmt.Errorf("serve session %s: %w", u.session, err)
 	}
 	return &served{view: v, root: root}, nil
 }
 
-func (vs *views) release(session string, sv *served) {
+func (vs *views) release(u viewUser, sv *served) {
 	vs.mu.Lock()
 	defer vs.mu.Unlock()
 	if sv.refs--; sv.refs == 0 {
-		vs.drop(session, sv)
+		vs.drop(u, sv)
 	}
 }
 
 // drop unmounts; the caller holds vs.mu.
-func (vs *views) drop(session string, sv *served) {
-	delete(vs.m, session)
+func (vs *views) drop(u viewUser, sv *served) {
+	delete(vs.m, u)
 	sv.root.Close()
 	sv.view.Unmount()
 }
@@ -84,7 +84,7 @@ func (vs *views) drop(session string, sv *served) {
 func (vs *views) closeAll() {
 	vs.mu.Lock()
 	defer vs.mu.Unlock()
-	for s, sv := range vs.m {
-		vs.drop(s, sv)
+	for u, sv := range vs.m {
+		vs.drop(u, sv)
 	}
 }
