@@ -52,12 +52,27 @@ func (h *handlers) Fileread(r *sftp.Request) (io.ReaderAt, error) {
 		return nil, err
 	}
 	f, err := h.root.OpenFile(p, os.O_RDONLY, 0)
-	return f, errOut(err)
+	if err != nil {
+		return nil, errOut(err)
+	}
+	return f, nil
 }
 
-func (h *handlers) Filewrite(r *sftp.Request) (io.WriterAt, error) { return h.open(r) }
+func (h *handlers) Filewrite(r *sftp.Request) (io.WriterAt, error) {
+	f, err := h.open(r)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
 
-func (h *handlers) OpenFile(r *sftp.Request) (sftp.WriterAtReaderAt, error) { return h.open(r) }
+func (h *handlers) OpenFile(r *sftp.Request) (sftp.WriterAtReaderAt, error) {
+	f, err := h.open(r)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
 
 // open opens for writing. O_APPEND is left out: every SFTP write carries
 // its offset, and os.File refuses WriteAt on an append-only file.
@@ -83,14 +98,21 @@ func (h *handlers) open(r *sftp.Request) (*os.File, error) {
 		// it the server's (root's).
 		f, err := h.root.OpenFile(p, flags|os.O_CREATE|os.O_EXCL, perm)
 		if err == nil {
-			return f, errOut(h.own(f.Chown))
+			if err := h.own(f.Chown); err != nil {
+				f.Close()
+				return nil, errOut(err)
+			}
+			return f, nil
 		}
 		if pf.Excl || !errors.Is(err, os.ErrExist) {
 			return nil, errOut(err)
 		}
 	}
 	f, err := h.root.OpenFile(p, flags, 0)
-	return f, errOut(err)
+	if err != nil {
+		return nil, errOut(err)
+	}
+	return f, nil
 }
 
 func (h *handlers) own(chown func(uid, gid int) error) error {
