@@ -237,11 +237,10 @@ func (h *handlers) Filelist(r *sftp.Request) (sftp.ListerAt, error) {
 	}
 	switch r.Method {
 	case "List":
-		l, err := h.list(p)
-		return l, errOut(err)
+		return one(h.list(p))
 	case "Stat":
 		fi, err := h.root.Stat(p)
-		return lister{fi}, errOut(err)
+		return one(lister{fi}, err)
 	}
 	return nil, sftp.ErrSSHFxOpUnsupported
 }
@@ -276,7 +275,15 @@ func (h *handlers) Lstat(r *sftp.Request) (sftp.ListerAt, error) {
 		return nil, err
 	}
 	fi, err := h.root.Lstat(p)
-	return lister{fi}, errOut(err)
+	return one(lister{fi}, err)
+}
+
+// one returns a listing, or only the error.
+func one(l lister, err error) (sftp.ListerAt, error) {
+	if err != nil {
+		return nil, errOut(err)
+	}
+	return l, nil
 }
 
 func (h *handlers) Readlink(name string) (string, error) {
