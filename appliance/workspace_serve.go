@@ -58,6 +58,9 @@ func ServeWorkspace(ctx context.Context, cfg Config, log *slog.Logger, ready fun
 	if cfg.Workspace.Listen == "" {
 		return errors.New("workspace.listen is not set: give --listen HOST:PORT or set it in the config")
 	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	store, err := fs.Open(fs.Options{Dir: filepath.Join(cfg.StateDir, "workspace")})
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"hearth/fs"
 	"hearth/fs/remote"
 )
 
@@ -88,4 +89,69 @@ func TestWorkspaceServedToNodes(t *testing.T) {
 func knownLine(addr string, pub []byte) string {
 	host, port, _ := net.SplitHostPort(addr)
 	return "[" + host + "]:" + port + " " + string(pub)
+}
+
+// TestServeWorkspaceAlone: hearth workspace serve holds the store without
+// a daemon; what a node writes is in the store once it stops.
+func TestServeWorkspaceAlone(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("serving views mounts FUSE, which needs root")
+	}
+	if _, err := exec.LookPath("sshfs"); err != nil {
+		t.Skip("sshfs: not found (Debian package sshfs)")
+	}
+	dir := t.TempDir()
+	key := filepath.Join(dir, "node.key")
+	if _, err := remote.GenerateKey(key); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{StateDir: filepath.Join(dir, "state"), Workspace: WorkspaceConfig{Mount: filepath.Join(dir, "agents"),
+		Listen: "127.0.0.1:0", NodeKeys: key + ".pub"}}
+	store, err := fs.Open(fs.Options{Dir: filepath.Join(cfg.StateDir, "workspace")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.CreateSession("s1", fs.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	store.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	serveCtx, stop := context.WithCancel(ctx)
+	addrs, done := make(chan string, 1), make(chan error, 1)
+	go func() { done <- ServeWorkspace(serveCtx, cfg, nil, func(a string) { addrs <- a }) }()
+	var addr string
+	select {
+	case addr = <-addrs:
+	case err := <-done:
+		t.Fatalf("ServeWorkspace = %v", err)
+	}
+	pub, err := os.ReadFile(filepath.Join(cfg.StateDir, "workspace-serve", remote.HostKeyFile+".pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := filepath.Join(dir, "known_hosts")
+	if err := os.WriteFile(known, []byte(knownLine(addr, pub)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := remote.MountView(ctx, remote.Node{Addr: addr, Session: "s1", KeyFile: key, KnownHosts: known}, filepath.Join(dir, "node"))
+	if err != nil {
+		t.Fatalf("MountView: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(m.Dir(), "s1", "outputs", "f"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m.Unmount()
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("ServeWorkspace after stop = %v", err)
+	}
+	store, err = fs.Open(fs.Options{Dir: filepath.Join(cfg.StateDir, "workspace")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if got, err := store.ReadFile("s1", "", "outputs/f", 0); err != nil || string(got) != "kept" {
+		t.Errorf("store has s1/outputs/f = %q, %v after serve stopped; want kept", got, err)
+	}
 }
