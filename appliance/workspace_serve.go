@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
+	"time"
 
 	"hearth/fs"
 	"hearth/fs/remote"
@@ -61,6 +63,11 @@ func ServeWorkspace(ctx context.Context, cfg Config, log *slog.Logger, ready fun
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	release, err := holdSocket(cfg)
+	if err != nil {
+		return err
+	}
+	defer release()
 	store, err := fs.Open(fs.Options{Dir: filepath.Join(cfg.StateDir, "workspace")})
 	if err != nil {
 		return err
@@ -83,4 +90,36 @@ func ServeWorkspace(ctx context.Context, cfg Config, log *slog.Logger, ready fun
 		srv.Close()
 		return <-done
 	}
+}
+
+// holdSocket takes the daemon's API socket, as the daemon does, so that
+// the store is never opened by this and a daemon at once (either refuses
+// while the other answers there). Connections to it are closed at once:
+// the API is not served.
+func holdSocket(cfg Config) (func(), error) {
+	sock := cfg.SocketPath()
+	if c, err := net.DialTimeout("unix", sock, 200*time.Millisecond); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("a hearth daemon holds the workspace (it answers on %s): set workspace.listen in its config instead, or stop it first", sock)
+	}
+	os.Remove(sock) // stale socket from a crash
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state_dir: %w", err)
+	}
+	ln, err := listenPrivate(sock)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", sock, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return func() { ln.Close(); <-done; os.Remove(sock) }, nil
 }

@@ -155,3 +155,20 @@ func TestServeWorkspaceAlone(t *testing.T) {
 		t.Errorf("store has s1/outputs/f = %q, %v after serve stopped; want kept", got, err)
 	}
 }
+
+// TestServeWorkspaceRefusedBesideDaemon: the store is never opened by a
+// daemon and by hearth workspace serve at once.
+func TestServeWorkspaceRefusedBesideDaemon(t *testing.T) {
+	d, _ := startDaemon(t)
+	cfg := d.cfg
+	key := filepath.Join(t.TempDir(), "node.key")
+	if _, err := remote.GenerateKey(key); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Workspace.Listen, cfg.Workspace.NodeKeys = "127.0.0.1:0", key+".pub"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := ServeWorkspace(ctx, cfg, nil, nil); err == nil {
+		t.Fatalf("ServeWorkspace beside a running daemon succeeded")
+	}
+}
