@@ -45,6 +45,8 @@ func TestLoadConfig(t *testing.T) {
 		{"provider relative prices", "[providers.openai]\nprices = \"p.toml\"\n", "providers.openai.prices"},
 		{"bad unpriced", "[model]\nunpriced = \"warn\"\n", `model.unpriced = "warn": must be "fallback" or "refuse"`},
 		{"credits typo", "[credits]\nenable = true\n", "unknown key credits.enable"},
+		{"workspace listen", "[workspace]\nlisten = \"0.0.0.0:7722\"\nnode_keys = \"/etc/hearth/node_keys\"\n", ""},
+		{"workspace listen without keys", "[workspace]\nlisten = \"0.0.0.0:7722\"\n", "workspace.node_keys"},
 		{"api", "[api]\ntcp = \"127.0.0.1:7780\"\ntoken_file = \"/etc/hearth/token\"\n", ""},
 		{"api no port", "[api]\ntcp = \"127.0.0.1\"\n", "api.tcp = \"127.0.0.1\": write it as host:port"},
 		{"api host name", "[api]\ntcp = \"example.org:80\"\n", "must be an IP address or localhost"},

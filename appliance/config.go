@@ -215,6 +215,12 @@ type WorkspaceConfig struct {
 	// 0 or absent: the defaults, 1GiB and 10000.
 	UploadBytes Size  `toml:"upload_bytes"`
 	UploadFiles int64 `toml:"upload_files"`
+	// Listen is a host:port to serve the workspace on to other nodes
+	// (SFTP over SSH, mounted there with sshfs: docs/cluster.md); empty:
+	// not served. NodeKeys is then required: an authorized_keys file,
+	// one key per node.
+	Listen   string `toml:"listen"`
+	NodeKeys string `toml:"node_keys"`
 }
 
 // Default workspace quotas; see WorkspaceConfig.
@@ -428,6 +434,9 @@ func (c Config) Validate() error {
 	}
 	if c.Workspace.UploadBytes < 0 || c.Workspace.UploadFiles < 0 {
 		return errors.New("workspace.upload_bytes and workspace.upload_files: must not be negative (0: the defaults, 1GiB and 10000)")
+	}
+	if c.Workspace.Listen != "" && (c.Workspace.NodeKeys == "" || !filepath.IsAbs(c.Workspace.NodeKeys)) {
+		return fmt.Errorf("workspace.node_keys = %q: workspace.listen needs the absolute path of an authorized_keys file with one key per node", c.Workspace.NodeKeys)
 	}
 	if c.Workspace.SessionBytes < 0 || c.Workspace.SessionFiles < 0 {
 		return errors.New("workspace.session_bytes and workspace.session_files: must not be negative (0: no limit)")

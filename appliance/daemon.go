@@ -25,6 +25,7 @@ type Daemon struct {
 	cfg    Config
 	store  *fs.Store
 	view   *fs.View
+	wsAddr string // where the workspace is served to nodes; "" not served
 	images *imageService
 	sbx    *sandboxManager
 	ports  *previews // the sandboxes' exposed ports
@@ -193,7 +194,7 @@ func (d *Daemon) openWorkspace(context.Context) error {
 	}
 	d.undo.push("workspace view", d.view.Unmount)
 	d.watchWorkspaceHealth(store)
-	return nil
+	return d.serveWorkspace(store)
 }
 
 // openDriver opens the image cache and the machine driver of the tier

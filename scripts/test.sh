@@ -27,8 +27,9 @@ ensure_packages python3
 ensure_packages postgresql
 # bubblewrap: the sandbox-create benchmark measures bwrap beside Hearth.
 # bash-completion: the generated bash completion script is run in a real
-# bash, which needs its helpers. sshfs: nodes mount the served workspace.
-ensure_packages bubblewrap bash-completion sshfs
+# bash, which needs its helpers. sshfs, openssh-client: nodes mount the
+# served workspace over SFTP.
+ensure_packages bubblewrap bash-completion sshfs openssh-client
 ensure_command node nodejs
 ensure_command npm npm
 (cd sdk/typescript && npm install --no-audit --no-fund --loglevel=error)

@@ -28,6 +28,7 @@ func workspaceCmd() *command {
 		return args
 	}
 	return &command{name: "workspace", summary: "the shared workspace: sessions, snapshots, archives", example: "hearth workspace ls\nhearth workspace snapshot work before-refactor", aliases: []string{"ws"}, wrap: notFoundHint, subs: []*command{
+		workspaceServeCmd(),
 		{name: "ls", example: "hearth workspace ls\nhearth workspace ls --json", summary: "list sessions", setup: func(fl *flag.FlagSet) action {
 			asJSON := jsonFlag(fl)
 			return func(inv *env) error {
