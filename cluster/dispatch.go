@@ -155,7 +155,7 @@ func (w *dispatchWorker) Work(ctx context.Context, job *river.Job[dispatchArgs])
 	}
 	defer func() { <-m.slots }()
 	if m.fence.Err() != nil {
-		return river.JobCancel(ErrFenced)
+		return river.JobSnooze(busyRetry) // for another node
 	}
 	_, err := m.pool.Exec(ctx, `INSERT INTO hearth_cluster_run (job_id, execution, attempt, node, incarnation) VALUES ($1, $2, $3, $4, $5)`,
 		job.ID, job.Args.Execution, job.Args.Attempt, m.node.ID, m.incarnation)

@@ -94,6 +94,16 @@ func (m *Member) loseLease(why error) {
 	}
 	m.opts.Logger.Error("cluster node fenced: its runs are cancelled", "node", m.node.ID, "why", why)
 	m.fenced()
+	// Take no more jobs: the cluster is about to requeue this node's.
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), finishTimeout)
+		defer cancel()
+		if err := m.client.Stop(ctx); err != nil {
+			m.opts.Logger.Warn("cluster stop river on fence", "node", m.node.ID, "err", err)
+		}
+	}()
 }
 
 // Nodes lists every node that ever joined, live or dead.

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -50,7 +49,7 @@ type scheduleWorker struct {
 
 func (w *scheduleWorker) Work(ctx context.Context, job *river.Job[scheduleArgs]) error {
 	if w.m.fence.Err() != nil {
-		return errors.Join(ErrFenced, errors.New("schedule firing left for another node"))
+		return river.JobSnooze(busyRetry) // for another node
 	}
 	return w.m.hooks.Schedule(ctx, Fired{Schedule: job.Args.Schedule, Due: job.Args.Due, Payload: job.Args.Payload})
 }
