@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
@@ -174,44 +173,56 @@ func (w *dispatchWorker) Work(ctx context.Context, job *river.Job[dispatchArgs])
 	if m.fence.Err() != nil || m.ctx.Err() != nil {
 		return river.JobCancel(fmt.Errorf("execution %s: %w", a.Execution, errors.Join(ErrFenced, runErr)))
 	}
-	return w.finish(ctx, a, runErr)
+	return w.finish(ctx, job, runErr)
 }
 
 // finishTimeout bounds recording a run's outcome across a database
 // restart.
 const finishTimeout = time.Minute
 
-// finish records the run's outcome; a run already ended (declared lost)
-// is not overwritten.
-func (w *dispatchWorker) finish(ctx context.Context, a Assignment, runErr error) error {
+// finish records the run's outcome and completes its River job in one
+// transaction, retried while the database restarts, so the two agree: an
+// execution that failed is still a dispatch done. A run already ended
+// (declared lost) is not overwritten.
+func (w *dispatchWorker) finish(ctx context.Context, job *river.Job[dispatchArgs], runErr error) error {
 	outcome := "ok"
 	if runErr != nil {
 		outcome = "error: " + runErr.Error()
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	var tag pgconn.CommandTag
-	var err error
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		tag, err = w.m.pool.Exec(ctx, `UPDATE hearth_cluster_run SET ended_at = now(), outcome = $2 WHERE job_id = $1 AND ended_at IS NULL`, a.JobID, outcome)
-		if err == nil || ctx.Err() != nil {
-			break
+		err := w.record(ctx, job, outcome)
+		if err == nil || errors.Is(err, ErrFenced) || ctx.Err() != nil {
+			if err != nil {
+				return river.JobCancel(fmt.Errorf("record end of execution %s: %w", job.Args.Execution, err))
+			}
+			return nil
 		}
 		// The database may be restarting: the outcome must land.
-		w.m.opts.Logger.Warn("cluster record end of run", "execution", a.Execution, "err", err)
+		w.m.opts.Logger.Warn("cluster record end of run", "execution", job.Args.Execution, "err", err)
 		select {
 		case <-ctx.Done():
 		case <-time.After(wait):
 		}
 	}
+}
+
+func (w *dispatchWorker) record(ctx context.Context, job *river.Job[dispatchArgs], outcome string) error {
+	tx, err := w.m.pool.Begin(ctx)
 	if err != nil {
-		return river.JobCancel(fmt.Errorf("record end of execution %s: %w", a.Execution, err))
+		return err
+	}
+	defer tx.Rollback(ctx)
+	tag, err := tx.Exec(ctx, `UPDATE hearth_cluster_run SET ended_at = now(), outcome = $2 WHERE job_id = $1 AND ended_at IS NULL`, job.ID, outcome)
+	if err != nil {
+		return err
 	}
 	if tag.RowsAffected() == 0 {
-		return river.JobCancel(fmt.Errorf("execution %s: %w: its run was declared lost", a.Execution, ErrFenced))
+		return fmt.Errorf("%w: its run was declared lost", ErrFenced)
 	}
-	if runErr != nil {
-		return river.JobCancel(runErr)
+	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+		return err
 	}
-	return nil
+	return tx.Commit(ctx)
 }
