@@ -155,6 +155,11 @@ func quietLogger() *slog.Logger {
 // would be, and leaves at cleanup.
 func join(t *testing.T, url string, n cluster.Node, r *recorder, opts cluster.Options) *cluster.Member {
 	t.Helper()
+	return joinWith(t, url, n, r, r.hooks(), opts)
+}
+
+func joinWith(t *testing.T, url string, n cluster.Node, r *recorder, hooks cluster.Hooks, opts cluster.Options) *cluster.Member {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	pool, err := pgxpool.New(ctx, url)
@@ -165,7 +170,7 @@ func join(t *testing.T, url string, n cluster.Node, r *recorder, opts cluster.Op
 	r.images[n.ID] = n.Images
 	r.mu.Unlock()
 	opts.Logger = quietLogger()
-	m, err := cluster.Join(ctx, pool, n, r.hooks(), opts)
+	m, err := cluster.Join(ctx, pool, n, hooks, opts)
 	if err != nil {
 		pool.Close()
 		t.Fatalf("join %s: %v", n.ID, err)

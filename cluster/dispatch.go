@@ -7,12 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivertype"
 )
 
 // Job is an execution to run on some node that has its image.
@@ -82,8 +83,11 @@ func (m *Member) newClient() (*river.Client[pgx.Tx], error) {
 // image. It returns once the job is committed. Enqueueing the same
 // execution again while its job exists is a no-op.
 func (m *Member) Enqueue(ctx context.Context, j Job) error {
-	if j.Execution == "" || j.Image == "" {
-		return fmt.Errorf("%w: give both an execution id and an image", ErrBadJob)
+	if err := checkName("execution id", j.Execution); err != nil {
+		return err
+	}
+	if err := checkName("image", j.Image); err != nil {
+		return err
 	}
 	var n int
 	err := m.pool.QueryRow(ctx, `SELECT count(*) FROM hearth_cluster_node WHERE dead_at IS NULL AND $1 = ANY(images)`, j.Image).Scan(&n)
@@ -96,6 +100,24 @@ func (m *Member) Enqueue(ctx context.Context, j Job) error {
 	_, err = m.client.Insert(ctx, dispatchArgs{Execution: j.Execution, Image: j.Image, Attempt: 1, Payload: j.Payload}, dispatchOpts(j.Image))
 	if err != nil {
 		return fmt.Errorf("enqueue execution %s: %w", j.Execution, err)
+	}
+	return nil
+}
+
+// maxName bounds execution ids, images and schedule ids: they are keys,
+// not documents.
+const maxName = 512
+
+// checkName refuses what PostgreSQL's text cannot hold (NUL, invalid
+// UTF-8) and what no id needs (empty, over maxName bytes).
+func checkName(what, s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: give a %s", ErrBadJob, what)
+	case len(s) > maxName:
+		return fmt.Errorf("%w: %s of %d bytes: at most %d", ErrBadJob, what, len(s), maxName)
+	case !utf8.ValidString(s) || strings.ContainsRune(s, 0):
+		return fmt.Errorf("%w: %s %q: use valid UTF-8 without NUL", ErrBadJob, what, s)
 	}
 	return nil
 }
@@ -115,6 +137,9 @@ func (m *Member) requeue(ctx context.Context, tx pgx.Tx, lost []Assignment, exec
 		if !ok {
 			return fmt.Errorf("requeue execution %s: %w: it was not among the lost runs", e, ErrBadJob)
 		}
+		if a.Image == "" {
+			return fmt.Errorf("requeue execution %s: %w: its job's image is gone (River cleaned it)", e, ErrBadJob)
+		}
 		args := dispatchArgs{Execution: a.Execution, Image: a.Image, Attempt: a.Attempt + 1, Payload: a.Payload}
 		if _, err := m.client.InsertTx(ctx, tx, args, dispatchOpts(a.Image)); err != nil {
 			return fmt.Errorf("requeue execution %s: %w", e, err)
@@ -123,12 +148,16 @@ func (m *Member) requeue(ctx context.Context, tx pgx.Tx, lost []Assignment, exec
 	return nil
 }
 
-func assignmentOf(job *rivertype.JobRow) (Assignment, error) {
+// decodeArgs reads a dispatch job's arguments as stored by River.
+func decodeArgs(b []byte) (dispatchArgs, error) {
 	var args dispatchArgs
-	if err := json.Unmarshal(job.EncodedArgs, &args); err != nil {
-		return Assignment{}, fmt.Errorf("decode job %d: %w", job.ID, err)
+	if err := json.Unmarshal(b, &args); err != nil {
+		return dispatchArgs{}, fmt.Errorf("decode dispatch job: %w", err)
 	}
-	return Assignment{Execution: args.Execution, Image: args.Image, Payload: args.Payload, Attempt: args.Attempt, JobID: job.ID}, nil
+	if checkName("execution id", args.Execution) != nil || checkName("image", args.Image) != nil || args.Attempt < 1 {
+		return dispatchArgs{}, fmt.Errorf("decode dispatch job: %w: execution %q, image %q, attempt %d", ErrBadJob, args.Execution, args.Image, args.Attempt)
+	}
+	return args, nil
 }
 
 type dispatchWorker struct {
@@ -147,6 +176,9 @@ const busyRetry = 500 * time.Millisecond
 // never retries it on its own.
 func (w *dispatchWorker) Work(ctx context.Context, job *river.Job[dispatchArgs]) error {
 	m := w.m
+	if _, err := decodeArgs(job.EncodedArgs); err != nil {
+		return river.JobCancel(err) // never ran; nothing to hand over
+	}
 	select {
 	case m.slots <- struct{}{}:
 	default:

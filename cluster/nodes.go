@@ -207,29 +207,28 @@ func (m *Member) declareDead(ctx context.Context, id, incarnation string) error 
 // RescueStuckJobsAfter).
 func (m *Member) endLostRuns(ctx context.Context, tx pgx.Tx, id, incarnation string) ([]Assignment, error) {
 	rows, err := tx.Query(ctx, `UPDATE hearth_cluster_run SET ended_at = now(), outcome = 'lost'
-		WHERE node = $1 AND incarnation = $2 AND ended_at IS NULL RETURNING job_id`, id, incarnation)
+		WHERE node = $1 AND incarnation = $2 AND ended_at IS NULL RETURNING job_id, execution, attempt`, id, incarnation)
 	if err != nil {
 		return nil, fmt.Errorf("end lost runs: %w", err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	lost, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Assignment, error) {
+		a := Assignment{Node: id}
+		return a, r.Scan(&a.JobID, &a.Execution, &a.Attempt)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("end lost runs: %w", err)
 	}
-	var lost []Assignment
 	params := &riverdriver.JobSetStateIfRunningManyParams{}
 	now := time.Now()
-	for _, jobID := range ids {
-		job, err := m.client.JobGetTx(ctx, tx, jobID)
-		if err != nil {
-			return nil, fmt.Errorf("end lost run of job %d: %w", jobID, err)
+	for i, a := range lost {
+		// The run row names the execution; image and payload are the
+		// job's (kept by River's cleaner for a day after it ends).
+		if job, err := m.client.JobGetTx(ctx, tx, a.JobID); err == nil {
+			if args, err := decodeArgs(job.EncodedArgs); err == nil {
+				lost[i].Image, lost[i].Payload = args.Image, args.Payload
+			}
 		}
-		a, err := assignmentOf(job)
-		if err != nil {
-			return nil, err
-		}
-		a.Node = id
-		lost = append(lost, a)
-		params.ID = append(params.ID, jobID)
+		params.ID = append(params.ID, a.JobID)
 		params.Attempt = append(params.Attempt, nil)
 		params.ErrData = append(params.ErrData, nil)
 		params.FinalizedAt = append(params.FinalizedAt, &now)

@@ -25,8 +25,11 @@ func (scheduleArgs) Kind() string { return "hearth_schedule" }
 // (schedule, due) pair queues a firing; Hooks.Schedule runs it once, on
 // any node. It reports whether this call was the first.
 func (m *Member) Fire(ctx context.Context, schedule string, due time.Time, payload []byte) (bool, error) {
-	if schedule == "" || due.IsZero() {
-		return false, fmt.Errorf("%w: fire needs a schedule id and a due time", ErrBadJob)
+	if err := checkName("schedule id", schedule); err != nil {
+		return false, err
+	}
+	if due.IsZero() {
+		return false, fmt.Errorf("%w: fire schedule %s: give its due time", ErrBadJob, schedule)
 	}
 	// The payload is left out of the unique key (river:"unique" tags):
 	// two nodes holding different versions of a schedule still fire its
