@@ -203,14 +203,22 @@ func (m *Member) ID() string { return m.node.ID }
 // more; the daemon should Close and Join again.
 func (m *Member) Fenced() <-chan struct{} { return m.fence.Done() }
 
-// Close leaves the cluster: it stops taking jobs, waits (bounded by ctx)
-// for its runs to end, then declares itself dead so runs still going are
-// handed to NodeDead.
+// Close leaves the cluster: it stops taking jobs and waits, bounded by
+// ctx, for its runs to end; then it cancels those still going and
+// declares itself dead (bounded apart from ctx, since it must happen),
+// so runs it could not finish are handed to NodeDead, not forgotten.
 func (m *Member) Close(ctx context.Context) error {
 	stopErr := m.client.Stop(ctx)
 	m.cancel()
+	select {
+	case <-m.client.Stopped():
+	case <-time.After(m.opts.DeadAfter / 3):
+		// A Run hook ignoring its context: leave it to NodeDead.
+	}
 	m.wg.Wait()
-	if err := m.declareDead(ctx, m.node.ID, m.incarnation); err != nil {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	if err := m.declareDead(dctx, m.node.ID, m.incarnation); err != nil {
 		return fmt.Errorf("leave node %s: %w", m.node.ID, err)
 	}
 	if stopErr != nil {

@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -127,4 +128,32 @@ func TestRestartedNodeHandsOverItsOldRuns(t *testing.T) {
 		t.Errorf("NodeDead calls %v, lost %+v: want a's old run of e1 handed over on rejoin", r.dead, r.lost)
 	}
 	close(r.release)
+}
+
+// TestCloseHandsOverUnfinishedRuns: a node leaving while a run goes on
+// past Close's bound stops the run and hands it to NodeDead.
+func TestCloseHandsOverUnfinishedRuns(t *testing.T) {
+	_, url := startDB(t)
+	r := newRecorder()
+	r.release = make(chan struct{})
+	defer close(r.release)
+	m := join(t, url, cluster.Node{ID: "a", Capacity: 1, Images: []string{"img"}}, r, cluster.Options{Heartbeat: 300 * time.Millisecond, DeadAfter: 3 * time.Second})
+	ctx := bg(t)
+	if err := m.Enqueue(ctx, cluster.Job{Execution: "e1", Image: "img"}); err != nil {
+		t.Fatal(err)
+	}
+	r.waitFor(t, 60*time.Second, "e1 running", func() bool { return len(r.runs) == 1 })
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if err := m.Close(short); err == nil {
+		t.Error("Close returned no error though a run outlived its bound")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.dead["a"] != 1 || len(r.lost["a"]) != 1 || r.lost["a"][0].Execution != "e1" {
+		t.Errorf("NodeDead calls %v, lost %+v: want e1 handed over on leave", r.dead, r.lost)
+	}
+	if runs := r.runs["e1"]; runs[0].returned.IsZero() || runs[0].err == nil {
+		t.Errorf("e1's run was not stopped: %+v", runs)
+	}
 }
