@@ -2,8 +2,11 @@ package cluster_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"hearth/cluster"
 )
@@ -15,6 +18,7 @@ import (
 // unfinished run handed to NodeDead and requeued elsewhere only after the
 // first attempt stopped, while the other nodes' runs go on and end well.
 func TestDeadNodeHandledOnce(t *testing.T) {
+	// The leader killed for real (no resignation) is TestKilledLeaderProcess.
 	for _, how := range []string{"crash", "partition"} {
 		t.Run(how, func(t *testing.T) { testDeadNode(t, how) })
 	}
@@ -42,10 +46,11 @@ func testDeadNode(t *testing.T, how string) {
 		}
 	}
 	r.waitFor(t, 60*time.Second, "3 runs going, one per node", func() bool { return len(r.runs) == 3 })
+	dead := "b"
 	var victim string
 	r.mu.Lock()
 	for e, runs := range r.runs {
-		if runs[0].a.Node == "b" {
+		if runs[0].a.Node == dead {
 			victim = e
 		}
 	}
@@ -53,21 +58,21 @@ func testDeadNode(t *testing.T, how string) {
 	stopped := time.Now()
 	switch how {
 	case "crash":
-		members["b"].Crash()
+		members[dead].Crash()
 	case "partition":
-		members["b"].PauseHeartbeats()
+		members[dead].PauseHeartbeats()
 	}
-	r.waitFor(t, deadAfter+failoverBound, "node b declared dead", func() bool { return r.dead["b"] > 0 })
+	r.waitFor(t, deadAfter+failoverBound, "node "+dead+" declared dead", func() bool { return r.dead[dead] > 0 })
 	r.mu.Lock()
-	took := r.deadAt["b"].Sub(stopped)
+	took := r.deadAt[dead].Sub(stopped)
 	r.mu.Unlock()
-	t.Logf("node b declared dead %v after it stopped (DeadAfter %v)", took.Round(time.Millisecond), deadAfter)
+	t.Logf("node %s declared dead %v after it stopped (DeadAfter %v)", dead, took.Round(time.Millisecond), deadAfter)
 	if took < deadAfter*2/3 {
-		t.Errorf("node b declared dead after %v, before its lease could end", took)
+		t.Errorf("node %s declared dead after %v, before its lease could end", dead, took)
 	}
 	if how == "partition" {
 		select {
-		case <-members["b"].Fenced():
+		case <-members[dead].Fenced():
 		default:
 			t.Error("the partitioned node did not fence itself")
 		}
@@ -77,15 +82,15 @@ func testDeadNode(t *testing.T, how string) {
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.dead["b"] != 1 || r.dead["a"] != 0 || r.dead["c"] != 0 {
-		t.Errorf("NodeDead calls %v, want b once", r.dead)
+	if len(r.dead) != 1 || r.dead[dead] != 1 {
+		t.Errorf("NodeDead calls %v, want %s once", r.dead, dead)
 	}
-	if lost := r.lost["b"]; len(lost) != 1 || lost[0].Execution != victim || lost[0].Attempt != 1 {
-		t.Errorf("lost on b: %+v, want %s attempt 1", lost, victim)
+	if lost := r.lost[dead]; len(lost) != 1 || lost[0].Execution != victim || lost[0].Attempt != 1 {
+		t.Errorf("lost on %s: %+v, want %s attempt 1", dead, lost, victim)
 	}
 	runs := r.runs[victim]
-	if len(runs) != 2 || runs[0].err == nil || runs[1].err != nil || runs[1].a.Attempt != 2 || runs[1].a.Node == "b" {
-		t.Fatalf("runs of %s: %+v, want a stopped first attempt on b and a second that ended well elsewhere", victim, runs)
+	if len(runs) != 2 || runs[0].err == nil || runs[1].err != nil || runs[1].a.Attempt != 2 || runs[1].a.Node == dead {
+		t.Fatalf("runs of %s: %+v, want a stopped first attempt on %s and a second that ended well elsewhere", victim, runs, dead)
 	}
 	if runs[0].returned.IsZero() || !runs[0].returned.Before(runs[1].started) {
 		t.Errorf("%s ran on two nodes at once: first returned %v, second started %v", victim, runs[0].returned, runs[1].started)
@@ -100,7 +105,7 @@ func testDeadNode(t *testing.T, how string) {
 		t.Fatal(err)
 	}
 	for _, n := range nodes {
-		if (n.ID == "b") == n.Dead.IsZero() {
+		if (n.ID == dead) == n.Dead.IsZero() {
 			t.Errorf("node %s: dead at %v", n.ID, n.Dead)
 		}
 	}
@@ -156,4 +161,26 @@ func TestCloseHandsOverUnfinishedRuns(t *testing.T) {
 	if runs := r.runs["e1"]; runs[0].returned.IsZero() || runs[0].err == nil {
 		t.Errorf("e1's run was not stopped: %+v", runs)
 	}
+}
+
+// leader is the node whose River client leads, from River's own table.
+func leader(t *testing.T, url string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var id string
+	for ctx.Err() == nil {
+		if err := pool.QueryRow(ctx, `SELECT leader_id FROM river_leader`).Scan(&id); err == nil {
+			node, _, _ := strings.Cut(id, "-")
+			return node
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal("no River leader elected in 30s")
+	return ""
 }
