@@ -1,7 +1,9 @@
 package cluster
 
 // Crash stops the member as kill -9 would stop its process: heartbeats
-// and River stop at once, nothing is recorded, nobody is told.
+// and runs stop at once and nothing of the cluster's is recorded, except
+// that River, its context cancelled, resigns leadership (a real SIGKILL
+// is TestKilledLeaderProcess).
 func (m *Member) Crash() { m.cancel() }
 
 // PauseHeartbeats stops heartbeats only, as a network partition between
