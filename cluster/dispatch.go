@@ -188,13 +188,21 @@ func (w *dispatchWorker) Work(ctx context.Context, job *river.Job[dispatchArgs])
 	if m.fence.Err() != nil {
 		return river.JobSnooze(busyRetry) // for another node
 	}
-	_, err := m.pool.Exec(ctx, `INSERT INTO hearth_cluster_run (job_id, execution, attempt, node, incarnation) VALUES ($1, $2, $3, $4, $5)`,
+	// A row may exist from a take whose insert committed but whose answer
+	// was lost (then nothing ran): it is taken over unless already
+	// handed to NodeDead.
+	tag, err := m.pool.Exec(ctx, `INSERT INTO hearth_cluster_run (job_id, execution, attempt, node, incarnation) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (job_id) DO UPDATE SET node = EXCLUDED.node, incarnation = EXCLUDED.incarnation, started_at = now()
+		WHERE hearth_cluster_run.ended_at IS NULL`,
 		job.ID, job.Args.Execution, job.Args.Attempt, m.node.ID, m.incarnation)
 	if err != nil {
 		// Nothing ran yet: put the job back (the database may be
 		// restarting), to be taken again by any node.
 		m.opts.Logger.Warn("cluster record run", "execution", job.Args.Execution, "err", err)
 		return river.JobSnooze(busyRetry)
+	}
+	if tag.RowsAffected() == 0 {
+		return river.JobCancel(fmt.Errorf("execution %s attempt %d: %w: already handed to NodeDead", job.Args.Execution, job.Args.Attempt, ErrFenced))
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
