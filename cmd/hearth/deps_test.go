@@ -92,6 +92,15 @@ func TestImportRules(t *testing.T) {
 			if imp == dashboard && pkg != "hearth/appliance" {
 				t.Errorf("%s imports %s: only the appliance serves the dashboard", pkg, imp)
 			}
+			// The cluster (nodes, dispatch on River) is wired by the
+			// appliance alone, and knows nothing of Hearth's packages:
+			// what it runs it hands to the appliance's hooks.
+			if imp == "hearth/cluster" && pkg != "hearth/appliance" {
+				t.Errorf("%s imports %s: only the appliance wires the cluster", pkg, imp)
+			}
+			if pkg == "hearth/cluster" && strings.HasPrefix(imp, "hearth/") {
+				t.Errorf("%s imports %s: the cluster reaches Hearth only through its hooks", pkg, imp)
+			}
 			if imp == scripted && !scriptedUsers[pkg] {
 				t.Errorf("%s imports %s: the scripted model is for the demo command and tests, never for what runs agents", pkg, imp)
 			}
