@@ -40,7 +40,7 @@ type Driver struct {
 	ids  IDPool     // where machines' host ids come from; see ids.go
 	idMu sync.Mutex // serialises reserving ranges
 
-	warm *warmPool // jails prepared ahead of time (warm.go); nil: none
+	warm *sparePool // jails prepared ahead of time (warm.go); nil: none
 }
 
 var _ vmm.Driver = (*Driver)(nil)
@@ -97,7 +97,7 @@ func (d *Driver) record(id, kind, detail string) { d.audit.Record(id, kind, deta
 // machine is left in them.
 func (d *Driver) Close() error {
 	if d.warm != nil {
-		d.warm.close()
+		d.warm.Close()
 	}
 	removeCgroupParent(d.cgroups)
 	return d.audit.Close()

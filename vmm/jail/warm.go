@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -70,28 +69,15 @@ func shapeOf(spec vmm.Spec) (shape, bool) {
 		rootID: fmt.Sprintf("%d:%d:%d.%d", st.Dev, st.Ino, st.Mtim.Sec, st.Mtim.Nsec)}, true
 }
 
-// spare is a jail being prepared or prepared.
-type spare struct {
-	shape shape
-	m     *machine
-	ctrl  *os.File      // the agent waits for its claim here
-	ready chan struct{} // closed when preparing has ended; err says how
-	err   error
+// prepared is a jail prepared ahead of time: its machine, and the socket
+// its agent waits for its claim on.
+type prepared struct {
+	m    *machine
+	ctrl *os.File
 }
 
-// warmPool holds the spares.
-type warmPool struct {
-	d      *Driver
-	n      int // spares kept per shape
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	mu     sync.Mutex
-	closed bool
-	spares []*spare // oldest first
-	recent []shape  // shapes last created, most recent first
-}
+// sparePool is the driver's pool of prepared jails.
+type sparePool = vmm.Spares[shape, *prepared]
 
 // SetWarm keeps n jails prepared ahead of time for each of the last few
 // shapes of machine created (0: none, the default). Call it once, before
@@ -100,8 +86,7 @@ func (d *Driver) SetWarm(n int) {
 	if n <= 0 || d.warm != nil {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	d.warm = &warmPool{d: d, n: n, ctx: ctx, cancel: cancel}
+	d.warm = vmm.NewSpares(n, warmShapes, d.prepareTimed, (*prepared).destroy)
 }
 
 func (d *Driver) sparesDir() string { return filepath.Join(d.dir, "spares") }
@@ -120,145 +105,30 @@ func (d *Driver) Warm(ctx context.Context, spec vmm.Spec) error {
 	if !ok {
 		return fmt.Errorf("jail driver: machines with a workspace or without a root (%s) are not prepared ahead of time", spec.RootFS)
 	}
-	d.warm.used(s)
-	return d.warm.waitReady(ctx, s)
-}
-
-// waitReady waits until a spare of shape s is ready.
-func (p *warmPool) waitReady(ctx context.Context, s shape) error {
-	for {
-		p.mu.Lock()
-		var pending *spare
-		for _, sp := range p.spares {
-			if sp.shape != s {
-				continue
-			}
-			select {
-			case <-sp.ready:
-				if sp.err == nil {
-					p.mu.Unlock()
-					return nil
-				}
-			default:
-				pending = sp
-			}
-		}
-		p.mu.Unlock()
-		if pending == nil {
-			return errors.New("jail driver: no spare is being prepared (the driver is closed, or preparing failed: see the audit log)")
-		}
-		select {
-		case <-pending.ready:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// take removes a spare of shape s from the pool; nil if there is none.
-func (p *warmPool) take(s shape) *spare {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i, sp := range p.spares {
-		if sp.shape == s {
-			p.spares = append(p.spares[:i], p.spares[i+1:]...)
-			return sp
-		}
+	d.warm.Used(s)
+	if err := d.warm.WaitReady(ctx, s); err != nil {
+		return fmt.Errorf("jail driver: %w: see the audit log", err)
 	}
 	return nil
 }
 
-// used notes that a machine of shape s was created, drops spares of
-// shapes no longer recent, and prepares spares of s until there are n.
-func (p *warmPool) used(s shape) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return
+// prepareTimed prepares a spare of shape s within spareTimeout, and
+// says how it went in the audit log.
+func (d *Driver) prepareTimed(ctx context.Context, s shape) (*prepared, error) {
+	ctx, cancel := context.WithTimeout(ctx, spareTimeout)
+	defer cancel()
+	start := time.Now()
+	m, ctrl, err := d.prepareSpare(ctx, s)
+	if err != nil {
+		d.record("spare", "destroy", "a spare was not prepared: "+err.Error())
+		return nil, err
 	}
-	recent := []shape{s}
-	for _, r := range p.recent {
-		if r != s && len(recent) < warmShapes {
-			recent = append(recent, r)
-		}
-	}
-	p.recent = recent
-	have := 0
-	keep := p.spares[:0]
-	for _, sp := range p.spares {
-		switch {
-		case sp.shape == s:
-			have++
-			keep = append(keep, sp)
-		case p.isRecent(sp.shape):
-			keep = append(keep, sp)
-		default:
-			p.discard(sp, "its shape was not used lately")
-		}
-	}
-	p.spares = keep
-	for ; have < p.n; have++ {
-		p.spares = append(p.spares, p.prepare(s))
-	}
-}
-
-func (p *warmPool) isRecent(s shape) bool {
-	for _, r := range p.recent {
-		if r == s {
-			return true
-		}
-	}
-	return false
-}
-
-// prepare starts preparing a spare of shape s. Called with p.mu held.
-func (p *warmPool) prepare(s shape) *spare {
-	sp := &spare{shape: s, ready: make(chan struct{})}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		defer close(sp.ready)
-		ctx, cancel := context.WithTimeout(p.ctx, spareTimeout)
-		defer cancel()
-		start := time.Now()
-		sp.m, sp.ctrl, sp.err = p.d.prepareSpare(ctx, s)
-		if sp.err != nil {
-			p.d.record("spare", "destroy", "a spare was not prepared: "+sp.err.Error())
-			return
-		}
-		p.d.record(sp.m.id, "spare", fmt.Sprintf("prepared in %v", time.Since(start).Round(time.Microsecond)))
-	}()
-	return sp
-}
-
-// discard destroys a spare once it is prepared.
-func (p *warmPool) discard(sp *spare, why string) {
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		<-sp.ready
-		sp.destroy(why)
-	}()
-}
-
-// close stops the preparations and destroys every spare.
-func (p *warmPool) close() {
-	p.mu.Lock()
-	p.closed = true
-	for _, sp := range p.spares {
-		p.discard(sp, "the driver closed")
-	}
-	p.spares = nil
-	p.mu.Unlock()
-	p.cancel()
-	p.wg.Wait()
+	d.record(m.id, "spare", fmt.Sprintf("prepared in %v", time.Since(start).Round(time.Microsecond)))
+	return &prepared{m: m, ctrl: ctrl}, nil
 }
 
 // destroy ends a spare's agent and removes what it was made of.
-func (sp *spare) destroy(why string) {
-	if sp.m == nil {
-		return
-	}
+func (sp *prepared) destroy(why string) {
 	sp.ctrl.Close() // the agent, waiting for its claim, ends with it too
 	if err := sp.m.Destroy(context.Background()); err != nil {
 		sp.m.d.record(sp.m.id, "destroy", fmt.Sprintf("spare (%s): %v", why, err))
@@ -331,24 +201,24 @@ func (d *Driver) claimSpare(ctx context.Context, spec vmm.Spec, dir string) (*ma
 	if !ok || d.warm == nil {
 		return nil, nil
 	}
-	defer d.warm.used(s)
+	defer d.warm.Used(s)
 	if _, reserved := d.readIDs(spec.ID); reserved {
 		return nil, nil // ids reserved for a workspace view: see above
 	}
-	sp := d.warm.take(s)
+	sp := d.warm.Take(s)
 	if sp == nil {
 		return nil, nil
 	}
 	select {
-	case <-sp.ready:
+	case <-sp.Ready():
 	case <-ctx.Done():
-		d.warm.discard(sp, "the create it was waited for was cancelled")
+		d.warm.Discard(sp, "the create it was waited for was cancelled")
 		return nil, ctx.Err()
 	}
-	if sp.err != nil {
+	if sp.Err != nil {
 		return nil, nil
 	}
-	m, err := d.takeSpare(ctx, sp, spec, dir)
+	m, err := d.takeSpare(ctx, sp.M, spec, dir)
 	if err == nil || ctx.Err() != nil {
 		return m, err
 	}
@@ -358,7 +228,7 @@ func (d *Driver) claimSpare(ctx context.Context, spec vmm.Spec, dir string) (*ma
 }
 
 // takeSpare turns spare sp into machine spec.
-func (d *Driver) takeSpare(ctx context.Context, sp *spare, spec vmm.Spec, dir string) (*machine, error) {
+func (d *Driver) takeSpare(ctx context.Context, sp *prepared, spec vmm.Spec, dir string) (*machine, error) {
 	old := sp.m
 	p := old.agent()
 	if err := old.cg.limit(spec.Memory, spec.CPUs, spec.Pids); err != nil {

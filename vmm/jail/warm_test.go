@@ -115,16 +115,14 @@ type spareState struct {
 
 func sparesOf(t *testing.T, d *Driver) spareState {
 	var s spareState
-	d.warm.mu.Lock()
-	defer d.warm.mu.Unlock()
-	for _, sp := range d.warm.spares {
-		<-sp.ready
-		if sp.m == nil {
-			t.Fatalf("a spare was not prepared: %v", sp.err)
+	for _, sp := range d.warm.List() {
+		<-sp.Ready()
+		if sp.Err != nil {
+			t.Fatalf("a spare was not prepared: %v", sp.Err)
 		}
-		s.pids = append(s.pids, sp.m.agent().pid)
-		s.dirs = append(s.dirs, sp.m.dir)
-		for _, dir := range sp.m.cg.dirs {
+		s.pids = append(s.pids, sp.M.m.agent().pid)
+		s.dirs = append(s.dirs, sp.M.m.dir)
+		for _, dir := range sp.M.m.cg.dirs {
 			s.cgroups = append(s.cgroups, dir)
 		}
 	}

@@ -107,7 +107,7 @@ type Driver struct {
 	kvmBroken atomic.Bool
 
 	audit *vmm.AuditLog // <dir>/audit.jsonl: every lifecycle step, appended
-	warm  *warmPool     // nil: no warm machines
+	warm  *sparePool    // nil: no warm machines
 }
 
 var (
@@ -179,7 +179,7 @@ func (d *Driver) record(id, kind, detail string) { d.audit.Record(id, kind, deta
 // keep running; a new Driver over the same directory recovers them.
 func (d *Driver) Close() error {
 	if d.warm != nil {
-		d.warm.close()
+		d.warm.Close()
 	}
 	return d.audit.Close()
 }
@@ -223,7 +223,7 @@ func (d *Driver) Create(ctx context.Context, spec vmm.Spec) (vmm.Machine, error)
 	d.record(spec.ID, "create", fmt.Sprintf("root=%s workspace=%s memory=%d cpus=%g disk=%d",
 		disk, spec.Workspace, spec.Memory, spec.CPUs, spec.Disk))
 	if s, ok := d.shapeOf(spec, disk); ok && d.warm != nil && spec.Layer == "" {
-		defer d.warm.used(s)
+		defer d.warm.Used(s)
 		m, err := d.claimSpare(ctx, s, spec, dir)
 		if err != nil {
 			os.RemoveAll(dir)

@@ -10,7 +10,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"time"
 
@@ -68,142 +67,33 @@ func (d *Driver) shapeOf(spec vmm.Spec, disk string) (shape, bool) {
 	return s, true
 }
 
-// spare is a machine booting or booted ahead of time.
-type spare struct {
-	shape shape
-	m     *machine
-	ready chan struct{} // closed when the boot has ended; err says how
-	err   error
+// sparePool is the driver's pool of warm machines.
+type sparePool = vmm.Spares[shape, *machine]
+
+func newWarmPool(d *Driver) *sparePool {
+	d.cleanSpares()
+	return vmm.NewSpares(d.cfg.Warm, warmShapes, d.bootTimed, (*machine).destroySpare)
 }
 
-// warmPool holds the spares.
-type warmPool struct {
-	d      *Driver
-	ctx    context.Context // ends at Close, and with it the boots
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	mu     sync.Mutex
-	closed bool
-	spares []*spare // oldest first
-	recent []shape  // shapes last created, most recent first
-}
-
-func newWarmPool(d *Driver) *warmPool {
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &warmPool{d: d, ctx: ctx, cancel: cancel}
-	p.clean()
-	return p
-}
-
-func (p *warmPool) dir() string { return filepath.Join(p.d.cfg.Dir, "spares") }
-
-// take removes a spare of shape s from the pool and returns it; nil if
-// there is none.
-func (p *warmPool) take(s shape) *spare {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i, sp := range p.spares {
-		if sp.shape == s {
-			p.spares = append(p.spares[:i], p.spares[i+1:]...)
-			return sp
-		}
+// bootTimed boots a spare of shape s and says how it went in the audit
+// log.
+func (d *Driver) bootTimed(ctx context.Context, s shape) (*machine, error) {
+	start := time.Now()
+	m, err := d.bootSpare(ctx, s)
+	if err != nil {
+		d.record("spare", "destroy", "a spare did not boot: "+err.Error())
+		return nil, err
 	}
-	return nil
+	d.record(m.id, "spare", fmt.Sprintf("booted in %v (accel %s)", time.Since(start).Round(time.Millisecond), m.accel))
+	return m, nil
 }
 
-// used notes that a machine of shape s was created, drops spares of
-// shapes no longer among the recent ones, and boots spares of s until
-// there are Config.Warm of them.
-func (p *warmPool) used(s shape) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return
-	}
-	recent := []shape{s}
-	for _, r := range p.recent {
-		if r != s && len(recent) < warmShapes {
-			recent = append(recent, r)
-		}
-	}
-	p.recent = recent
-	n := 0
-	keep := p.spares[:0]
-	for _, sp := range p.spares {
-		switch {
-		case sp.shape == s:
-			n++
-			keep = append(keep, sp)
-		case p.isRecent(sp.shape):
-			keep = append(keep, sp)
-		default:
-			p.discard(sp, "its shape was not used lately")
-		}
-	}
-	p.spares = keep
-	for ; n < p.d.cfg.Warm; n++ {
-		p.spares = append(p.spares, p.boot(s))
-	}
-}
-
-func (p *warmPool) isRecent(s shape) bool {
-	for _, r := range p.recent {
-		if r == s {
-			return true
-		}
-	}
-	return false
-}
-
-// boot starts booting a spare of shape s. Called with p.mu held.
-func (p *warmPool) boot(s shape) *spare {
-	sp := &spare{shape: s, ready: make(chan struct{})}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		defer close(sp.ready)
-		start := time.Now()
-		sp.m, sp.err = p.d.bootSpare(p.ctx, s)
-		if sp.err != nil {
-			p.d.record("spare", "destroy", "a spare did not boot: "+sp.err.Error())
-			return
-		}
-		p.d.record(sp.m.id, "spare", fmt.Sprintf("booted in %v (accel %s)", time.Since(start).Round(time.Millisecond), sp.m.accel))
-	}()
-	return sp
-}
-
-// discard shuts down a spare once it has booted.
-func (p *warmPool) discard(sp *spare, why string) {
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		<-sp.ready
-		if sp.m != nil {
-			sp.m.destroySpare(why)
-		}
-	}()
-}
-
-// close stops the boots and shuts down every spare.
-func (p *warmPool) close() {
-	p.mu.Lock()
-	p.closed = true
-	for _, sp := range p.spares {
-		p.discard(sp, "the driver closed")
-	}
-	p.spares = nil
-	p.mu.Unlock()
-	p.cancel()
-	p.wg.Wait()
-}
-
-// clean shuts down spares a driver that died left in spares/.
-func (p *warmPool) clean() {
-	ents, _ := os.ReadDir(p.dir())
+// cleanSpares shuts down spares a driver that died left in spares/.
+func (d *Driver) cleanSpares() {
+	dir := filepath.Join(d.cfg.Dir, "spares")
+	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
-		p.d.reap(filepath.Join(p.dir(), e.Name()), "left by an earlier driver")
+		d.reap(filepath.Join(dir, e.Name()), "left by an earlier driver")
 	}
 }
 
@@ -268,20 +158,20 @@ func (d *Driver) claimSpare(ctx context.Context, s shape, spec vmm.Spec, dir str
 }
 
 func (d *Driver) takeSpare(ctx context.Context, s shape, spec vmm.Spec, dir string) (*machine, error) {
-	sp := d.warm.take(s)
+	sp := d.warm.Take(s)
 	if sp == nil {
 		return nil, nil
 	}
 	select {
-	case <-sp.ready:
+	case <-sp.Ready():
 	case <-ctx.Done():
-		d.warm.discard(sp, "the create it was waited for was cancelled")
+		d.warm.Discard(sp, "the create it was waited for was cancelled")
 		return nil, ctx.Err()
 	}
-	if sp.err != nil {
+	if sp.Err != nil {
 		return nil, nil
 	}
-	old := sp.m
+	old := sp.M
 	// The directory moves; QEMU's and virtiofsd's sockets and open files
 	// move with it (bootDirFile still names where they were started).
 	// (os.Rename refuses an existing directory as the target: rename(2)
@@ -331,8 +221,7 @@ func (m *machine) destroySpare(why string) {
 
 // Warm boots spares for machines of spec's shape (with Config.Warm set)
 // and returns once one is ready, so the next Create of that shape takes
-// it. The appliance warms its default image at start; benchmarks use it
-// to time a warm Create.
+// it. Benchmarks use it to time a warm Create.
 func (d *Driver) Warm(ctx context.Context, spec vmm.Spec) error {
 	if d.warm == nil {
 		return errors.New("qemu driver: warm machines are off (Config.Warm is 0)")
@@ -349,36 +238,11 @@ func (d *Driver) Warm(ctx context.Context, spec vmm.Spec) error {
 	if !ok {
 		return fmt.Errorf("qemu driver: %s has no ext4 image beside it, so its machines cannot be booted ahead of time", spec.RootFS)
 	}
-	d.warm.used(s)
-	for {
-		d.warm.mu.Lock()
-		var booting *spare
-		for _, sp := range d.warm.spares {
-			if sp.shape == s {
-				booting = sp
-				select {
-				case <-sp.ready:
-					if sp.err == nil {
-						d.warm.mu.Unlock()
-						return nil
-					}
-				default:
-				}
-			}
-		}
-		d.warm.mu.Unlock()
-		if booting == nil {
-			return errors.New("qemu driver: no spare is booting (the driver is closed?)")
-		}
-		select {
-		case <-booting.ready:
-			if booting.err != nil {
-				return booting.err
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	d.warm.Used(s)
+	if err := d.warm.WaitReady(ctx, s); err != nil {
+		return fmt.Errorf("qemu driver: %w: see the audit log", err)
 	}
+	return nil
 }
 
 func randomHex(n int) string {
