@@ -36,6 +36,12 @@ type Client struct {
 func NewClient(conn io.ReadWriteCloser) (*Client, error) {
 	cfg := yamux.DefaultConfig()
 	cfg.LogOutput = io.Discard
+	// No keepalive from the host: a paused machine cannot answer a ping,
+	// and yamux ends a session whose ping goes unanswered for 10 s, so
+	// every sandbox paused for more than 40 s lost its agent session
+	// (TestSandboxLongPause). The host learns that a machine is gone
+	// from its process (the jail's agent, QEMU), not from pings.
+	cfg.EnableKeepAlive = false
 	sess, err := yamux.Client(conn, cfg)
 	if err != nil {
 		return nil, err
