@@ -261,7 +261,7 @@ func doctorDriver(ctx context.Context, cfg Config, tier, agent, dir string) (vmm
 		return chv.New(c)
 	}
 	c := qemu.Config{Dir: dir, Kernel: boot.Kernel, Initramfs: boot.Initramfs, AllowTCG: cfg.Sandbox.AllowTCG}
-	if err := qemu.BootsWithKVM(ctx, c); err != nil {
+	if err := bootsWithKVM(ctx, cfg.StateDir, c); err != nil {
 		if !cfg.Sandbox.AllowTCG {
 			return nil, fmt.Errorf("%v, and sandbox.allow_tcg is off", err)
 		}

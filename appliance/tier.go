@@ -168,7 +168,7 @@ func newDriver(start context.Context, cfg Config, images *imageService, log *slo
 				return err
 			}
 			qemuCfg.Kernel, qemuCfg.Initramfs = b.Kernel, b.Initramfs
-			return qemu.BootsWithKVM(ctx, qemuCfg)
+			return bootsWithKVM(ctx, cfg.StateDir, qemuCfg)
 		},
 	}
 	choice, err := chooseTier(want, sb.AllowTCG, probes)
