@@ -368,6 +368,11 @@ func (s *Store) insertBatch(batch []*appendReq) (bool, error) {
 			}
 		}
 	}
+	if s.dialect == postgresDialect {
+		if err := s.notifyBatch(context.Background(), tx, batch); err != nil {
+			return true, err
+		}
+	}
 	return true, tx.Commit()
 }
 
