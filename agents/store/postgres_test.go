@@ -1,0 +1,108 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"hearth/internal/pgtest"
+)
+
+// An opener opens a fresh, empty Store for a test.
+type opener func(t testing.TB) (*Store, error)
+
+func openSQLite(t testing.TB) (*Store, error) { return Open(filepath.Join(t.TempDir(), "hearth.db")) }
+
+// conformance lists the store's tests that are not about the SQLite file
+// itself: TestPostgresConformance runs each of them again on PostgreSQL.
+var conformance = []struct {
+	name string
+	fn   func(*testing.T)
+}{
+	{"TestSessions", TestSessions},
+	{"TestCreateExecution", TestCreateExecution},
+	{"TestStatusTransitions", TestStatusTransitions},
+	{"TestUpdateExecution", TestUpdateExecution},
+	{"TestListExecutions", TestListExecutions},
+	{"TestListExecutionsPromptPreview", TestListExecutionsPromptPreview},
+	{"TestExecutionTree", TestExecutionTree},
+	{"TestAppend", TestAppend},
+	{"TestAppendConcurrent", TestAppendConcurrent},
+	{"TestEventsPaging", TestEventsPaging},
+	{"TestSubscribeReplayThenLive", TestSubscribeReplayThenLive},
+	{"TestSlowSubscriberIsDropped", TestSlowSubscriberIsDropped},
+	{"TestSubscribeAll", TestSubscribeAll},
+	{"TestSubscribeEdges", TestSubscribeEdges},
+	{"TestCreditLedger", TestCreditLedger},
+	{"TestReserveRace", TestReserveRace},
+	{"TestCarveCredits", TestCarveCredits},
+	{"TestClaimAcquireRenewRelease", TestClaimAcquireRenewRelease},
+	{"TestClaimRace", TestClaimRace},
+	{"TestClaimExpiryTakeover", TestClaimExpiryTakeover},
+	{"TestClaimTTLAndHolder", TestClaimTTLAndHolder},
+	{"TestClaimInterruptRunning", TestClaimInterruptRunning},
+	{"TestListClaimsPrefix", TestListClaimsPrefix},
+	{"TestHostileClaimPaths", TestHostileClaimPaths},
+}
+
+// pgOpeners maps a conformance run's top-level test name to its opener.
+var pgOpeners sync.Map
+
+const conformanceTest = "TestPostgresConformance"
+
+// openerFor is the opener of the suite t runs in.
+func openerFor(t testing.TB) opener {
+	top, _, _ := strings.Cut(t.Name(), "/")
+	if o, ok := pgOpeners.Load(top); ok {
+		return o.(opener)
+	}
+	return openSQLite
+}
+
+// TestPostgresConformance runs the engine-independent tests on
+// PostgreSQL, each on a fresh database of one throwaway server.
+func TestPostgresConformance(t *testing.T) {
+	_, base := pgtest.Start(t, pgtest.Options{})
+	pgOpeners.Store(conformanceTest, opener(func(t testing.TB) (*Store, error) {
+		return OpenPostgres(ctx, freshDB(t, base), PostgresOptions{Node: "node-a"})
+	}))
+	defer pgOpeners.Delete(conformanceTest)
+	for _, c := range conformance {
+		t.Run(c.name, c.fn)
+	}
+}
+
+// startPG starts a server for t and returns the URL of a fresh database.
+func startPG(t testing.TB) (*pgtest.Server, string) {
+	t.Helper()
+	return pgtest.Start(t, pgtest.Options{})
+}
+
+// freshDB creates a database beside the one at base, dropped when t ends.
+func freshDB(t testing.TB, base string) string {
+	t.Helper()
+	var b [4]byte
+	rand.Read(b[:])
+	name := "store_" + hex.EncodeToString(b[:])
+	c, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(c, base)
+	if err != nil {
+		t.Fatalf("connect %s: %v", base, err)
+	}
+	defer conn.Close(c)
+	if _, err := conn.Exec(c, "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(base)
+	u.Path = "/" + name
+	return u.String()
+}
