@@ -105,7 +105,8 @@ type AgentDeps struct {
 	Log       *slog.Logger
 }
 
-// newAgentService opens the store (<state_dir>/hearth.db), ends what a
+// newAgentService opens the store (<state_dir>/hearth.db, or the
+// cluster's PostgreSQL database), ends what a
 // previous daemon left running, loads the agent definitions and, when it
 // has a machine driver and an API key, starts the gateway and the runner.
 // A store that cannot be opened, a key file or price table that cannot be
@@ -118,7 +119,7 @@ func newAgentService(deps AgentDeps) (*agentService, error) {
 	if err := createPrivate(db); err != nil {
 		return nil, fmt.Errorf("agents store: %w", err)
 	}
-	st, err := store.Open(db)
+	st, err := cfg.Cluster.openStore(db)
 	if err != nil {
 		return nil, err
 	}

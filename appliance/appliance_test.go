@@ -57,6 +57,10 @@ func TestLoadConfig(t *testing.T) {
 		{"too many children", "[agents]\nmax_children = 1000\n", "agents.max_children = 1000: give how many children"},
 		{"call snapshots", "[agents]\ncall_snapshots = \"last 5\"\n", ""},
 		{"call snapshots off", "[agents]\ncall_snapshots = \"off\"\n", ""},
+		{"cluster", "[cluster]\ndatabase = \"postgres://hearth@db.example/hearth?sslmode=require\"\n", ""},
+		{"cluster not postgres", "[cluster]\ndatabase = \"mysql://db/hearth\"\n", "cluster.database"},
+		{"cluster bad port", "[cluster]\ndatabase = \"postgres://db:port/hearth\"\n", "cluster.database"},
+		{"cluster typo", "[cluster]\ndb = \"postgres://db/hearth\"\n", "unknown key cluster.db"},
 		{"bad call snapshots", "[agents]\ncall_snapshots = \"last 0\"\n", `agents.call_snapshots = "last 0": use "all", "last N"`},
 	}
 	for _, tc := range tests {

@@ -249,10 +249,10 @@ func pgWriteFailure(err error) bool {
 		return errors.As(err, &ce) || errors.Is(err, driver.ErrBadConn) || pgconn.SafeToRetry(err) ||
 			pgconn.Timeout(err) || isConnLost(err)
 	case strings.HasPrefix(code, "08"), // connection exception
-		strings.HasPrefix(code, "53"), // insufficient resources: disk full, out of memory
-		strings.HasPrefix(code, "58"), // system error: I/O
+		strings.HasPrefix(code, "53"),                     // insufficient resources: disk full, out of memory
+		strings.HasPrefix(code, "58"),                     // system error: I/O
 		code == "57P01", code == "57P02", code == "57P03", // shutdown, crash, cannot connect now
-		code == "25006", // read-only transaction (a standby)
+		code == "25006",                  // read-only transaction (a standby)
 		code == "40001", code == "40P01": // serialization failure, deadlock: retrying is right
 		return true
 	}

@@ -59,8 +59,8 @@ type Store struct {
 	pgCfg   *pgx.ConnConfig // PostgreSQL: for the listener's own connection
 
 	stopListen context.CancelFunc // PostgreSQL: stops the listener
-	w    *sql.DB // one connection: all writes
-	r    *sql.DB // read-only pool
+	w          *sql.DB            // one connection: all writes
+	r          *sql.DB            // read-only pool
 
 	insertEvent *sql.Stmt // prepared on w, used by the writer
 	lock        *os.File  // flocked while the Store is open
