@@ -15,7 +15,7 @@ import (
 
 // openNodes opens n Stores (nodes node-0, node-1, ...) on one fresh
 // PostgreSQL database, closed when t ends.
-func openNodes(t *testing.T, dbURL string, n int) []*Store {
+func openNodes(t testing.TB, dbURL string, n int) []*Store {
 	t.Helper()
 	var nodes []*Store
 	for i := range n {
@@ -313,5 +313,53 @@ func TestOpenPostgresRefuses(t *testing.T) {
 	}
 	if msg := err.Error(); strings.Contains(msg, "secret") {
 		t.Errorf("the error shows the password: %s", msg)
+	}
+}
+
+// TestHostileNotifications: whoever can connect to the database can send
+// on the events channel; garbage, unknown executions and absurd seqs do
+// not break a node's followers, which still get the real events.
+func TestHostileNotifications(t *testing.T) {
+	_, dbURL := startPG(t)
+	nodes := openNodes(t, dbURL, 2)
+	a, b := nodes[0], nodes[1]
+	e := newExec(t, a)
+	sub, err := b.Subscribe(e.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	all, err := b.SubscribeAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Close()
+	for _, payload := range []string{
+		"not json", `{"node":"x","execution":"exec-nobody","first":1,"last":9}`,
+		`{"node":"x","execution":"` + e.ID + `","first":-9223372036854775808,"last":9223372036854775807}`,
+		`{"node":"x","execution":"'; DROP TABLE events; --","first":1,"last":2}`,
+	} {
+		if _, err := a.w.ExecContext(ctx, "SELECT pg_notify(?, ?)", eventsChannel, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		if _, err := a.Append(ctx, text(e, fmt.Sprint("real ", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	receive(t, sub, 5, nil)
+	got := 0
+	timeout := time.After(60 * time.Second)
+	for got < 5 {
+		select {
+		case _, ok := <-all.C:
+			if !ok {
+				t.Fatalf("SubscribeAll ended after %d events: %v", got, all.Err())
+			}
+			got++
+		case <-timeout:
+			t.Fatalf("SubscribeAll on B got %d of 5 events", got)
+		}
 	}
 }

@@ -103,8 +103,13 @@ func (s *Store) listenOnce(ctx context.Context) error {
 		if err := json.Unmarshal([]byte(n.Payload), &note); err != nil || note.Node == s.node {
 			continue
 		}
-		if err := s.deliverRemote(ctx, note.Execution, note.First-1, note.Last); err != nil {
+		// Anyone who can connect to the database can notify: a bogus note
+		// (an unknown execution, seqs out of range) costs a read, never
+		// the connection, so it cannot make this node drop its followers.
+		if err := s.deliverRemote(ctx, note.Execution, max(note.First, 1)-1, note.Last); writeFailure(err) {
 			return err
+		} else if err != nil {
+			slog.Warn("store: another node's events", "execution", note.Execution, "err", err)
 		}
 	}
 }
