@@ -363,3 +363,23 @@ func TestHostileNotifications(t *testing.T) {
 		}
 	}
 }
+
+// TestPostgresNodeNameUnique: a second Store with a node name already
+// open on the database is refused, as a second Store on one SQLite file
+// is; once the first closes, the name is free.
+func TestPostgresNodeNameUnique(t *testing.T) {
+	_, dbURL := startPG(t)
+	first := openNodes(t, dbURL, 1)[0]
+	if _, err := OpenPostgres(ctx, dbURL, PostgresOptions{Node: "node-0"}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Store as node-0 = %v, want ErrLocked", err)
+	}
+	if _, err := OpenPostgres(ctx, dbURL, PostgresOptions{Node: "bad\nname"}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("node name with a newline = %v, want ErrInvalid", err)
+	}
+	first.Close()
+	again, err := OpenPostgres(ctx, dbURL, PostgresOptions{Node: "node-0"})
+	if err != nil {
+		t.Fatalf("node-0 after the first closed: %v", err)
+	}
+	again.Close()
+}

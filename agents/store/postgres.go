@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -32,6 +33,7 @@ type PostgresOptions struct {
 }
 
 const (
+	maxNodeName   = 255
 	pgConns       = 16
 	connectTimout = 15 * time.Second
 	// writeLockKey is the transaction-scoped advisory lock every write
@@ -47,7 +49,8 @@ const (
 // OpenPostgres opens the store in the PostgreSQL database at dbURL
 // (postgres://user@host/db?sslmode=...), shared with other nodes, and
 // brings its schema up to date with the same migrations as SQLite. Live
-// subscribers see the events any node appends (LISTEN/NOTIFY).
+// subscribers see the events any node appends (LISTEN/NOTIFY). A node
+// name may be used by one open Store at a time (ErrLocked).
 func OpenPostgres(ctx context.Context, dbURL string, opts PostgresOptions) (*Store, error) {
 	cfg, err := ParsePostgresURL(dbURL)
 	if err != nil {
@@ -57,6 +60,9 @@ func OpenPostgres(ctx context.Context, dbURL string, opts PostgresOptions) (*Sto
 		if opts.Node, err = os.Hostname(); err != nil {
 			return nil, fmt.Errorf("open store: node name: %w", err)
 		}
+	}
+	if len(opts.Node) > maxNodeName || strings.ContainsFunc(opts.Node, unicode.IsControl) {
+		return nil, fmt.Errorf("open store: node %q: %w: at most %d bytes, no control characters", opts.Node, ErrInvalid, maxNodeName)
 	}
 	where := redact(dbURL)
 	s, err := openPostgres(ctx, cfg, where, opts.Node)
@@ -107,6 +113,9 @@ func openPostgres(ctx context.Context, cfg *pgx.ConnConfig, where, node string) 
 	if err := s.w.PingContext(pctx); err != nil {
 		return nil, fmt.Errorf("%w: %w (is the server running, and the URL's host, port, user and database right?)", ErrUnreachable, err)
 	}
+	if s.nodeLock, err = lockNode(ctx, s.w, node); err != nil {
+		return nil, err
+	}
 	if err := migratePostgres(ctx, s.w); err != nil {
 		return nil, err
 	}
@@ -119,6 +128,31 @@ func openPostgres(ctx context.Context, cfg *pgx.ConnConfig, where, node string) 
 	s.wg.Add(1)
 	go s.listen(lctx)
 	return s, nil
+}
+
+// nodeLockClass is the first key of the session advisory locks that
+// keep node names unique ("HR").
+const nodeLockClass = 0x4852
+
+// lockNode holds, on a connection of its own for the Store's lifetime, a
+// lock on the node's name: two daemons with one name would each take the
+// other's executions for their own (InterruptRunning). A second one is
+// refused with ErrLocked, as a second Store on one SQLite file is.
+func lockNode(ctx context.Context, db *sql.DB, node string) (*sql.Conn, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ok bool
+	if err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock(?, hashtext(?))", nodeLockClass, node).Scan(&ok); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if !ok {
+		conn.Close()
+		return nil, fmt.Errorf("%w: node %q is open in another Store on this database: give each daemon its own node name", ErrLocked, node)
+	}
+	return conn, nil
 }
 
 // migratePostgres migrates under a session advisory lock, so nodes

@@ -59,6 +59,7 @@ type Store struct {
 	pgCfg   *pgx.ConnConfig // PostgreSQL: for the listener's own connection
 
 	stopListen context.CancelFunc // PostgreSQL: stops the listener
+	nodeLock   *sql.Conn          // PostgreSQL: holds the node name's lock
 	w          *sql.DB            // one connection: all writes
 	r          *sql.DB            // read-only pool
 
@@ -168,6 +169,9 @@ func (s *Store) closeDBs() error {
 	var errs []error
 	if s.insertEvent != nil {
 		errs = append(errs, s.insertEvent.Close())
+	}
+	if s.nodeLock != nil {
+		errs = append(errs, s.nodeLock.Close())
 	}
 	if s.r != nil && s.r != s.w {
 		errs = append(errs, s.r.Close())
