@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -133,8 +132,8 @@ func TestAppendConcurrent(t *testing.T) {
 // TestSeqsSurviveReopen checks that numbering continues from the table
 // after a restart, not from a fresh cache.
 func TestSeqsSurviveReopen(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "hearth.db")
-	s, err := Open(path)
+	open := openSame(t)
+	s, err := open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +142,7 @@ func TestSeqsSurviveReopen(t *testing.T) {
 		s.Append(ctx, text(e, "x"))
 	}
 	s.Close()
-	s, err = Open(path)
+	s, err = open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,8 +189,8 @@ func TestEventsPaging(t *testing.T) {
 }
 
 func TestAppendAsync(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "hearth.db")
-	s, err := Open(path)
+	open := openSame(t)
+	s, err := open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +226,7 @@ func TestAppendAsync(t *testing.T) {
 		t.Errorf("Flush after Close = %v, want ErrClosed", err)
 	}
 
-	s, err = Open(path)
+	s, err = open()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,8 @@ var conformance = []struct {
 	{"TestAppend", TestAppend},
 	{"TestAppendConcurrent", TestAppendConcurrent},
 	{"TestEventsPaging", TestEventsPaging},
+	{"TestSeqsSurviveReopen", TestSeqsSurviveReopen},
+	{"TestAppendAsync", TestAppendAsync},
 	{"TestSubscribeReplayThenLive", TestSubscribeReplayThenLive},
 	{"TestSlowSubscriberIsDropped", TestSlowSubscriberIsDropped},
 	{"TestSubscribeAll", TestSubscribeAll},
@@ -53,28 +55,36 @@ var conformance = []struct {
 	{"TestHostileClaimPaths", TestHostileClaimPaths},
 }
 
-// pgOpeners maps a conformance run's top-level test name to its opener.
-var pgOpeners sync.Map
+// pgBases maps a conformance run's top-level test name to the URL of its
+// server's first database.
+var pgBases sync.Map
 
 const conformanceTest = "TestPostgresConformance"
 
 // openerFor is the opener of the suite t runs in.
 func openerFor(t testing.TB) opener {
+	return func(t testing.TB) (*Store, error) { return openSame(t)() }
+}
+
+// openSame returns a function that opens a Store on one fresh database
+// (SQLite file or PostgreSQL database, as the suite t runs in) each time
+// it is called: for tests of what a reopened store finds.
+func openSame(t testing.TB) func() (*Store, error) {
 	top, _, _ := strings.Cut(t.Name(), "/")
-	if o, ok := pgOpeners.Load(top); ok {
-		return o.(opener)
+	if base, ok := pgBases.Load(top); ok {
+		db := freshDB(t, base.(string))
+		return func() (*Store, error) { return OpenPostgres(ctx, db, PostgresOptions{Node: "node-a"}) }
 	}
-	return openSQLite
+	path := filepath.Join(t.TempDir(), "hearth.db")
+	return func() (*Store, error) { return Open(path) }
 }
 
 // TestPostgresConformance runs the engine-independent tests on
 // PostgreSQL, each on a fresh database of one throwaway server.
 func TestPostgresConformance(t *testing.T) {
 	_, base := pgtest.Start(t, pgtest.Options{})
-	pgOpeners.Store(conformanceTest, opener(func(t testing.TB) (*Store, error) {
-		return OpenPostgres(ctx, freshDB(t, base), PostgresOptions{Node: "node-a"})
-	}))
-	defer pgOpeners.Delete(conformanceTest)
+	pgBases.Store(conformanceTest, base)
+	defer pgBases.Delete(conformanceTest)
 	for _, c := range conformance {
 		t.Run(c.name, c.fn)
 	}
