@@ -314,6 +314,10 @@ func TestOpenPostgresRefuses(t *testing.T) {
 	if msg := err.Error(); strings.Contains(msg, "secret") {
 		t.Errorf("the error shows the password: %s", msg)
 	}
+	_, err = OpenPostgres(c, "postgres://hearth@127.0.0.1:9/hearth?connect_timeout=5&password=secret", PostgresOptions{})
+	if !errors.Is(err, ErrUnreachable) || strings.Contains(err.Error(), "secret") {
+		t.Errorf("OpenPostgres(password in the query) = %v, want ErrUnreachable without the password", err)
+	}
 }
 
 // TestHostileNotifications: whoever can connect to the database can send

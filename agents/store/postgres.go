@@ -93,6 +93,10 @@ func redact(dbURL string) string {
 	if err != nil {
 		return "(unparsable URL)"
 	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
 	return u.Redacted()
 }
 
