@@ -60,6 +60,8 @@ func TestLoadConfig(t *testing.T) {
 		{"cluster", "[cluster]\ndatabase = \"postgres://hearth@db.example/hearth?sslmode=require\"\n", ""},
 		{"cluster not postgres", "[cluster]\ndatabase = \"mysql://db/hearth\"\n", "cluster.database"},
 		{"cluster bad port", "[cluster]\ndatabase = \"postgres://db:port/hearth\"\n", "cluster.database"},
+		{"cluster node", "[cluster]\ndatabase = \"postgres://db/hearth\"\nnode = \"host-b\"\n", ""},
+		{"cluster node alone", "[cluster]\nnode = \"host-b\"\n", "cluster.node = \"host-b\" without cluster.database"},
 		{"cluster typo", "[cluster]\ndb = \"postgres://db/hearth\"\n", "unknown key cluster.db"},
 		{"bad call snapshots", "[agents]\ncall_snapshots = \"last 0\"\n", `agents.call_snapshots = "last 0": use "all", "last N"`},
 	}

@@ -357,7 +357,7 @@ func DefaultSandboxConfig() SandboxConfig {
 
 const knownKeys = "state_dir, workspace.mount, sandbox.agent, sandbox.tier, sandbox.allow_tcg, sandbox.warm, sandbox.default_image, sandbox.idle_timeout, " +
 	"sandbox.exec_timeout, sandbox.cpus, sandbox.memory, sandbox.pids, sandbox.disk, sandbox.max_upload, " +
-	"agents.dir, agents.grace, agents.on_shutdown, agents.shutdown_timeout, agents.on_budget, agents.budget_wait, agents.max_depth, agents.max_children, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, model.unpriced, providers.<anthropic|openai|gemini>.upstream, providers.<name>.api_key_env, providers.<name>.api_key_file, providers.<name>.prices, credits.enabled, cluster.database, log.format, workspace.allow_other, workspace.session_bytes, workspace.session_files, workspace.upload_bytes, workspace.upload_files, sandbox.id_base, sandbox.id_machines"
+	"agents.dir, agents.grace, agents.on_shutdown, agents.shutdown_timeout, agents.on_budget, agents.budget_wait, agents.max_depth, agents.max_children, api.tcp, api.token_file, model.upstream, model.api_key_env, model.api_key_file, model.prices, model.unpriced, providers.<anthropic|openai|gemini>.upstream, providers.<name>.api_key_env, providers.<name>.api_key_file, providers.<name>.prices, credits.enabled, cluster.database, cluster.node, log.format, workspace.allow_other, workspace.session_bytes, workspace.session_files, workspace.upload_bytes, workspace.upload_files, sandbox.id_base, sandbox.id_machines"
 
 // LoadConfig decodes the TOML file at path over the defaults. Unknown keys
 // are errors, so a typo does not silently fall back to a default.

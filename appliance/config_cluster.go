@@ -16,6 +16,10 @@ type ClusterConfig struct {
 	// sessions, executions, events and the credit ledger are kept there,
 	// shared by every daemon that names it.
 	Database string `toml:"database"`
+	// Node names this daemon among those sharing the database (default:
+	// the host name); each daemon needs its own. It owns the executions
+	// it creates.
+	Node string `toml:"node"`
 }
 
 // storeOpenTimeout bounds reaching the cluster's database at start-up.
@@ -23,6 +27,9 @@ const storeOpenTimeout = 30 * time.Second
 
 func (c ClusterConfig) validate() error {
 	if c.Database == "" {
+		if c.Node != "" {
+			return fmt.Errorf("cluster.node = %q without cluster.database: name the shared database too, or remove node", c.Node)
+		}
 		return nil
 	}
 	if _, err := store.ParsePostgresURL(c.Database); err != nil {
@@ -39,7 +46,7 @@ func (c ClusterConfig) openStore(db string) (*store.Store, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeOpenTimeout)
 	defer cancel()
-	st, err := store.OpenPostgres(ctx, c.Database, store.PostgresOptions{})
+	st, err := store.OpenPostgres(ctx, c.Database, store.PostgresOptions{Node: c.Node})
 	if err != nil {
 		return nil, fmt.Errorf("cluster.database: %w (check that the server runs and the URL is right, or remove [cluster] to keep the record in %s)", err, db)
 	}
