@@ -58,11 +58,13 @@ func (s *Store) notifyBatch(ctx context.Context, tx *sql.Tx, batch []*appendReq)
 
 // listen follows the other nodes' appends until the store closes,
 // reconnecting (with backoff) whenever the server goes away.
-func (s *Store) listen(ctx context.Context) {
+// ready is closed once it first listens.
+func (s *Store) listen(ctx context.Context, ready chan struct{}) {
 	defer s.wg.Done()
 	wait := listenRetryMin
 	for ctx.Err() == nil {
-		err := s.listenOnce(ctx)
+		err := s.listenOnce(ctx, ready)
+		ready = nil
 		if ctx.Err() != nil {
 			return
 		}
@@ -78,7 +80,7 @@ func (s *Store) listen(ctx context.Context) {
 
 // listenOnce connects, listens, catches up on what it may have missed
 // while not listening, then delivers notifications until an error.
-func (s *Store) listenOnce(ctx context.Context) error {
+func (s *Store) listenOnce(ctx context.Context, ready chan struct{}) error {
 	conn, err := pgx.ConnectConfig(ctx, s.pgCfg)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -91,7 +93,9 @@ func (s *Store) listenOnce(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+eventsChannel); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	if err := s.catchUpRemote(ctx); err != nil {
+	if ready != nil {
+		close(ready) // the first time: nothing was missed
+	} else if err := s.catchUpRemote(ctx); err != nil {
 		return err
 	}
 	for {
@@ -114,7 +118,7 @@ func (s *Store) listenOnce(ctx context.Context) error {
 	}
 }
 
-// catchUpRemote runs after (re)connecting: notifications sent while this
+// catchUpRemote runs after reconnecting: notifications sent while this
 // node was not listening are gone, so each execution followed here is
 // read from the table past what its subscribers have, and subscribers
 // to every execution (which replay nothing) are told to resubscribe.

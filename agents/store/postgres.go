@@ -129,8 +129,19 @@ func openPostgres(ctx context.Context, cfg *pgx.ConnConfig, where, node string) 
 	s.start()
 	lctx, stop := context.WithCancel(context.Background())
 	s.stopListen = stop
+	ready := make(chan struct{})
 	s.wg.Add(1)
-	go s.listen(lctx)
+	go s.listen(lctx, ready)
+	// Open returns once the node follows the others: a subscriber from
+	// then on misses nothing.
+	rctx, rcancel := context.WithTimeout(ctx, connectTimout)
+	defer rcancel()
+	select {
+	case <-ready:
+	case <-rctx.Done():
+		s.Close()
+		return nil, fmt.Errorf("listen for other nodes' events: %w", rctx.Err())
+	}
 	return s, nil
 }
 
