@@ -259,9 +259,18 @@ func TestAppendAsync(t *testing.T) {
 func TestCommitFailure(t *testing.T) {
 	s := openTest(t)
 	e := newExec(t, s)
-	if _, err := s.w.Exec(`CREATE TRIGGER poison BEFORE INSERT ON events WHEN NEW.payload LIKE '%poison%'
-		BEGIN SELECT RAISE(ABORT, 'poisoned event'); END`); err != nil {
-		t.Fatal(err)
+	poison := []string{`CREATE TRIGGER poison BEFORE INSERT ON events WHEN NEW.payload LIKE '%poison%'
+		BEGIN SELECT RAISE(ABORT, 'poisoned event'); END`}
+	if s.dialect == postgresDialect {
+		poison = []string{`CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN RAISE EXCEPTION 'poisoned event'; END $$`,
+			`CREATE TRIGGER poison BEFORE INSERT ON events FOR EACH ROW
+			WHEN (NEW.payload LIKE '%poison%') EXECUTE FUNCTION poison()`}
+	}
+	for _, q := range poison {
+		if _, err := s.w.Exec(q); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s.Append(ctx, text(e, "one"), text(e, "two"))
 	if _, err := s.Append(ctx, text(e, "poison")); err == nil {

@@ -170,6 +170,17 @@ func lockNode(ctx context.Context, db *sql.DB, node string) (*sql.Conn, error) {
 	return conn, nil
 }
 
+// unlockNode lets the node's name go at once (closing the connection
+// alone would free it only when the server's backend has exited, after
+// Close returned) and closes the connection. A server that is gone has
+// let it go already.
+func unlockNode(conn *sql.Conn, node string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn.ExecContext(ctx, "SELECT pg_advisory_unlock(?, hashtext(?))", nodeLockClass, node)
+	return conn.Close()
+}
+
 // migratePostgres migrates under a session advisory lock, so nodes
 // starting together do not run the same migration twice.
 func migratePostgres(ctx context.Context, db *sql.DB) error {

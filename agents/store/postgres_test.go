@@ -39,6 +39,8 @@ var conformance = []struct {
 	{"TestEventsPaging", TestEventsPaging},
 	{"TestSeqsSurviveReopen", TestSeqsSurviveReopen},
 	{"TestAppendAsync", TestAppendAsync},
+	{"TestCommitFailure", TestCommitFailure},
+	{"TestExecutionOnBudget", TestExecutionOnBudget},
 	{"TestSubscribeReplayThenLive", TestSubscribeReplayThenLive},
 	{"TestSlowSubscriberIsDropped", TestSlowSubscriberIsDropped},
 	{"TestSubscribeAll", TestSubscribeAll},

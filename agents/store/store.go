@@ -171,7 +171,7 @@ func (s *Store) closeDBs() error {
 		errs = append(errs, s.insertEvent.Close())
 	}
 	if s.nodeLock != nil {
-		errs = append(errs, s.nodeLock.Close())
+		errs = append(errs, unlockNode(s.nodeLock, s.node))
 	}
 	if s.r != nil && s.r != s.w {
 		errs = append(errs, s.r.Close())
