@@ -5,10 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"hearth/agents/stream"
 )
@@ -386,4 +391,86 @@ func TestPostgresNodeNameUnique(t *testing.T) {
 		t.Fatalf("node-0 after the first closed: %v", err)
 	}
 	again.Close()
+}
+
+// TestPostgresErrorClasses: PostgreSQL's SQLSTATEs map to the store's
+// classes: constraint kinds to those SQLite reports, and the server
+// failing to write (disk full, I/O, shutdown, connection lost) to a write
+// failure, which is kept and retried; a caller's error is neither.
+func TestPostgresErrorClasses(t *testing.T) {
+	pg := func(code string) error { return fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: code}) }
+	for _, tc := range []struct {
+		err         error
+		write       bool
+		unique, fk  bool
+		description string
+	}{
+		{pg("23505"), false, true, false, "unique violation"},
+		{pg("23503"), false, false, true, "foreign key violation"},
+		{pg("23514"), false, false, false, "check violation"},
+		{pg("53100"), true, false, false, "disk full"},
+		{pg("58030"), true, false, false, "I/O error"},
+		{pg("57P01"), true, false, false, "admin shutdown"},
+		{pg("08006"), true, false, false, "connection failure"},
+		{pg("25006"), true, false, false, "read-only transaction"},
+		{pg("22P02"), false, false, false, "invalid text"},
+		{fmt.Errorf("read: %w", io.ErrUnexpectedEOF), true, false, false, "socket closed"},
+		{fmt.Errorf("dial: %w", syscall.ECONNREFUSED), true, false, false, "server down"},
+		{ErrInvalid, false, false, false, "caller's error"},
+	} {
+		if got := writeFailure(tc.err); got != tc.write {
+			t.Errorf("%s: writeFailure = %v, want %v", tc.description, got, tc.write)
+		}
+		if got := constraint(tc.err, sqlite3.SQLITE_CONSTRAINT_UNIQUE); got != tc.unique {
+			t.Errorf("%s: unique = %v, want %v", tc.description, got, tc.unique)
+		}
+		if got := constraint(tc.err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY); got != tc.fk {
+			t.Errorf("%s: foreign key = %v, want %v", tc.description, got, tc.fk)
+		}
+	}
+}
+
+// TestPostgresSpendKeptAcrossRestart: metered spend and a release the
+// database refuses while it is down are kept, reported as a write
+// failure, and written once it is back: the ledger ends exact.
+func TestPostgresSpendKeptAcrossRestart(t *testing.T) {
+	srv, dbURL := startPG(t)
+	if srv == nil {
+		t.Skip("PostgreSQL restart: HEARTH_TEST_POSTGRES names a shared server this test cannot restart")
+	}
+	s := openNodes(t, dbURL, 1)[0]
+	e := newExec(t, s)
+	if err := s.AddCredits(ctx, 5, "top-up"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reserve(ctx, e.ID, 2); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop(t)
+	c, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.Spend(c, e.ID, 0.75); !errors.Is(err, ErrWriteFailed) {
+		t.Fatalf("Spend while the server is down = %v, want ErrWriteFailed (kept)", err)
+	}
+	if err := s.Release(c, e.ID); !errors.Is(err, ErrWriteFailed) {
+		t.Fatalf("Release while the server is down = %v, want ErrWriteFailed (kept)", err)
+	}
+	if _, err := s.WriteError(); !errors.Is(err, ErrWriteFailed) {
+		t.Errorf("WriteError during the outage = %v, want ErrWriteFailed", err)
+	}
+	srv.Restart(t)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		avail, reserved, spent, err := s.Balance(ctx)
+		if err == nil && spent == 0.75 && reserved == 0 && avail == 4.25 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("balance 60s after the restart: %v available, %v reserved, %v spent, %v; want 4.25, 0, 0.75", avail, reserved, spent, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if _, err := s.WriteError(); err != nil {
+		t.Errorf("WriteError once the kept writes went through = %v", err)
+	}
 }
