@@ -118,3 +118,23 @@ func freshDB(t testing.TB, base string) string {
 	u.Path = "/" + name
 	return u.String()
 }
+
+// TestRebind: SQLite's placeholders become PostgreSQL's, except inside
+// strings, quoted names and comments.
+func TestRebind(t *testing.T) {
+	for in, want := range map[string]string{
+		"SELECT 1":                                  "SELECT 1",
+		"a = ? AND b = ?":                           "a = $1 AND b = $2",
+		"?1 = '' OR x = ?1 LIMIT ?3":                "$1 = '' OR x = $1 LIMIT $3",
+		"x = '?' AND y = ?":                         "x = '?' AND y = $1",
+		`"we?ird" = ?`:                              `"we?ird" = $1`,
+		"x = ? -- why?\nAND y = ?":                  "x = $1 -- why?\nAND y = $2",
+		"x = 'it''s ?' AND y = ?":                   "x = 'it''s ?' AND y = $1",
+		"x = 'unterminated ?":                       "x = 'unterminated ?",
+		"SELECT pg_advisory_xact_lock(?) -- last ?": "SELECT pg_advisory_xact_lock($1) -- last ?",
+	} {
+		if got := rebind(in); got != want {
+			t.Errorf("rebind(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
