@@ -116,9 +116,6 @@ type AgentDeps struct {
 func newAgentService(deps AgentDeps) (*agentService, error) {
 	cfg, driver, driverErr, ws, images, wg, logger := deps.Config, deps.Driver, deps.DriverErr, deps.Workspace, deps.Images, deps.WG, deps.Log
 	db := filepath.Join(cfg.StateDir, "hearth.db")
-	if err := createPrivate(db); err != nil {
-		return nil, fmt.Errorf("agents store: %w", err)
-	}
 	st, err := cfg.Cluster.openStore(db)
 	if err != nil {
 		return nil, err

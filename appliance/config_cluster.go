@@ -42,6 +42,9 @@ func (c ClusterConfig) validate() error {
 // when [cluster] names one, else the SQLite file db.
 func (c ClusterConfig) openStore(db string) (*store.Store, error) {
 	if c.Database == "" {
+		if err := createPrivate(db); err != nil {
+			return nil, fmt.Errorf("agents store: %w", err)
+		}
 		return store.Open(db)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeOpenTimeout)
