@@ -474,3 +474,31 @@ func TestPostgresSpendKeptAcrossRestart(t *testing.T) {
 		t.Errorf("WriteError once the kept writes went through = %v", err)
 	}
 }
+
+// TestPostgresAppendOwnerOnly: a node appends only to the executions it
+// owns (another's would collide with the owner's seqs and fail a whole
+// group commit); once it adopts one, its seqs follow the stored ones.
+func TestPostgresAppendOwnerOnly(t *testing.T) {
+	_, dbURL := startPG(t)
+	nodes := openNodes(t, dbURL, 2)
+	a, b := nodes[0], nodes[1]
+	e := newExec(t, a)
+	if _, err := a.Append(ctx, text(e, "from a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Append(ctx, text(e, "from b")); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Append on a node that does not own the execution = %v, want ErrInvalid", err)
+	}
+	adopted, err := b.Adopt(ctx, e.ID)
+	if err != nil || adopted.Node != "node-1" {
+		t.Fatalf("Adopt = %+v, %v", adopted, err)
+	}
+	got, err := b.Append(ctx, text(e, "from b"))
+	if err != nil || got[0].Seq != 2 {
+		t.Fatalf("Append after Adopt = %v, %v; want seq 2", got, err)
+	}
+	setStatus(t, b, e.ID, Cancelled)
+	if _, err := a.Adopt(ctx, e.ID); !errors.Is(err, ErrInvalidTransition) {
+		t.Errorf("Adopt of an ended execution = %v, want ErrInvalidTransition", err)
+	}
+}

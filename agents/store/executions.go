@@ -671,3 +671,31 @@ func (s *Store) Children(ctx context.Context, id string) ([]Execution, error) {
 	slices.Reverse(list)
 	return list, nil
 }
+
+// Adopt makes this Store's node the owner of an execution that has not
+// ended (one queued by another node's API, or left by a node that
+// stopped), so that it appends its events from now on. The previous
+// owner must no longer append to it: its events would be refused by
+// the primary key. An ended execution is ErrInvalidTransition.
+func (s *Store) Adopt(ctx context.Context, id string) (Execution, error) {
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return Execution{}, fmt.Errorf("adopt execution %s: %w", id, err)
+	}
+	defer tx.Rollback()
+	e, err := getExecution(ctx, tx, id)
+	if err != nil {
+		return Execution{}, err
+	}
+	if e.Status.Terminal() {
+		return Execution{}, fmt.Errorf("adopt execution %s: %w: it is %s", id, ErrInvalidTransition, e.Status)
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE executions SET node = ? WHERE id = ?", s.node, id); err != nil {
+		return Execution{}, fmt.Errorf("adopt execution %s: %w", id, err)
+	}
+	if err := s.wrote(tx.Commit()); err != nil {
+		return Execution{}, fmt.Errorf("adopt execution %s: %w", id, err)
+	}
+	e.Node = s.node
+	return e, nil
+}
