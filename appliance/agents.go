@@ -105,7 +105,8 @@ type AgentDeps struct {
 	Log       *slog.Logger
 }
 
-// newAgentService opens the store (<state_dir>/hearth.db), ends what a
+// newAgentService opens the store (<state_dir>/hearth.db, or the
+// cluster's PostgreSQL database), ends what a
 // previous daemon left running, loads the agent definitions and, when it
 // has a machine driver and an API key, starts the gateway and the runner.
 // A store that cannot be opened, a key file or price table that cannot be
@@ -115,10 +116,7 @@ type AgentDeps struct {
 func newAgentService(deps AgentDeps) (*agentService, error) {
 	cfg, driver, driverErr, ws, images, wg, logger := deps.Config, deps.Driver, deps.DriverErr, deps.Workspace, deps.Images, deps.WG, deps.Log
 	db := filepath.Join(cfg.StateDir, "hearth.db")
-	if err := createPrivate(db); err != nil {
-		return nil, fmt.Errorf("agents store: %w", err)
-	}
-	st, err := store.Open(db)
+	st, err := cfg.Cluster.openStore(db)
 	if err != nil {
 		return nil, err
 	}

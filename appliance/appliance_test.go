@@ -24,7 +24,7 @@ func TestLoadConfig(t *testing.T) {
 		{"mount inside state", "state_dir = \"/x\"\n[workspace]\nmount = \"/x/agents\"\n", "inside state_dir"},
 		{"syntax", "state_dir = \n", "line 1"},
 		{"sandbox", "[sandbox]\nagent = \"/x/hearth-guest\"\ndefault_image = \"node\"\nidle_timeout = \"5m\"\nexec_timeout = \"0s\"\nmemory = \"2G\"\ndisk = \"10GiB\"\ncpus = 1.5\npids = 100\nmax_upload = \"64M\"\n", ""},
-		{"unknown sandbox key", "[sandbox]\nidle = \"5m\"\n", "unknown key sandbox.idle (known: state_dir, workspace.mount, sandbox.agent"},
+		{"unknown sandbox key", "[sandbox]\nidle = \"5m\"\n", "unknown key sandbox.idle (known: state_dir, workspace.mount, workspace.allow_other"},
 		{"bad size", "[sandbox]\nmemory = \"lots\"\n", "not a size"},
 		{"bad duration", "[sandbox]\nidle_timeout = \"10\"\n", "not a duration"},
 		{"relative agent", "[sandbox]\nagent = \"hearth-guest\"\n", "sandbox.agent"},
@@ -59,6 +59,12 @@ func TestLoadConfig(t *testing.T) {
 		{"too many children", "[agents]\nmax_children = 1000\n", "agents.max_children = 1000: give how many children"},
 		{"call snapshots", "[agents]\ncall_snapshots = \"last 5\"\n", ""},
 		{"call snapshots off", "[agents]\ncall_snapshots = \"off\"\n", ""},
+		{"cluster", "[cluster]\ndatabase = \"postgres://hearth@db.example/hearth?sslmode=require\"\n", ""},
+		{"cluster not postgres", "[cluster]\ndatabase = \"mysql://db/hearth\"\n", "cluster.database"},
+		{"cluster bad port", "[cluster]\ndatabase = \"postgres://db:port/hearth\"\n", "cluster.database"},
+		{"cluster node", "[cluster]\ndatabase = \"postgres://db/hearth\"\nnode = \"host-b\"\n", ""},
+		{"cluster node alone", "[cluster]\nnode = \"host-b\"\n", "cluster.node = \"host-b\" without cluster.database"},
+		{"cluster typo", "[cluster]\ndb = \"postgres://db/hearth\"\n", "unknown key cluster.db"},
 		{"bad call snapshots", "[agents]\ncall_snapshots = \"last 0\"\n", `agents.call_snapshots = "last 0": use "all", "last N"`},
 	}
 	for _, tc := range tests {

@@ -38,6 +38,7 @@ type Config struct {
 	// (see ProviderConfig). [model] is the Anthropic one.
 	Providers map[string]ProviderConfig `toml:"providers"`
 	Credits   CreditsConfig             `toml:"credits"`
+	Cluster   ClusterConfig             `toml:"cluster"`
 	API       APIConfig                 `toml:"api"`
 	Log       LogConfig                 `toml:"log"`
 }
@@ -478,6 +479,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.Log.validate(); err != nil {
+		return err
+	}
+	if err := c.Cluster.validate(); err != nil {
 		return err
 	}
 	if err := c.model().validate(); err != nil {

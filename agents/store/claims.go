@@ -177,7 +177,7 @@ func (s *Store) AcquireClaim(ctx context.Context, p, holder string, ttl time.Dur
 	if ttl, err = ClaimTTL(ttl); err != nil {
 		return ClaimChange{}, err
 	}
-	tx, err := s.w.BeginTx(ctx, nil) // IMMEDIATE: the read and the write are one step
+	tx, err := s.beginWrite(ctx) // IMMEDIATE: the read and the write are one step
 	if err != nil {
 		return ClaimChange{}, fmt.Errorf("claim %s: %w", p, err)
 	}
@@ -232,7 +232,7 @@ func (s *Store) ReleaseClaim(ctx context.Context, p, holder string) (Claim, erro
 	if err != nil {
 		return Claim{}, err
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return Claim{}, fmt.Errorf("release %s: %w", p, err)
 	}

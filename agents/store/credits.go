@@ -166,7 +166,7 @@ func insertEntry(ctx context.Context, tx *sql.Tx, kind CreditKind, execution str
 // was metered is never dropped, and a reservation is released.
 func (s *Store) creditTx(ctx context.Context, op, execution string, keep bool, fn func(context.Context, *sql.Tx) error) error {
 	try := func(ctx context.Context) error {
-		tx, err := s.w.BeginTx(ctx, nil)
+		tx, err := s.beginWrite(ctx)
 		if err != nil {
 			return err
 		}

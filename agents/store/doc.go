@@ -23,6 +23,13 @@
 // Money is kept as integer micro-dollars (millionths of a US dollar) so that
 // sums never drift; the API takes and returns float64 dollars at its edge.
 //
+// On a cluster the same store runs on PostgreSQL (OpenPostgres), shared
+// by several daemons (nodes): the same migrations and SQL (placeholders
+// rebound for pgx), writes that read before they write serialized on one
+// advisory lock, each execution owned by the node that created it, and
+// other nodes' events reaching live subscribers through LISTEN/NOTIFY
+// (docs/cluster.md).
+//
 // Who may import it: the agents packages (which record what executions do)
 // and appliance (which opens the one Store and owns its lifetime). The seam
 // for another database is the consumers' own interfaces over *Store, not

@@ -230,12 +230,18 @@ func (s *Store) stream(execution string) (*execState, error) {
 		}
 	}
 	st := &execState{}
-	err := s.r.QueryRow(`SELECT session_id, COALESCE((SELECT MAX(seq) FROM events WHERE execution_id = ?1), 0)
-		FROM executions WHERE id = ?1`, execution).Scan(&st.session, &st.stored)
+	var node string
+	err := s.r.QueryRow(`SELECT session_id, node, COALESCE((SELECT MAX(seq) FROM events WHERE execution_id = ?1), 0)
+		FROM executions WHERE id = ?1`, execution).Scan(&st.session, &node, &st.stored)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("append events: execution %s: %w", execution, ErrNotFound)
 	} else if err != nil {
 		return nil, fmt.Errorf("append events to %s: %w", execution, err)
+	}
+	if node != s.node {
+		// Seqs come from the owner's cache: another node's events would
+		// collide with them and fail a whole group commit.
+		return nil, fmt.Errorf("append events to %s: %w: the execution is owned by node %q, this is %q (Adopt it first)", execution, ErrInvalid, node, s.node)
 	}
 	st.assigned = st.stored
 	s.q.streams[execution] = st
@@ -366,6 +372,11 @@ func (s *Store) insertBatch(batch []*appendReq) (bool, error) {
 			if err != nil {
 				return true, err
 			}
+		}
+	}
+	if s.dialect == postgresDialect {
+		if err := s.notifyBatch(context.Background(), tx, batch); err != nil {
+			return true, err
 		}
 	}
 	return true, tx.Commit()

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -133,8 +132,8 @@ func TestAppendConcurrent(t *testing.T) {
 // TestSeqsSurviveReopen checks that numbering continues from the table
 // after a restart, not from a fresh cache.
 func TestSeqsSurviveReopen(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "hearth.db")
-	s, err := Open(path)
+	open := openSame(t)
+	s, err := open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +142,7 @@ func TestSeqsSurviveReopen(t *testing.T) {
 		s.Append(ctx, text(e, "x"))
 	}
 	s.Close()
-	s, err = Open(path)
+	s, err = open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,8 +189,8 @@ func TestEventsPaging(t *testing.T) {
 }
 
 func TestAppendAsync(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "hearth.db")
-	s, err := Open(path)
+	open := openSame(t)
+	s, err := open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +226,7 @@ func TestAppendAsync(t *testing.T) {
 		t.Errorf("Flush after Close = %v, want ErrClosed", err)
 	}
 
-	s, err = Open(path)
+	s, err = open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,9 +259,18 @@ func TestAppendAsync(t *testing.T) {
 func TestCommitFailure(t *testing.T) {
 	s := openTest(t)
 	e := newExec(t, s)
-	if _, err := s.w.Exec(`CREATE TRIGGER poison BEFORE INSERT ON events WHEN NEW.payload LIKE '%poison%'
-		BEGIN SELECT RAISE(ABORT, 'poisoned event'); END`); err != nil {
-		t.Fatal(err)
+	poison := []string{`CREATE TRIGGER poison BEFORE INSERT ON events WHEN NEW.payload LIKE '%poison%'
+		BEGIN SELECT RAISE(ABORT, 'poisoned event'); END`}
+	if s.dialect == postgresDialect {
+		poison = []string{`CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN RAISE EXCEPTION 'poisoned event'; END $$`,
+			`CREATE TRIGGER poison BEFORE INSERT ON events FOR EACH ROW
+			WHEN (NEW.payload LIKE '%poison%') EXECUTE FUNCTION poison()`}
+	}
+	for _, q := range poison {
+		if _, err := s.w.Exec(q); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s.Append(ctx, text(e, "one"), text(e, "two"))
 	if _, err := s.Append(ctx, text(e, "poison")); err == nil {

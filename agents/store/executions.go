@@ -124,6 +124,12 @@ type Execution struct {
 	// in the same transaction. UpdateExecution ignores changes to them.
 	TotalUSD    float64 `json:"total_usd"`
 	TotalTokens Tokens  `json:"total_tokens"`
+
+	// Node is the node that owns the execution when several share a
+	// PostgreSQL store: it writes the execution's events and interrupts
+	// it if it restarts. CreateExecution sets the creating Store's node
+	// when empty; "" on a single host. UpdateExecution ignores changes.
+	Node string `json:"node,omitempty"`
 }
 
 func (e *Execution) validateNew() error {
@@ -181,10 +187,13 @@ func (s *Store) CreateExecution(ctx context.Context, e Execution) (Execution, er
 	}
 	e.Created = e.Created.UTC()
 	e.Started, e.Ended = time.Time{}, time.Time{}
+	if e.Node == "" {
+		e.Node = s.node
+	}
 	if err := e.validateNew(); err != nil {
 		return Execution{}, err
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return Execution{}, fmt.Errorf("create execution: %w", err)
 	}
@@ -262,10 +271,22 @@ func insertExecution(ctx context.Context, tx *sql.Tx, e *Execution) error {
 		if generate {
 			e.ID = NewExecutionID()
 		}
+		// A savepoint lets the transaction go on after a colliding id:
+		// PostgreSQL aborts the whole transaction on an error otherwise.
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT insert_execution"); err != nil {
+			return fmt.Errorf("create execution %s: %w", e.ID, err)
+		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO executions (id, session_id, agent, kind, previous_id, parent_id, depth,
-			prompt, status, created, limit_usd_micros, limit_turns, limit_wall_ms, on_budget, outputs) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+			prompt, status, created, limit_usd_micros, limit_turns, limit_wall_ms, on_budget, outputs, node) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 			e.ID, e.Session, e.Agent, e.Kind, sql.NullString{String: e.Previous, Valid: e.Previous != ""},
-			sql.NullString{String: e.Parent, Valid: e.Parent != ""}, e.Depth, e.Prompt, e.Status, e.Created.UnixNano(), toMicros(e.Limits.USD), e.Limits.Turns, e.Limits.WallTime.Milliseconds(), e.Limits.OnBudget, outputs)
+			sql.NullString{String: e.Parent, Valid: e.Parent != ""}, e.Depth, e.Prompt, e.Status, e.Created.UnixNano(), toMicros(e.Limits.USD), e.Limits.Turns, e.Limits.WallTime.Milliseconds(), e.Limits.OnBudget, outputs, e.Node)
+		if err != nil {
+			if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT insert_execution"); rerr != nil {
+				return fmt.Errorf("create execution %s: %w", e.ID, rerr)
+			}
+		} else if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT insert_execution"); err != nil {
+			return fmt.Errorf("create execution %s: %w", e.ID, err)
+		}
 		switch {
 		case err == nil:
 			return nil
@@ -289,7 +310,7 @@ func encodeOutputs(outputs []string) (string, error) {
 const executionColumns = `id, session_id, agent, kind, previous_id, parent_id, depth, prompt, status, created,
 	started, ended, limit_usd_micros, limit_turns, limit_wall_ms, turns, input_tokens, output_tokens,
 	cache_read_tokens, cache_creation_tokens, usd_micros, result, error, outputs, total_usd_micros,
-	total_input_tokens, total_output_tokens, total_cache_read_tokens, total_cache_creation_tokens, on_budget`
+	total_input_tokens, total_output_tokens, total_cache_read_tokens, total_cache_creation_tokens, on_budget, node`
 
 func scanExecution(row scanner) (Execution, error) {
 	var (
@@ -306,7 +327,7 @@ func scanExecution(row scanner) (Execution, error) {
 	err := row.Scan(&e.ID, &e.Session, &e.Agent, &e.Kind, &previous, &parent, &e.Depth, &e.Prompt, &e.Status, &created,
 		&started, &ended, &limitMicros, &e.Limits.Turns, &limitWallMS, &e.Turns, &e.Tokens.Input, &e.Tokens.Output,
 		&e.Tokens.CacheRead, &e.Tokens.CacheCreation, &usdMicros, &e.Result, &e.Error, &outputs, &totalMicros,
-		&t.Input, &t.Output, &t.CacheRead, &t.CacheCreation, &e.Limits.OnBudget)
+		&t.Input, &t.Output, &t.CacheRead, &t.CacheCreation, &e.Limits.OnBudget, &e.Node)
 	if err != nil {
 		return Execution{}, err
 	}
@@ -367,7 +388,7 @@ func getExecution(ctx context.Context, db queryRower, id string) (Execution, err
 func (s *Store) UpdateExecution(ctx context.Context, id string, fn func(*Execution) error) (Execution, error) {
 	s.wr.endMu.Lock()
 	defer s.wr.endMu.Unlock()
-	tx, err := s.w.BeginTx(ctx, nil)
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return Execution{}, fmt.Errorf("update execution %s: %w", id, s.wrote(err, id))
 	}
@@ -560,15 +581,16 @@ func (s *Store) queryExecutions(ctx context.Context, db querier, q string, args 
 // that died. Their events are kept. It returns the executions changed,
 // so the caller can append a status event to each stream. Executions
 // named in keep (their agents still run and are taken up again) are left
-// as they are; the others' leases on paths (claims) are let go.
+// as they are; the others' leases on paths (claims) are let go. On a
+// shared PostgreSQL store it touches only this node's executions.
 func (s *Store) InterruptRunning(ctx context.Context, keep ...string) ([]Execution, error) {
-	tx, err := s.w.BeginTx(ctx, nil)
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("interrupt running executions: %w", err)
 	}
 	defer tx.Rollback()
-	list, err := s.queryExecutions(ctx, tx, "SELECT "+executionColumns+" FROM executions WHERE status IN (?, ?, ?) ORDER BY n",
-		Pending, Running, AwaitingBudget)
+	list, err := s.queryExecutions(ctx, tx, "SELECT "+executionColumns+" FROM executions WHERE status IN (?, ?, ?) AND node = ? ORDER BY n",
+		Pending, Running, AwaitingBudget, s.node)
 	if err != nil {
 		return nil, fmt.Errorf("interrupt running executions: %w", err)
 	}
@@ -648,4 +670,32 @@ func (s *Store) Children(ctx context.Context, id string) ([]Execution, error) {
 	}
 	slices.Reverse(list)
 	return list, nil
+}
+
+// Adopt makes this Store's node the owner of an execution that has not
+// ended (one queued by another node's API, or left by a node that
+// stopped), so that it appends its events from now on. The previous
+// owner must no longer append to it: its events would be refused by
+// the primary key. An ended execution is ErrInvalidTransition.
+func (s *Store) Adopt(ctx context.Context, id string) (Execution, error) {
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return Execution{}, fmt.Errorf("adopt execution %s: %w", id, err)
+	}
+	defer tx.Rollback()
+	e, err := getExecution(ctx, tx, id)
+	if err != nil {
+		return Execution{}, err
+	}
+	if e.Status.Terminal() {
+		return Execution{}, fmt.Errorf("adopt execution %s: %w: it is %s", id, ErrInvalidTransition, e.Status)
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE executions SET node = ? WHERE id = ?", s.node, id); err != nil {
+		return Execution{}, fmt.Errorf("adopt execution %s: %w", id, err)
+	}
+	if err := s.wrote(tx.Commit()); err != nil {
+		return Execution{}, fmt.Errorf("adopt execution %s: %w", id, err)
+	}
+	e.Node = s.node
+	return e, nil
 }

@@ -397,8 +397,8 @@ func TestListExecutionsPromptPreview(t *testing.T) {
 // with it), read back from a fresh open, kept by updates; a value that
 // is neither stop nor pause is refused, by the store and by the schema.
 func TestExecutionOnBudget(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "hearth.db")
-	s, err := Open(path)
+	open := openSame(t)
+	s, err := open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +423,7 @@ func TestExecutionOnBudget(t *testing.T) {
 		t.Error("the schema took on_budget = 'later'")
 	}
 	s.Close()
-	s, err = Open(path)
+	s, err = open()
 	if err != nil {
 		t.Fatal(err)
 	}

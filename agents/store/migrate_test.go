@@ -2,7 +2,6 @@ package store
 
 import (
 	"database/sql"
-	"io/fs"
 	"path/filepath"
 	"testing"
 
@@ -22,7 +21,7 @@ func TestMigrateAwaitingBudget(t *testing.T) {
 	if err := claim(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	sub, _ := fs.Sub(migrations, "migrations")
+	sub, _ := migrationsFor(sqliteDialect)
 	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub, goose.WithDisableGlobalRegistry(true))
 	if err != nil {
 		t.Fatal(err)

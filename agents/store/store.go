@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
@@ -52,9 +53,15 @@ const (
 // retries); reads use a pool of read-only connections, which WAL lets run
 // beside the writer.
 type Store struct {
-	path string
-	w    *sql.DB // one connection: all writes
-	r    *sql.DB // read-only pool
+	path    string
+	dialect dialect
+	node    string          // PostgreSQL: this daemon's name among the nodes
+	pgCfg   *pgx.ConnConfig // PostgreSQL: for the listener's own connection
+
+	stopListen context.CancelFunc // PostgreSQL: stops the listener
+	nodeLock   *sql.Conn          // PostgreSQL: holds the node name's lock
+	w          *sql.DB            // one connection: all writes
+	r          *sql.DB            // read-only pool
 
 	insertEvent *sql.Stmt // prepared on w, used by the writer
 	lock        *os.File  // flocked while the Store is open
@@ -87,13 +94,28 @@ func Open(path string) (*Store, error) {
 	return s, nil
 }
 
-func open(path string) (_ *Store, err error) {
-	ctx := context.Background()
-	s := &Store{
+func newStore(path string) *Store {
+	return &Store{
 		path:      path,
+		dialect:   sqliteDialect,
 		closing:   make(chan struct{}),
 		subBuffer: defaultSubBuffer,
 	}
+}
+
+// start starts the store's goroutines once its databases are open.
+func (s *Store) start() {
+	s.q.init()
+	s.hub.init()
+	s.wr.init()
+	s.wg.Add(2)
+	go s.writer()
+	go s.retrier()
+}
+
+func open(path string) (_ *Store, err error) {
+	ctx := context.Background()
+	s := newStore(path)
 	defer func() {
 		if err != nil {
 			s.closeDBs()
@@ -109,7 +131,7 @@ func open(path string) (_ *Store, err error) {
 	if err := claim(ctx, s.w); err != nil {
 		return nil, err
 	}
-	if err := migrate(ctx, s.w); err != nil {
+	if err := migrate(ctx, s.w, sqliteDialect); err != nil {
 		return nil, err
 	}
 	if s.r, err = sql.Open("sqlite", dsn(path, true)); err != nil {
@@ -120,12 +142,7 @@ func open(path string) (_ *Store, err error) {
 	if s.insertEvent, err = s.w.PrepareContext(ctx, insertEventSQL); err != nil {
 		return nil, err
 	}
-	s.q.init()
-	s.hub.init()
-	s.wr.init()
-	s.wg.Add(2)
-	go s.writer()
-	go s.retrier()
+	s.start()
 	return s, nil
 }
 
@@ -153,7 +170,10 @@ func (s *Store) closeDBs() error {
 	if s.insertEvent != nil {
 		errs = append(errs, s.insertEvent.Close())
 	}
-	if s.r != nil {
+	if s.nodeLock != nil {
+		errs = append(errs, unlockNode(s.nodeLock, s.node))
+	}
+	if s.r != nil && s.r != s.w {
 		errs = append(errs, s.r.Close())
 	}
 	if s.w != nil {
@@ -213,10 +233,20 @@ func classify(err error) error {
 }
 
 // constraint reports whether err is the SQLite extended result code code
-// (for example SQLITE_CONSTRAINT_PRIMARYKEY).
+// (for example SQLITE_CONSTRAINT_PRIMARYKEY), or PostgreSQL's violation
+// of the same kind of constraint.
 func constraint(err error, code int) bool {
 	var se *sqlite.Error
-	return errors.As(err, &se) && se.Code() == code
+	if errors.As(err, &se) {
+		return se.Code() == code
+	}
+	switch pgCode(err) {
+	case pgUniqueViolation:
+		return code == sqlite3.SQLITE_CONSTRAINT_UNIQUE || code == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+	case pgForeignKeyViolation:
+		return code == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
+	}
+	return false
 }
 
 // Close refuses new appends, stores those already accepted (AppendAsync
@@ -229,6 +259,9 @@ func (s *Store) Close() error {
 		s.q.space.Broadcast()
 		s.q.mu.Unlock()
 		close(s.closing)
+		if s.stopListen != nil {
+			s.stopListen()
+		}
 		s.hub.closeAll(ErrClosed)
 		s.wg.Wait()
 		s.closeErr = s.closeDBs()
@@ -236,7 +269,8 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// Path is the store's SQLite file.
+// Path is the store's SQLite file, or its PostgreSQL URL without a
+// password.
 func (s *Store) Path() string { return s.path }
 
 // NewSessionID returns a fresh session id such as "session-a8f3e2".

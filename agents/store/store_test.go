@@ -17,10 +17,12 @@ import (
 
 var ctx = context.Background()
 
-// openTest opens a store in a fresh file that is closed when the test ends.
+// openTest opens a store that is closed when the test ends: in a fresh
+// SQLite file, or, when the test runs inside the PostgreSQL conformance
+// suite (TestPostgresConformance), in a fresh PostgreSQL database.
 func openTest(t testing.TB) *Store {
 	t.Helper()
-	s, err := Open(filepath.Join(t.TempDir(), "hearth.db"))
+	s, err := openerFor(t)(t)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

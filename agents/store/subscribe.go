@@ -26,7 +26,7 @@ type Subscription struct {
 	pending  []stream.Event // live events that came during the replay
 	overflow bool           // pending was dropped: read them from the table
 	stop     chan struct{}  // closed to stop the replay
-	floor    int64          // live: deliver only seqs above it (the subscriber asked for those)
+	floor    int64          // live: deliver only seqs above it (the last delivered, or the subscriber asked for those)
 }
 
 type subState int
@@ -311,11 +311,14 @@ func (h *hub) offer(sub *Subscription, ev stream.Event) {
 			sub.pending = append(sub.pending, ev)
 		}
 	case live:
-		if ev.Seq <= sub.floor {
-			return
+		if sub.execution != "" && ev.Seq <= sub.floor {
+			return // already delivered (another node's events can be read twice)
 		}
 		select {
 		case sub.c <- ev:
+			if sub.execution != "" {
+				sub.floor = ev.Seq
+			}
 		default:
 			h.end(sub, ErrTooSlow)
 		}

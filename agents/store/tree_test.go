@@ -4,7 +4,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -173,7 +172,7 @@ func TestMigrateParentToPrevious(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub, _ := fs.Sub(migrations, "migrations")
+	sub, _ := migrationsFor(sqliteDialect)
 	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub, goose.WithDisableGlobalRegistry(true))
 	if err != nil {
 		t.Fatal(err)

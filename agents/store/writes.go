@@ -56,7 +56,7 @@ func (w *writes) init() {
 func writeFailure(err error) bool {
 	var se *sqlite.Error
 	if !errors.As(err, &se) {
-		return false
+		return err != nil && pgWriteFailure(err)
 	}
 	switch se.Code() & 0xff {
 	case sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN,
@@ -259,7 +259,7 @@ func (s *Store) writeEnded(ctx context.Context, e Execution) error {
 	if k, ok := s.keptEnded(e.ID); !ok || k.Status != e.Status || !k.Ended.Equal(e.Ended) {
 		return nil // an update was written over it since
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return err
 	}
