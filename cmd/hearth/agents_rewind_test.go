@@ -21,7 +21,7 @@ func TestAgentsRewindCommands(t *testing.T) {
 	}
 	session := regexp.MustCompile(`session-[0-9a-f]{6}`).FindString(out)
 	runSteps(t, []step{
-		{args: []string{"agents", "rewind", session, c}, wantCode: exitError, wantErr: "--call N"},
+		{args: []string{"agents", "rewind", session, c}, wantCode: exitUsage, wantErr: "--call N"},
 		{args: []string{"agents", "branch", session, "--call", "1", "cli-branch", c}, wantOut: "branched session cli-branch from " + session + " at call 1"},
 		{args: []string{"agents", "rewind", session, "--call", "1", c}, wantOut: "hearth agents rewind " + session + " --undo"},
 		{args: []string{"agents", "rewind", session, "--undo", c}, wantOut: "is back at snapshot rewind-"},

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -209,7 +210,10 @@ func TestWorkspaceAttachWhilePaused(t *testing.T) {
 		}
 	}()
 	const counter = "/workspace/agents/a/outputs/counter"
-	if out, _ := vmmtest.Sh(t, m, `setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i >> `+counter+` || echo lost $i >> /tmp/lost-`+s.ID+`; sleep 0.05; done' </dev/null >/dev/null 2>&1 & echo ok`); out != "ok\n" {
+	// The counter ends by itself after two minutes: under the double its
+	// loop is a host process that outlives the machine.
+	lostFile := "/tmp/lost-" + s.ID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if out, _ := vmmtest.Sh(t, m, `setsid sh -c 'i=0; while [ $i -lt 2400 ]; do i=$((i+1)); echo $i >> `+counter+` || echo lost $i >> `+lostFile+`; sleep 0.05; done' </dev/null >/dev/null 2>&1 & echo ok`); out != "ok\n" {
 		t.Fatalf("starting the counter: %q", out)
 	}
 	lines := func() []string {
@@ -242,7 +246,7 @@ func TestWorkspaceAttachWhilePaused(t *testing.T) {
 	waitLines(len(lines()) + 5)
 	// A write whose file was opened before the pause fails (its view
 	// died): the writer is told, and it can be only the first one.
-	lost, _ := vmmtest.Sh(t, m, "cat /tmp/lost-"+s.ID+" 2>/dev/null; echo")
+	lost, _ := vmmtest.Sh(t, m, "cat "+lostFile+" 2>/dev/null; echo")
 	if n, err := vmmtest.UnbrokenCount(lines(), strings.Fields(strings.ReplaceAll(lost, "lost", ""))); err != nil || n > 1 {
 		t.Fatalf("the counter across the pause: %v; %d writes failed (%q)", err, n, lost)
 	}
@@ -278,8 +282,8 @@ func TestRecoverWithWorkspacePaused(t *testing.T) {
 	first := create(t, d, s)
 	ctx := context.Background()
 	const counter = "/workspace/agents/a/outputs/counter"
-	lost := "/tmp/lost-" + s.ID
-	if out, _ := vmmtest.Sh(t, first, `setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i >> `+counter+` || echo $i >> `+lost+`; sleep 0.01; done' </dev/null >/dev/null 2>&1 & echo ok`); out != "ok\n" {
+	lost := "/tmp/lost-" + s.ID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if out, _ := vmmtest.Sh(t, first, `setsid sh -c 'i=0; while [ $i -lt 12000 ]; do i=$((i+1)); echo $i >> `+counter+` || echo $i >> `+lost+`; sleep 0.01; done' </dev/null >/dev/null 2>&1 & echo ok`); out != "ok\n" {
 		t.Fatalf("starting the counter: %q", out)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {

@@ -294,7 +294,10 @@ func (m *machine) startVirtiofsd() error {
 	go func() { cmd.Wait(); close(exited) }()
 	os.WriteFile(m.path(fsPID), []byte(strconv.Itoa(cmd.Process.Pid)), 0o600)
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		if _, err := os.Stat(m.path(fsSock)); err == nil {
+		// virtiofsd binds its socket before it listens: QEMU connecting
+		// in between is refused (seen under load), and a probe
+		// connection would be taken as virtiofsd's one frontend.
+		if listening(m.path(fsSock)) {
 			return nil
 		}
 		select {
@@ -304,9 +307,26 @@ func (m *machine) startVirtiofsd() error {
 		case <-time.After(5 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return errors.New("virtiofsd did not make its socket within 10s")
+			return errors.New("virtiofsd did not listen on its socket within 10s")
 		}
 	}
+}
+
+// listening reports whether a unix socket bound at path listens, from
+// /proc/net/unix (flag __SO_ACCEPTCON).
+func listening(path string) bool {
+	b, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		// The path ends the line and may hold spaces.
+		if f := strings.Fields(line); len(f) >= 8 && strings.HasSuffix(line, " "+path) {
+			flags, err := strconv.ParseUint(f[3], 16, 32)
+			return err == nil && flags&0x10000 != 0
+		}
+	}
+	return false
 }
 
 // waitPort waits until the guest opens the agent's port, failing early if
