@@ -54,7 +54,7 @@ mkdir -p "$HEARTH_ARTIFACTS"
 echo "==> images (cache $HEARTH_TEST_IMAGES)"
 go run ./cmd/hearth images build --cache "$HEARTH_TEST_IMAGES" base claude-code codex opencode gemini code-server
 echo "==> go test -race"
-go test -race -count=1 -timeout 30m ./...
+go test -race -count=1 -timeout 45m ./...
 # Every fuzz target (a parser of bytes an agent, a provider or a file can
 # control) runs briefly on top of its committed corpus in testdata/fuzz.
 # A count, not a duration: Go 1.26's fuzzing coordinator can fail a target
