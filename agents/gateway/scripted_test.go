@@ -178,7 +178,7 @@ func BenchmarkProtocolOverhead(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			body, err := os.ReadFile(filepath.Join("..", "scriptedmodel", "testdata", "clients", c.file))
 			if err != nil {
-				b.Skipf("no captured request: %v", err)
+				b.Fatalf("the committed capture of the CLI's first request: %v", err)
 			}
 			final := modeltest.Turn{Blocks: []modeltest.Block{modeltest.Text("Writing it."), modeltest.ToolUse("shell", map[string]any{"command": []string{"ls"}})},
 				Usage: modeltest.Usage{InputTokens: 12000, OutputTokens: 80, CacheReadInputTokens: 30000}}

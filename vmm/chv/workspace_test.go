@@ -25,20 +25,7 @@ import (
 func TestWorkspaceAttach(t *testing.T) {
 	needVirtiofsd(t)
 	d, spec := doubleDriver(t)
-	store, err := fs.Open(fs.Options{Dir: filepath.Join(shortTemp(t), "ws")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	root := fs.Owner{} // the double's guest runs as root: see doubleDriver
-	if err := store.CreateSession("a", root); err != nil {
-		t.Fatal(err)
-	}
-	old, err := store.Mount(filepath.Join(shortTemp(t), "view-old"), fs.ViewOptions{Session: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Unmount()
+	store, old := sessionA(t, fs.Owner{}) // the double's guest runs as root: see doubleDriver
 	s := spec("attach")
 	s.Workspace = old.Dir()
 	m := create(t, d, s)
@@ -65,7 +52,7 @@ func TestWorkspaceAttach(t *testing.T) {
 	if out, _ := vmmtest.Sh(t, m, "echo lost > /workspace/agents/a/outputs/lost.md 2>/dev/null && echo wrote || echo failed"); out != "failed\n" {
 		t.Errorf("writing through the dead view: %q, want failed", out)
 	}
-	fresh, err = store.Mount(filepath.Join(shortTemp(t), "view-new"), fs.ViewOptions{Session: "a"})
+	fresh, err := store.Mount(filepath.Join(shortTemp(t), "view-new"), fs.ViewOptions{Session: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,19 +172,7 @@ func guestWrites(t *testing.T, disk, script string) {
 func TestWorkspaceAttachWhilePaused(t *testing.T) {
 	needVirtiofsd(t)
 	d, spec := doubleDriver(t)
-	store, err := fs.Open(fs.Options{Dir: filepath.Join(shortTemp(t), "ws")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	if err := store.CreateSession("a", fs.Owner{}); err != nil {
-		t.Fatal(err)
-	}
-	old, err := store.Mount(filepath.Join(shortTemp(t), "view-old"), fs.ViewOptions{Session: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Unmount()
+	store, old := sessionA(t, fs.Owner{})
 	s := spec("attach-paused")
 	s.Workspace = old.Dir()
 	m := create(t, d, s)
@@ -234,7 +209,8 @@ func TestWorkspaceAttachWhilePaused(t *testing.T) {
 	if err := old.Unmount(); err != nil {
 		t.Fatalf("Unmount the old view = %v", err)
 	}
-	if fresh, err = store.Mount(filepath.Join(shortTemp(t), "view-new"), fs.ViewOptions{Session: "a"}); err != nil {
+	fresh, err := store.Mount(filepath.Join(shortTemp(t), "view-new"), fs.ViewOptions{Session: "a"})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := m.AttachWorkspace(ctx, fresh.Dir()); err != nil {
@@ -264,19 +240,7 @@ func TestWorkspaceAttachWhilePaused(t *testing.T) {
 func TestRecoverWithWorkspacePaused(t *testing.T) {
 	needVirtiofsd(t)
 	d, spec := doubleDriver(t)
-	store, err := fs.Open(fs.Options{Dir: filepath.Join(shortTemp(t), "ws")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	if err := store.CreateSession("a", fs.Owner{}); err != nil {
-		t.Fatal(err)
-	}
-	old, err := store.Mount(filepath.Join(shortTemp(t), "view-old"), fs.ViewOptions{Session: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Unmount()
+	store, old := sessionA(t, fs.Owner{})
 	s := spec("recover-paused")
 	s.Workspace = old.Dir()
 	first := create(t, d, s)
@@ -352,4 +316,24 @@ func TestRecoverWithWorkspacePaused(t *testing.T) {
 	} else {
 		b.Destroy(ctx)
 	}
+}
+
+// sessionA is a workspace store with session "a" of owner, and a view
+// of it mounted, both gone when t ends.
+func sessionA(t *testing.T, owner fs.Owner) (*fs.Store, *fs.View) {
+	t.Helper()
+	store, err := fs.Open(fs.Options{Dir: filepath.Join(shortTemp(t), "ws")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if err := store.CreateSession("a", owner); err != nil {
+		t.Fatal(err)
+	}
+	v, err := store.Mount(filepath.Join(shortTemp(t), "view-old"), fs.ViewOptions{Session: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.Unmount() })
+	return store, v
 }

@@ -99,20 +99,7 @@ func TestWorkspaceAttach(t *testing.T) {
 	d := newDriver(t)
 	requireVirtiofsd(t)
 	root := busyboxImage(t)
-	store, err := fs.Open(fs.Options{Dir: filepath.Join(t.TempDir(), "ws")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	agent := fs.Owner{UID: 1000, GID: 1000}
-	if err := store.CreateSession("a", agent); err != nil {
-		t.Fatal(err)
-	}
-	old, err := store.Mount(filepath.Join(t.TempDir(), "view-old"), fs.ViewOptions{Session: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Unmount()
+	store, old := sessionA(t, fs.Owner{UID: 1000, GID: 1000})
 	ctx := context.Background()
 	m, err := d.Create(ctx, vmm.Spec{ID: "attach", RootFS: root, Workspace: old.Dir(), UID: 1000, GID: 1000})
 	if err != nil {
@@ -183,20 +170,7 @@ func TestWorkspaceAttachWhilePaused(t *testing.T) {
 	d := newDriver(t)
 	requireVirtiofsd(t)
 	root := busyboxImage(t)
-	store, err := fs.Open(fs.Options{Dir: filepath.Join(t.TempDir(), "ws")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	agent := fs.Owner{UID: 1000, GID: 1000}
-	if err := store.CreateSession("a", agent); err != nil {
-		t.Fatal(err)
-	}
-	old, err := store.Mount(filepath.Join(t.TempDir(), "view-old"), fs.ViewOptions{Session: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Unmount()
+	store, old := sessionA(t, fs.Owner{UID: 1000, GID: 1000})
 	ctx := context.Background()
 	m, err := d.Create(ctx, vmm.Spec{ID: "attach-paused", RootFS: root, Workspace: old.Dir(), UID: 1000, GID: 1000})
 	if err != nil {
@@ -250,4 +224,24 @@ func TestWorkspaceAttachWhilePaused(t *testing.T) {
 	if n, err := vmmtest.UnbrokenCount(lines(), strings.Fields(strings.ReplaceAll(lost, "lost", ""))); err != nil || n > 1 {
 		t.Fatalf("the counter across the pause: %v; %d writes failed (%q): the guest did not reach the new view at once", err, n, lost)
 	}
+}
+
+// sessionA is a workspace store with session "a" of owner, and a view
+// of it mounted, both gone when t ends.
+func sessionA(t *testing.T, owner fs.Owner) (*fs.Store, *fs.View) {
+	t.Helper()
+	store, err := fs.Open(fs.Options{Dir: filepath.Join(t.TempDir(), "ws")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if err := store.CreateSession("a", owner); err != nil {
+		t.Fatal(err)
+	}
+	v, err := store.Mount(filepath.Join(t.TempDir(), "view-old"), fs.ViewOptions{Session: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.Unmount() })
+	return store, v
 }
