@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -37,35 +38,54 @@ import (
 // helpers those checks build on.
 func TestThreeHosts(t *testing.T) {
 	c := newCluster(t, 3, modeltest.Config{PerConversation: true, Turns: []modeltest.Turn{
-		bash("mkdir -p outputs && cat inputs/word > outputs/said.txt && hostname -I > outputs/where.txt; true"),
+		// A task given inputs/hang stays in its tool call until killed.
+		bash("mkdir -p outputs && cat inputs/word > outputs/said.txt && if [ -e inputs/hang ]; then sleep 600; fi"),
 		say("Wrote outputs/said.txt"),
 	}})
 	took := c.start()
 	t.Logf("3 hosts up and healthy in %s", took.Round(time.Millisecond))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-
 	const added = 10.0
 	if _, err := c.nodes[0].client.AddCredits(ctx, added, "three hosts"); err != nil {
 		t.Fatalf("h1: add credits: %v", err)
 	}
+	c.checkAPIOverLAN(ctx)
+
 	first, latency := c.runTask(ctx, c.nodes[0], "alpha")
 	t.Logf("a task through h1's API completed in %s", latency.Round(time.Millisecond))
 	c.checkSharedRecord(ctx, first)
 	c.checkLedger(ctx, added, first)
-
 	c.checkRemoteView(ctx, c.nodes[1], first)
 
+	// h3 dies with a task in its machine: the others go on serving and
+	// running tasks, at once on two nodes.
+	stranded := c.startHangingTask(ctx, c.nodes[2], "gamma")
 	c.nodes[2].kill9()
-	for _, nd := range c.nodes[:2] {
+	for _, nd := range c.live() {
 		if h, err := nd.client.Health(ctx); err != nil || !h.StoreOk {
 			t.Fatalf("%s after kill -9 of h3: health %+v, %v", nd.name, h, err)
 		}
 	}
-	second, latency := c.runTask(ctx, c.nodes[1], "beta")
-	t.Logf("a task through h2's API, h3 dead, completed in %s", latency.Round(time.Millisecond))
-	c.checkSharedRecord(ctx, second, c.nodes[:2]...)
-	c.checkLedger(ctx, added, first, second)
+	began := time.Now()
+	more := c.runTasks(ctx, map[*node][]string{c.nodes[0]: {"beta"}, c.nodes[1]: {"delta", "epsilon"}})
+	t.Logf("3 tasks at once through h1 and h2, h3 dead, completed in %s", time.Since(began).Round(time.Millisecond))
+	for _, ex := range more {
+		c.checkSharedRecord(ctx, ex, c.live()...)
+	}
+
+	// h3 back: what it was running when it died ends interrupted, seen
+	// so from every node, and the ledger settles exactly.
+	began = time.Now()
+	c.nodes[2].start()
+	c.nodes[2].waitHealthy()
+	stranded = c.waitEnded(ctx, c.nodes[0], stranded.Id)
+	t.Logf("h3 restarted and its stranded task ended in %s", time.Since(began).Round(time.Millisecond))
+	if stranded.Status != "interrupted" {
+		t.Errorf("h3's task after its daemon was killed and restarted = %+v; want interrupted", stranded)
+	}
+	c.checkSharedRecord(ctx, stranded)
+	c.checkLedger(ctx, added, append(more, first, stranded)...)
 }
 
 func bash(command string) modeltest.Turn {
@@ -77,27 +97,109 @@ func say(text string) modeltest.Turn {
 	return modeltest.Turn{Blocks: []modeltest.Block{modeltest.Text(text)}, Usage: modeltest.Usage{InputTokens: 1000, OutputTokens: 100}}
 }
 
+// runTasks runs, at once, a task for each word through each node's API
+// and returns them ended (completed: runTask's checks).
+func (c *cluster) runTasks(ctx context.Context, words map[*node][]string) []client.Execution {
+	type result struct {
+		ex  client.Execution
+		err error
+	}
+	results := make(chan result)
+	n := 0
+	for via, ws := range words {
+		for _, w := range ws {
+			n++
+			go func() {
+				ex, _, err := c.task(ctx, via, w)
+				results <- result{ex, err}
+			}()
+		}
+	}
+	var out []client.Execution
+	var failed error
+	for range n {
+		r := <-results
+		if r.err != nil && failed == nil {
+			failed = r.err
+		}
+		out = append(out, r.ex)
+	}
+	if failed != nil {
+		c.t.Fatal(failed)
+	}
+	return out
+}
+
 // runTask delegates a task to the writer agent through via's API and
 // waits for it; the agent copies word into outputs/said.txt. It returns
 // the ended execution and how long the call took.
 func (c *cluster) runTask(ctx context.Context, via *node, word string) (client.Execution, time.Duration) {
-	t := c.t
-	t.Helper()
+	c.t.Helper()
+	ex, took, err := c.task(ctx, via, word)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return ex, took
+}
+
+// task is runTask's work, safe from any goroutine.
+func (c *cluster) task(ctx context.Context, via *node, word string) (client.Execution, time.Duration, error) {
 	began := time.Now()
 	ex, err := via.client.Delegate(ctx, client.DelegateRequest{Agent: "writer", Prompt: "Write the word down.", Wait: true,
 		Inputs: map[string][]byte{"word": []byte(word)}})
 	took := time.Since(began)
 	if err != nil {
-		t.Fatalf("%s: delegate: %v", via.name, err)
+		return ex, took, fmt.Errorf("%s: delegate: %w", via.name, err)
 	}
 	if ex.Status != "completed" || ex.Result != "Wrote outputs/said.txt" || ex.Turns != 2 || ex.Usd <= 0 {
-		t.Fatalf("%s: task = %+v; want completed with its result, two turns and a cost", via.name, ex)
+		return ex, took, fmt.Errorf("%s: task = %+v; want completed with its result, two turns and a cost", via.name, ex)
 	}
 	var out strings.Builder
 	if _, err := via.client.DownloadOutput(ctx, ex.Id, "outputs/said.txt", &out); err != nil || out.String() != word {
-		t.Fatalf("%s: outputs/said.txt = %q, %v; want %q", via.name, out.String(), err, word)
+		return ex, took, fmt.Errorf("%s: outputs/said.txt = %q, %v; want %q", via.name, out.String(), err, word)
 	}
-	return ex, took
+	return ex, took, nil
+}
+
+// startHangingTask starts a task through via's API that stays in its
+// tool call, and returns once its agent is in it (it wrote its word).
+func (c *cluster) startHangingTask(ctx context.Context, via *node, word string) client.Execution {
+	t := c.t
+	t.Helper()
+	ex, err := via.client.Delegate(ctx, client.DelegateRequest{Agent: "writer", Prompt: "Write the word down, then wait.",
+		Inputs: map[string][]byte{"word": []byte(word), "hang": []byte("yes")}})
+	if err != nil {
+		t.Fatalf("%s: delegate: %v", via.name, err)
+	}
+	said := filepath.Join(via.mount, ex.Session, "outputs", "said.txt")
+	for {
+		if b, err := os.ReadFile(said); err == nil && string(b) == word {
+			return ex
+		}
+		select {
+		case <-ctx.Done():
+			got, _ := via.client.Execution(context.Background(), ex.Id)
+			t.Fatalf("%s: the hanging task never reached its tool call: %+v", via.name, got)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// waitEnded polls execution id through via's API until it has ended.
+func (c *cluster) waitEnded(ctx context.Context, via *node, id string) client.Execution {
+	t := c.t
+	t.Helper()
+	for {
+		ex, err := via.client.Execution(ctx, id)
+		if err == nil && client.Ended(ex) {
+			return ex
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: execution %s did not end: %+v, %v", via.name, id, ex, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // checkSharedRecord checks that every node given (all by default) sees
@@ -207,5 +309,35 @@ func (c *cluster) checkRemoteView(ctx context.Context, from *node, ex client.Exe
 	got, err := os.ReadFile(filepath.Join(h1.mount, ex.Session, "outputs", "from-"+from.name+".txt"))
 	if err != nil || string(got) != note {
 		t.Fatalf("h1's own view holds %q, %v for the file %s wrote; want %q", got, err, from.name, note)
+	}
+}
+
+// checkAPIOverLAN calls every node's TCP API from the next host's
+// namespace, over the LAN: with the node's token it answers, without it
+// refuses.
+func (c *cluster) checkAPIOverLAN(ctx context.Context) {
+	t := c.t
+	t.Helper()
+	for i, nd := range c.nodes {
+		from := c.nodes[(i+1)%len(c.nodes)]
+		token, err := os.ReadFile(filepath.Join(nd.state, "api.token"))
+		must(t, err)
+		hc := &http.Client{Transport: &http.Transport{DialContext: from.host.DialContext}, Timeout: 30 * time.Second}
+		defer hc.CloseIdleConnections()
+		for _, tok := range []string{strings.TrimSpace(string(token)), ""} {
+			req, err := http.NewRequestWithContext(ctx, "GET", "http://"+nd.host.HostPort(apiPort)+"/v1/health", nil)
+			must(t, err)
+			if tok != "" {
+				req.Header.Set("Authorization", "Bearer "+tok)
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatalf("%s to %s's API: %v", from.name, nd.name, err)
+			}
+			resp.Body.Close()
+			if want := map[bool]int{true: http.StatusOK, false: http.StatusUnauthorized}[tok != ""]; resp.StatusCode != want {
+				t.Errorf("%s to %s's API (token %v): %s, want %d", from.name, nd.name, tok != "", resp.Status, want)
+			}
+		}
 	}
 }
