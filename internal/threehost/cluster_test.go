@@ -97,9 +97,12 @@ func newCluster(t *testing.T, n int, script modeltest.Config) *cluster {
 	images := appliancetest.ClaudeCodeImages(t)
 	c.agent = appliancetest.Agent(t)
 	c.bin = buildHearth(t, c.dir)
+	began := time.Now()
 	c.lan = netnstest.New(t, n)
+	lanTook := time.Since(began)
 	h1 := c.lan.Hosts[0]
 	_, c.db = pgtest.Start(t, pgtest.Options{Listen: h1.HostPort(pgPort), NetNS: h1.NetNS})
+	t.Logf("a LAN of %d hosts in %s, PostgreSQL on %s in %s", n, lanTook.Round(time.Millisecond), h1.Addr, (time.Since(began) - lanTook).Round(time.Millisecond))
 	c.model = modeltest.New(script)
 	if err := h1.Do(func() error { return c.model.Listen(h1.HostPort(0)) }); err != nil {
 		t.Fatal(err)

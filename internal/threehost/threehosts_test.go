@@ -19,23 +19,26 @@ import (
 // TestThreeHosts runs a Hearth cluster of three hosts on this machine:
 // three network namespaces on one bridge, PostgreSQL on host 1's
 // address, a `hearth up` per host with its own state directory, all on
-// that database as nodes h1, h2, h3 (jail tier), host 1 also serving its
-// workspace to the other two over SFTP. What it checks is what the
-// cluster does today:
-//   - the three daemons come up and answer healthy;
+// that database as nodes h1, h2, h3 (jail tier, credits on), host 1 also
+// serving its workspace to the other two over SFTP. It checks what the
+// cluster does today (docs/cluster.md, "Tested as three hosts"):
+//   - the three daemons come up healthy, and each API answers over the
+//     LAN with its token and refuses without it;
 //   - a task through h1's API completes, and h2's and h3's APIs see the
 //     same execution and the same events (one shared record);
-//   - the credit ledger's totals are exact and the same from every node;
 //   - host 2 mounts the task's session view of host 1's workspace with
 //     sshfs over the LAN, reads the agent's output and writes a file
 //     host 1 sees in its own view;
-//   - after kill -9 of h3's daemon, h1 and h2 still serve and a second
-//     task completes.
+//   - kill -9 of h3's daemon with a task in its machine: h1 and h2 go on
+//     serving and run three tasks at once; h3 restarted ends the
+//     stranded task interrupted, so seen from every node;
+//   - the ledger's totals are exact and the same from every live node.
 //
-// Dispatch across nodes (twelve tasks spread over the three, a node
-// killed mid-task, an @every schedule firing once per period) comes
-// with the cluster's wiring into the daemon: the steps below are the
-// helpers those checks build on.
+// Dispatch across nodes (twelve tasks through one API spread over the
+// three, a node killed mid-task handled by the others, an @every
+// schedule firing once per period) comes with the cluster's wiring into
+// the daemon; runTasks, startHangingTask, kill9, waitEnded, checkLedger
+// and checkSharedRecord are what those steps build on.
 func TestThreeHosts(t *testing.T) {
 	c := newCluster(t, 3, modeltest.Config{PerConversation: true, Turns: []modeltest.Turn{
 		// A task given inputs/hang stays in its tool call until killed.
