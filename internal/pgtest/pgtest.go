@@ -44,7 +44,9 @@ type Options struct {
 	// Listen is a TCP address to listen on ("10.9.0.1:5432"); empty
 	// serves only the unix socket in the server's directory.
 	Listen string
-	// NetNS runs the server inside that network namespace.
+	// NetNS runs the server inside that network namespace; Start makes
+	// the database over the server's unix socket, since the namespace's
+	// addresses are not reachable from the test process.
 	NetNS string
 }
 
@@ -56,7 +58,7 @@ const startTimeout = 60 * time.Second
 func Start(t testing.TB, opts Options) (*Server, string) {
 	t.Helper()
 	if ext := os.Getenv("HEARTH_TEST_POSTGRES"); ext != "" && opts.Listen == "" && opts.NetNS == "" {
-		return nil, freshDatabase(t, ext)
+		return nil, freshDatabase(t, ext, "")
 	}
 	bin, err := binDir()
 	if err != nil {
@@ -130,8 +132,13 @@ func Start(t testing.TB, opts Options) (*Server, string) {
 			t.Errorf("pgtest: pg_ctl stop: %v\n%s", err, out)
 		}
 	})
-	base := s.URL("postgres")
-	return s, freshDatabase(t, base)
+	if s.NetNS == "" {
+		return s, freshDatabase(t, s.URL("postgres"), "")
+	}
+	// The test process is outside the namespace, where the server's
+	// address is not reachable: it makes the database over the unix
+	// socket, and the URL it returns is for the namespace's own.
+	return s, freshDatabase(t, s.socketURL("postgres"), s.URL("postgres"))
 }
 
 // Stop stops the server at once (as a crash would: no checkpoint) and
@@ -166,17 +173,25 @@ func (s *Server) pgctl(t testing.TB, args ...string) {
 // URL is the URL of database db on the server.
 func (s *Server) URL(db string) string {
 	if s.Host == s.dir {
-		return fmt.Sprintf("postgres://postgres@/%s?host=%s&port=%d&sslmode=disable", db, url.QueryEscape(s.dir), s.Port)
+		return s.socketURL(db)
 	}
 	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", net.JoinHostPort(s.Host, strconv.Itoa(s.Port)), db)
 }
 
+// socketURL is the URL of database db through the server's unix socket.
+func (s *Server) socketURL(db string) string {
+	return fmt.Sprintf("postgres://postgres@/%s?host=%s&port=%d&sslmode=disable", db, url.QueryEscape(s.dir), s.Port)
+}
+
 // freshDatabase creates a database with a random name on the server at
 // base (a URL of any database there), dropped when t ends, and returns
-// its URL.
-func freshDatabase(t testing.TB, base string) string {
+// its URL: base's with the database's name, or, if set, as.
+func freshDatabase(t testing.TB, base, as string) string {
 	t.Helper()
-	u, err := url.Parse(base)
+	if as == "" {
+		as = base
+	}
+	u, err := url.Parse(as)
 	if err != nil {
 		t.Fatalf("pgtest: server URL %q: %v", base, err)
 	}
