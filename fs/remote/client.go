@@ -248,6 +248,31 @@ func (c *Client) Glob(session, pattern string) ([]string, error) {
 	return a.Names, err
 }
 
+// ReadFile reads p in session's live tree, at most limit bytes (up to
+// MaxRead), following no symbolic link (fs.Store.ReadFile).
+func (c *Client) ReadFile(session, p string, limit int64) ([]byte, error) {
+	a, err := c.call(request{Op: opRead, Session: session, Path: p, Limit: limit}, nil, true)
+	return a.Data, err
+}
+
+// Restore rolls session back to its snapshot name (fs.Store.Restore).
+func (c *Client) Restore(session, name string) error {
+	_, err := c.call(request{Op: opRestore, Session: session, Name: name}, nil, false)
+	return err
+}
+
+// Branch makes session newID from session's snapshot name.
+func (c *Client) Branch(session, name, newID string) error {
+	_, err := c.call(request{Op: opBranch, Session: session, Name: name, To: newID}, nil, false)
+	return err
+}
+
+// Move renames from to to in session, replacing nothing (fs.Store.Move).
+func (c *Client) Move(session, from, to string) error {
+	_, err := c.call(request{Op: opMove, Session: session, Path: from, To: to}, nil, false)
+	return err
+}
+
 // Snapshot takes snapshot name of session: O(1) on the serving node.
 func (c *Client) Snapshot(session, name string) error {
 	_, err := c.call(request{Op: opSnapshot, Session: session, Name: name}, nil, false)

@@ -69,6 +69,15 @@ func (s *Server) do(req request, body io.Reader) (answer, error) {
 	case opGlob:
 		names, err := st.Glob(req.Session, req.Pattern)
 		return answer{Names: names}, err
+	case opRead:
+		b, err := st.ReadFile(req.Session, "", req.Path, req.Limit)
+		return answer{Data: b}, err
+	case opRestore:
+		return answer{}, st.Restore(req.Session, req.Name)
+	case opBranch:
+		return answer{}, st.Branch(req.Session, req.Name, req.Session, req.To)
+	case opMove:
+		return answer{}, st.Move(req.Session, [][2]string{{req.Path, req.To}})
 	case opSnapshot:
 		return answer{}, st.Snapshot(req.Session, req.Name)
 	case opDeleteSnapshot:

@@ -30,8 +30,10 @@ const (
 	// at most fs.MaxPathLen and an answer lists at most the session's
 	// snapshots or matches.
 	maxRequestFrame = 64 << 10
-	maxAnswerFrame  = 16 << 20
+	maxAnswerFrame  = 32 << 20 // a read's data, base64
 	maxDataFrame    = 1 << 20
+	// MaxRead bounds what one ReadFile returns.
+	MaxRead = 17 << 20
 )
 
 // The operations a node may ask for.
@@ -46,6 +48,10 @@ const (
 	opSnapshots      = "snapshots"
 	opSnapshotHolds  = "snapshot_holds"
 	opDeleteSnapshot = "delete_snapshot"
+	opRead           = "read"
+	opRestore        = "restore"
+	opBranch         = "branch"
+	opMove           = "move"
 )
 
 // ErrBadRequest means a control request was malformed or asked for
@@ -66,6 +72,8 @@ type request struct {
 	GID     uint32      `json:"gid,omitempty"`
 	Mode    os.FileMode `json:"mode,omitempty"`
 	Quota   *fs.Quota   `json:"quota,omitempty"` // ensure
+	Limit   int64       `json:"limit,omitempty"` // read
+	To      string      `json:"to,omitempty"`    // move: the new path; branch: the new session
 }
 
 // answer is the reply to one request.
@@ -74,6 +82,7 @@ type answer struct {
 	Code      string     `json:"code,omitempty"` // errCodes
 	Names     []string   `json:"names,omitempty"`
 	Snapshots []Snapshot `json:"snapshots,omitempty"`
+	Data      []byte     `json:"data,omitempty"` // read
 }
 
 // Snapshot is one of a session's snapshots as the serving node lists
@@ -183,7 +192,22 @@ func (r request) check() error {
 		return checkPath(r.Path)
 	case opGlob:
 		return checkPath(r.Pattern)
-	case opSnapshot, opDeleteSnapshot:
+	case opRead:
+		if r.Limit <= 0 || r.Limit > MaxRead {
+			return fmt.Errorf("%w: read limit %d: 1 to %d bytes", ErrBadRequest, r.Limit, MaxRead)
+		}
+		return checkPath(r.Path)
+	case opMove:
+		if err := checkPath(r.Path); err != nil {
+			return err
+		}
+		return checkPath(r.To)
+	case opBranch:
+		if err := fs.ValidateID("session", r.To); err != nil {
+			return fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+		fallthrough
+	case opSnapshot, opDeleteSnapshot, opRestore:
 		if err := fs.ValidateID("snapshot", r.Name); err != nil {
 			return fmt.Errorf("%w: %w", ErrBadRequest, err)
 		}
