@@ -1,12 +1,14 @@
 package appliance
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -146,6 +148,16 @@ func TestRemoteWorkspaceAgents(t *testing.T) {
 		t.Errorf("no call snapshot of %s in A's store", e.Id)
 	}
 
+	// B lists and downloads the outputs from A's store.
+	outs, err := env.c.Outputs(ctx, e.Id)
+	if err != nil || !slices.ContainsFunc(outs, func(o OutputFile) bool { return o.Path == "outputs/copy.md" }) {
+		t.Errorf("Outputs on B = %+v, %v; want outputs/copy.md", outs, err)
+	}
+	var buf bytes.Buffer
+	if _, err := env.c.DownloadOutput(ctx, e.Id, "outputs/copy.md", &buf); err != nil || buf.String() != "shared by A" {
+		t.Errorf("DownloadOutput on B = %q, %v", buf.String(), err)
+	}
+
 	// A rewind on B restores A's store.
 	if _, err := env.c.Rewind(ctx, sess, 1, ""); err != nil {
 		t.Fatalf("Rewind on B = %v", err)
@@ -161,7 +173,7 @@ func TestRemoteWorkspaceAgents(t *testing.T) {
 	}
 
 	// The workspace routes on B name A.
-	_, err := env.c.Snapshots(ctx, sess)
+	_, err = env.c.Snapshots(ctx, sess)
 	if err == nil || !strings.Contains(err.Error(), a.addr) {
 		t.Errorf("Snapshots on B = %v; want an error naming %s", err, a.addr)
 	}
