@@ -94,22 +94,36 @@ type Snapshot struct {
 }
 
 // errCodes carry the store's sentinel errors across, so a node's
-// errors.Is works as on the serving node.
-var errCodes = map[string]error{
-	"not_found": fs.ErrNotFound, "exists": fs.ErrExists, "bad_name": fs.ErrBadName,
-	"quota": fs.ErrQuota, "read_only": fs.ErrReadOnly, "not_dir": fs.ErrNotDir,
-	"is_dir": fs.ErrIsDir, "symlink": fs.ErrSymlinkInPath, "not_empty": fs.ErrNotEmpty,
-	"closed": fs.ErrClosed, "busy": fs.ErrBusy, "no_space": fs.ErrNoSpace,
-	"bad_request": ErrBadRequest, "unknown_session": ErrUnknownSession,
+// errors.Is works as on the serving node. The first that matches is
+// sent: ErrBadRequest before the store's ErrBadName it may wrap.
+var errCodes = []struct {
+	code string
+	err  error
+}{
+	{"bad_request", ErrBadRequest}, {"unknown_session", ErrUnknownSession},
+	{"not_found", fs.ErrNotFound}, {"exists", fs.ErrExists}, {"bad_name", fs.ErrBadName},
+	{"quota", fs.ErrQuota}, {"read_only", fs.ErrReadOnly}, {"not_dir", fs.ErrNotDir},
+	{"is_dir", fs.ErrIsDir}, {"symlink", fs.ErrSymlinkInPath}, {"not_empty", fs.ErrNotEmpty},
+	{"closed", fs.ErrClosed}, {"busy", fs.ErrBusy}, {"no_space", fs.ErrNoSpace},
 }
 
 func codeOf(err error) string {
-	for code, e := range errCodes {
-		if errors.Is(err, e) {
-			return code
+	for _, c := range errCodes {
+		if errors.Is(err, c.err) {
+			return c.code
 		}
 	}
 	return ""
+}
+
+// errOfCode is the sentinel error code names, nil for none.
+func errOfCode(code string) error {
+	for _, c := range errCodes {
+		if c.code == code {
+			return c.err
+		}
+	}
+	return nil
 }
 
 // RemoteError is an error the serving node answered with; it unwraps to
@@ -126,7 +140,7 @@ func (a answer) err() error {
 	if a.Err == "" {
 		return nil
 	}
-	return &RemoteError{Msg: a.Err, Err: errCodes[a.Code]}
+	return &RemoteError{Msg: a.Err, Err: errOfCode(a.Code)}
 }
 
 // writeFrame sends b as one frame.
