@@ -129,6 +129,9 @@ func TestRemoteWorkspaceAgents(t *testing.T) {
 		t.Fatalf("execution on B = %+v", e)
 	}
 	sess := e.Session
+	if n := countEvents(allEvents(t, env.c, e.Id), "file", "outputs/copy.md"); n == 0 {
+		t.Error("no file event for outputs/copy.md in B's stream: the workspace node's events did not reach B")
+	}
 	if got, err := a.read(sess, "outputs/copy.md"); err != nil || got != "shared by A" {
 		t.Errorf("A's store has copy.md = %q, %v; want what A wrote", got, err)
 	}
@@ -235,5 +238,71 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 			t.Fatalf("waited two minutes for %s", what)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestRemoteWorkspaceConfigErrors: workspace.remote's mistakes are
+// refused at the door, each saying what to do; a daemon whose workspace
+// node does not answer, or answers with another host key, does not start.
+func TestRemoteWorkspaceConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	key, known := filepath.Join(dir, "node.key"), filepath.Join(dir, "known_hosts")
+	os.WriteFile(key, []byte("x"), 0o600)
+	os.WriteFile(known, []byte("x"), 0o600)
+	base := DefaultConfig()
+	base.StateDir, base.Workspace.Mount = filepath.Join(dir, "state"), filepath.Join(dir, "agents")
+	for _, c := range []struct {
+		name string
+		edit func(*WorkspaceConfig)
+		want string
+	}{
+		{"no port", func(w *WorkspaceConfig) { w.Remote = "10.0.0.1" }, "want host:port"},
+		{"no key", func(w *WorkspaceConfig) { w.Remote, w.RemoteKnownHosts = "10.0.0.1:7722", known }, "workspace.remote_key"},
+		{"relative known hosts", func(w *WorkspaceConfig) { w.Remote, w.RemoteKey, w.RemoteKnownHosts = "10.0.0.1:7722", key, "known" }, "absolute path"},
+		{"missing key file", func(w *WorkspaceConfig) {
+			w.Remote, w.RemoteKey, w.RemoteKnownHosts = "10.0.0.1:7722", filepath.Join(dir, "nokey"), known
+		}, "no such file"},
+		{"both listen and remote", func(w *WorkspaceConfig) {
+			w.Remote, w.RemoteKey, w.RemoteKnownHosts, w.Listen, w.NodeKeys = "10.0.0.1:7722", key, known, ":7722", key
+		}, "remove one"},
+		{"keys without remote", func(w *WorkspaceConfig) { w.RemoteKey = key }, "need workspace.remote"},
+	} {
+		cfg := base
+		c.edit(&cfg.Workspace)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Validate = %v, want %q", c.name, err, c.want)
+		}
+	}
+
+	if os.Geteuid() != 0 {
+		t.Skip("the daemon mounts the workspace with FUSE, which needs root")
+	}
+	a := newWorkspaceNode(t)
+	other := filepath.Join(dir, "other_known_hosts")
+	otherKey, err := remote.GenerateKey(filepath.Join(dir, "impostor.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteKnownHosts(other, a.addr, otherKey.PublicKey()); err != nil {
+		t.Fatal(err)
+	}
+	for name, edit := range map[string]func(*Config){
+		"wrong host key": func(cfg *Config) { a.useNode(cfg); cfg.Workspace.RemoteKnownHosts = other },
+		"nobody there":   func(cfg *Config) { a.useNode(cfg); cfg.Workspace.Remote = "127.0.0.1:9" },
+	} {
+		cfg := base
+		cfg.StateDir, cfg.Workspace.Mount = filepath.Join(dir, name, "state"), filepath.Join(dir, name, "agents")
+		edit(&cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		d, err := Start(ctx, cfg, nil)
+		cancel()
+		if err == nil {
+			d.Close()
+			t.Errorf("%s: the daemon started", name)
+			continue
+		}
+		if !strings.Contains(err.Error(), "workspace.remote") || !strings.Contains(err.Error(), "node_keys") {
+			t.Errorf("%s: Start = %v; want it to name workspace.remote and what to check", name, err)
+		}
 	}
 }
