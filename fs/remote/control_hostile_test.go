@@ -74,6 +74,23 @@ func TestHostileControlRequests(t *testing.T) {
 		if err := c.MkdirAll("alpha", p, fs.Owner{}); err == nil {
 			t.Errorf("MkdirAll(%q) succeeded", p)
 		}
+		if b, err := c.ReadFile("alpha", p, 1<<20); err == nil {
+			t.Errorf("ReadFile(%q) = %q", p, b)
+		}
+		if err := c.Move("alpha", "outputs", p); err == nil {
+			t.Errorf("Move(outputs, %q) succeeded", p)
+		}
+	}
+	if _, err := c.ReadFile("alpha", "outputs/x", MaxRead+1); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("ReadFile past MaxRead = %v, want ErrBadRequest", err)
+	}
+	if err := c.Snapshot("alpha", "s"); err != nil {
+		t.Fatal(err)
+	}
+	for _, to := range []string{"../beta", "beta", "/x", "_node"} {
+		if err := c.Branch("alpha", "s", to); err == nil {
+			t.Errorf("Branch to %q succeeded", to)
+		}
 	}
 	if err := c.WriteFile("alpha", "outputs/link/r.md", strings.NewReader("x"), fs.Owner{}); !errors.Is(err, fs.ErrSymlinkInPath) {
 		t.Errorf("write through a symlink = %v, want fs.ErrSymlinkInPath", err)
@@ -162,7 +179,9 @@ func frame(b []byte) []byte {
 func FuzzDecodeRequest(f *testing.F) {
 	for _, s := range []string{`{"op":"write","session":"a","path":"outputs/x"}`, `{"op":"glob","session":"a","pattern":"outputs/*.md"}`,
 		`{"op":"ensure","session":"a","quota":{"Bytes":1,"Inodes":2}}`, `{"op":"snapshot","session":"a","name":"s1"}`,
-		`{"op":"chmod","session":"a","path":"../x","mode":511}`, `{"op":"write","session":"a","path":"/etc/x"}`, `[]`, ``} {
+		`{"op":"chmod","session":"a","path":"../x","mode":511}`, `{"op":"write","session":"a","path":"/etc/x"}`, `{"op":"read","session":"a","path":"inputs/x","limit":10}`,
+		`{"op":"move","session":"a","path":"x","to":"../y"}`, `{"op":"branch","session":"a","name":"s","to":"b"}`,
+		`{"op":"restore","session":"a","name":"s"}`, `[]`, ``} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -176,7 +195,13 @@ func FuzzDecodeRequest(f *testing.F) {
 		if fs.ValidateID("session", req.Session) != nil {
 			t.Fatalf("accepted session %q", req.Session)
 		}
-		for _, p := range []string{req.Path, req.Pattern} {
+		if req.Op == opBranch && fs.ValidateID("session", req.To) != nil {
+			t.Fatalf("accepted branch to %q", req.To)
+		}
+		if req.Op == opRead && (req.Limit <= 0 || req.Limit > MaxRead) {
+			t.Fatalf("accepted read limit %d", req.Limit)
+		}
+		for _, p := range []string{req.Path, req.Pattern, req.To} {
 			if strings.HasPrefix(p, "/") || strings.IndexByte(p, 0) >= 0 || strings.Contains("/"+p+"/", "/../") {
 				t.Fatalf("accepted path %q", p)
 			}
