@@ -37,8 +37,19 @@ func (s *Server) serveControl(ch ssh.Channel) {
 		s.reply(ch, err, answer{})
 		return
 	}
-	a, err := s.do(req, ch)
+	a, err := s.do(req, idleReader{ch: ch})
 	s.reply(ch, err, a)
+}
+
+// idleReader closes the channel when a read waits longer than
+// controlIdle: a node that stops sending a write's data midway does not
+// hold the write (and its goroutines) open.
+type idleReader struct{ ch ssh.Channel }
+
+func (r idleReader) Read(b []byte) (int, error) {
+	timer := time.AfterFunc(controlIdle, func() { r.ch.Close() })
+	defer timer.Stop()
+	return r.ch.Read(b)
 }
 
 func (s *Server) reply(ch ssh.Channel, err error, a answer) {
