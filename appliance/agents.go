@@ -25,6 +25,7 @@ import (
 	"hearth/agents/store"
 	evstream "hearth/agents/stream"
 	"hearth/fs"
+	"hearth/fs/remote"
 	"hearth/vmm"
 )
 
@@ -44,7 +45,10 @@ type agentService struct {
 	// defs are the agent definitions, replaced whole by reload.
 	defsMu sync.RWMutex
 	defs   map[string]*agents.Definition
-	ws     agentWorkspace
+	ws     agentWorkspace // the daemon's own store
+	// work is the workspace agents work in: ws, or the workspace node's
+	// (workspace.remote).
+	work   workspace
 	images *imageService
 	log    *slog.Logger
 	// runner is nil when agents cannot run; unavailable says why.
@@ -100,9 +104,12 @@ type AgentDeps struct {
 	Driver    vmm.Driver
 	DriverErr error
 	Workspace *fs.Store // where sessions live
-	Images    *imageService
-	WG        *sync.WaitGroup // the daemon's, for the servers it starts
-	Log       *slog.Logger
+	// Remote is the workspace node's store when another node holds the
+	// workspace (workspace.remote); agents then work there.
+	Remote *remote.Client
+	Images *imageService
+	WG     *sync.WaitGroup // the daemon's, for the servers it starts
+	Log    *slog.Logger
 }
 
 // newAgentService opens the store (<state_dir>/hearth.db, or the
@@ -125,6 +132,10 @@ func newAgentService(deps AgentDeps) (*agentService, error) {
 		runs: map[string]*liveRun{}, gwSock: filepath.Join(cfg.StateDir, "gateway.sock"),
 		egSock: filepath.Join(cfg.StateDir, "egress.sock"), inSock: filepath.Join(cfg.StateDir, "hearth-mcp.sock"),
 		stopped: make(chan struct{}), hurry: make(chan struct{})}
+	a.work = a.ws
+	if deps.Remote != nil {
+		a.work = newRemoteWorkspace(cfg, deps.Remote, driver)
+	}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	if _, problems := a.loadDefinitions(); len(problems) > 0 {
 		a.log.Warn("agents: some definitions were not loaded", "problems", strings.Join(problems, "; "))
@@ -240,7 +251,7 @@ func (a *agentService) startRunner(driver vmm.Driver, providers map[string]gatew
 	}
 	callSnaps.MaxBytes = int64(a.cfg.Agents.CallSnapshotBytes)
 	a.runner = agents.NewRunner(agents.RunnerConfig{
-		Driver: driver, Workspace: a.ws, Store: a.store,
+		Driver: driver, Workspace: a.work, Store: a.store,
 		Gateway: gw, GatewayDial: dial(a.gwSock),
 		Egress: a.egress, EgressDial: dial(a.egSock),
 		Inside: a.inside, InsideDial: dial(a.inSock),
@@ -408,7 +419,7 @@ func (a *agentService) recover(driver vmm.Driver) {
 			}
 		}
 	}
-	a.ws.cleanStaleViews()
+	a.work.cleanStaleViews()
 	for id, m := range left {
 		a.reattach(id, m)
 	}
@@ -491,7 +502,7 @@ const executionPrefix = "exec-"
 func (a *agentService) keepOutputs(ctx context.Context, e store.Execution, patterns []string) store.Execution {
 	var outputs []string
 	for _, p := range patterns {
-		m, _ := a.ws.Glob(e.Session, p)
+		m, _ := a.work.Glob(e.Session, p)
 		outputs = append(outputs, m...)
 	}
 	if len(outputs) == 0 {

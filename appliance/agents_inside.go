@@ -37,7 +37,7 @@ func (p insidePlatform) Delegate(ctx context.Context, c inside.Caller, d inside.
 	for _, in := range d.Inputs {
 		// The store's tree is read, never a mount: a symbolic link
 		// anywhere on the path is refused, not followed.
-		data, err := a.ws.store.ReadFile(in.Session, "", in.Path, maxInsideInputs-total+1)
+		data, err := a.work.ReadFile(in.Session, in.Path, maxInsideInputs-total+1)
 		switch {
 		case errors.Is(err, fs.ErrSymlinkInPath):
 			return inside.Status{}, fmt.Errorf("input %s/%s: a symbolic link is on its path or is the file: give the file itself", in.Session, in.Path)

@@ -127,11 +127,11 @@ func (a *agentService) callPoint(ctx context.Context, session string, call int, 
 		}
 		return pt, notFoundf("session %s has %d finished model calls%s: no call %d", session, total, inExec(execution), call)
 	}
-	names, err := a.ws.store.SnapshotNames(session)
+	names, err := a.work.Snapshots(session)
 	if err != nil {
 		return pt, err
 	}
-	if !slices.ContainsFunc(names, func(n fs.SnapshotName) bool { return n.Name == pt.Snapshot }) {
+	if !slices.ContainsFunc(names, func(n agents.SnapshotRef) bool { return n.Name == pt.Snapshot }) {
 		return pt, notFoundf("the state after call %d%s is snapshot %s, which is gone (agents.call_snapshots = %q keeps fewer, or the snapshot was taken off): list what is kept with 'hearth workspace snapshots %s'",
 			call, inExec(execution), pt.Snapshot, a.runnerRetention(), session)
 	}
@@ -214,7 +214,7 @@ func (a *agentService) RewindUndo(ctx context.Context, session string) (RewindRe
 	if err != nil {
 		return RewindResult{}, err
 	}
-	names, err := a.ws.store.SnapshotNames(session)
+	names, err := a.work.Snapshots(session)
 	if err != nil {
 		return RewindResult{}, err
 	}
@@ -263,10 +263,10 @@ type rewindPayload struct {
 // the agent's session id agree and records the rewind in the stream.
 func (a *agentService) restore(ctx context.Context, sess store.Session, pt CallPoint, op string) (RewindResult, error) {
 	undo := rewindPrefix + time.Now().UTC().Format("20060102t150405.000000")
-	if err := a.ws.store.Snapshot(sess.ID, undo); err != nil {
+	if err := a.work.Snapshot(sess.ID, undo); err != nil {
 		return RewindResult{}, fmt.Errorf("snapshot session %s before the rewind: %w", sess.ID, err)
 	}
-	if err := a.ws.store.Restore(sess.ID, pt.Snapshot); err != nil {
+	if err := a.work.Restore(sess.ID, pt.Snapshot); err != nil {
 		return RewindResult{}, fmt.Errorf("rewind session %s to %s: %w", sess.ID, pt.Snapshot, err)
 	}
 	if err := a.store.SetAgentSessionID(ctx, sess.ID, pt.AgentSessionID); err != nil {
@@ -325,14 +325,14 @@ func (a *agentService) BranchSession(ctx context.Context, session string, call i
 // branchFiles makes the branch's tree from the snapshot and moves the
 // transcripts its agent CLI keeps by working directory to the branch's.
 func (a *agentService) branchFiles(session, snapshot, branch string) error {
-	if err := a.ws.store.Branch(session, snapshot, session, branch); err != nil {
+	if err := a.work.Branch(session, snapshot, branch); err != nil {
 		if errors.Is(err, fs.ErrExists) {
 			return conflictf("workspace session %s exists: name the branch another way", branch)
 		}
 		return fmt.Errorf("branch session %s at %s: %w", session, snapshot, err)
 	}
 	for _, m := range agents.TranscriptMoves(session, branch) {
-		err := a.ws.store.Move(branch, [][2]string{m})
+		err := a.work.Move(branch, m[0], m[1])
 		if err != nil && !errors.Is(err, fs.ErrNotFound) { // a CLI that kept none
 			return fmt.Errorf("move the agent's transcripts to branch %s: %w", branch, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	iofs "io/fs"
 	"log/slog"
 	"os"
 	"path"
@@ -333,11 +334,7 @@ func (a *agentService) liveDone(id string) (<-chan struct{}, bool) {
 
 // openOutput opens the regular file p (relative, under outputs/) of the
 // session directory dir, confined to dir.
-func openOutput(dir, p string) (*os.File, os.FileInfo, error) {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return nil, nil, notFoundf("the session's directory is gone: %v", err)
-	}
+func openOutput(root *os.Root, p string) (*os.File, os.FileInfo, error) {
 	defer root.Close()
 	if fi, err := root.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink != 0 {
 		return nil, nil, invalidf("%s is a symbolic link: download what it points to", p)
@@ -487,15 +484,19 @@ type OutputInfo struct {
 }
 
 // Outputs lists the regular files under the outputs/ of execution id's
-// session, read through the daemon's host view.
+// session, read through the daemon's host view (sessionRoot).
 func (a *agentService) Outputs(ctx context.Context, id string) ([]OutputInfo, error) {
 	e, err := a.execution(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(a.cfg.Workspace.Mount, e.Session)
 	out := []OutputInfo{}
-	err = filepath.WalkDir(filepath.Join(dir, "outputs"), func(p string, de os.DirEntry, err error) error {
+	root, err := a.sessionRoot(e.Session)
+	if err != nil {
+		return out, nil // no session directory yet: no outputs
+	}
+	defer root.Close()
+	err = iofs.WalkDir(root.FS(), "outputs", func(rel string, de iofs.DirEntry, err error) error {
 		if err != nil || !de.Type().IsRegular() {
 			return nil // a file gone meanwhile, a directory, a link
 		}
@@ -503,8 +504,6 @@ func (a *agentService) Outputs(ctx context.Context, id string) ([]OutputInfo, er
 		if err != nil {
 			return nil
 		}
-		rel, _ := filepath.Rel(dir, p)
-		rel = filepath.ToSlash(rel)
 		out = append(out, OutputInfo{Path: rel, Size: fi.Size(), Modified: fi.ModTime().UTC(), Matched: slices.Contains(e.Outputs, rel)})
 		return nil
 	})
@@ -523,7 +522,28 @@ func (a *agentService) OpenOutput(ctx context.Context, id, name string) (*os.Fil
 	if !filepath.IsLocal(rel) || strings.ContainsRune(rel, '\\') {
 		return nil, nil, invalidf("output %q: name a file under outputs/, like report.md", name)
 	}
-	return openOutput(filepath.Join(a.cfg.Workspace.Mount, e.Session), path.Join("outputs", rel))
+	root, err := a.sessionRoot(e.Session)
+	if err != nil {
+		return nil, nil, err
+	}
+	return openOutput(root, path.Join("outputs", rel))
+}
+
+// sessionRoot opens the session's directory to read its outputs: in the
+// daemon's host view, or on a compute node (workspace.remote) a
+// read-only mount of the session served by the workspace node.
+func (a *agentService) sessionRoot(session string) (*os.Root, error) {
+	var root *os.Root
+	var err error
+	if _, remote := a.work.(remoteWorkspace); remote {
+		root, err = a.work.OpenSession(session)
+	} else {
+		root, err = os.OpenRoot(filepath.Join(a.cfg.Workspace.Mount, session))
+	}
+	if err != nil {
+		return nil, notFoundf("the session's directory is gone: %v", err)
+	}
+	return root, nil
 }
 
 // CreditsInfo is the state of the credits: the balance and the latest

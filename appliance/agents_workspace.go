@@ -170,6 +170,25 @@ func (w agentWorkspace) FileEvents(session string) (<-chan agents.FileEvent, fun
 	return out, sub.Close
 }
 
+// ReadFile reads a file of the session's live tree in the store, at most
+// limit bytes, following no symbolic link.
+func (w agentWorkspace) ReadFile(session, path string, limit int64) ([]byte, error) {
+	return w.store.ReadFile(session, "", path, limit)
+}
+
+// Restore rolls the session back to its snapshot name.
+func (w agentWorkspace) Restore(session, name string) error { return w.store.Restore(session, name) }
+
+// Branch makes session newID from the session's snapshot name.
+func (w agentWorkspace) Branch(session, snapshot, newID string) error {
+	return w.store.Branch(session, snapshot, session, newID)
+}
+
+// Move renames from to to in the session, replacing nothing.
+func (w agentWorkspace) Move(session, from, to string) error {
+	return w.store.Move(session, [][2]string{{from, to}})
+}
+
 // cleanStaleViews unmounts and removes the execution views a daemon that
 // died left behind.
 func (w agentWorkspace) cleanStaleViews() {

@@ -222,6 +222,16 @@ type WorkspaceConfig struct {
 	// one key per node.
 	Listen   string `toml:"listen"`
 	NodeKeys string `toml:"node_keys"`
+	// Remote is the host:port of the node that holds the workspace (its
+	// workspace.listen): this daemon's agents then work in that
+	// workspace, their machines mounting their views with sshfs
+	// (docs/cluster.md). RemoteKnownHosts is a known_hosts file trusting
+	// that node's host key; RemoteKey this node's private key, whose
+	// public half is in that node's node_keys. Empty: the workspace is
+	// this daemon's own.
+	Remote           string `toml:"remote"`
+	RemoteKnownHosts string `toml:"remote_known_hosts"`
+	RemoteKey        string `toml:"remote_key"`
 }
 
 // Default workspace quotas; see WorkspaceConfig.
@@ -438,6 +448,9 @@ func (c Config) Validate() error {
 	}
 	if c.Workspace.Listen != "" && (c.Workspace.NodeKeys == "" || !filepath.IsAbs(c.Workspace.NodeKeys)) {
 		return fmt.Errorf("workspace.node_keys = %q: workspace.listen needs the absolute path of an authorized_keys file with one key per node", c.Workspace.NodeKeys)
+	}
+	if err := c.Workspace.validateRemote(); err != nil {
+		return err
 	}
 	if c.Workspace.SessionBytes < 0 || c.Workspace.SessionFiles < 0 {
 		return errors.New("workspace.session_bytes and workspace.session_files: must not be negative (0: no limit)")

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"hearth/fs"
+	"hearth/fs/remote"
 	"hearth/vmm"
 	"hearth/vmm/jail"
 )
@@ -26,13 +27,16 @@ type Daemon struct {
 	store  *fs.Store
 	view   *fs.View
 	wsAddr string // where the workspace is served to nodes; "" not served
-	images *imageService
-	sbx    *sandboxManager
-	ports  *previews // the sandboxes' exposed ports
-	agents *agentService
-	sched  *scheduleService
-	srv    *http.Server
-	ln     net.Listener
+	// wsClient reaches the workspace node when another node holds the
+	// workspace (workspace.remote); nil when this daemon's store is it.
+	wsClient *remote.Client
+	images   *imageService
+	sbx      *sandboxManager
+	ports    *previews // the sandboxes' exposed ports
+	agents   *agentService
+	sched    *scheduleService
+	srv      *http.Server
+	ln       net.Listener
 	// tcp serves the same API on api.tcp, behind the token; nil when
 	// there is none.
 	tcpSrv *http.Server
@@ -174,7 +178,7 @@ func (d *Daemon) openTCP(context.Context) error {
 }
 
 // openWorkspace opens the workspace store and mounts its host view.
-func (d *Daemon) openWorkspace(context.Context) error {
+func (d *Daemon) openWorkspace(ctx context.Context) error {
 	store, err := fs.Open(fs.Options{Dir: filepath.Join(d.cfg.StateDir, "workspace")})
 	if err != nil {
 		return err
@@ -194,7 +198,10 @@ func (d *Daemon) openWorkspace(context.Context) error {
 	}
 	d.undo.push("workspace view", d.view.Unmount)
 	d.watchWorkspaceHealth(store)
-	return d.serveWorkspace(store)
+	if err := d.serveWorkspace(store); err != nil {
+		return err
+	}
+	return d.useRemoteWorkspace(ctx)
 }
 
 // openDriver opens the image cache and the machine driver of the tier
@@ -230,7 +237,7 @@ func (d *Daemon) openDriver(ctx context.Context) error {
 
 func (d *Daemon) openSandboxes(context.Context) error {
 	var err error
-	if d.sbx, err = newSandboxManager(SandboxDeps{Config: d.cfg, Store: d.store, Images: d.images, Driver: d.driver, DriverErr: d.driverErr, Log: d.log}); err != nil {
+	if d.sbx, err = newSandboxManager(SandboxDeps{Config: d.cfg, Store: d.store, Images: d.images, Driver: d.driver, DriverErr: d.driverErr, Log: d.log, RemoteWorkspace: d.cfg.Workspace.Remote}); err != nil {
 		return err
 	}
 	d.undo.push("sandboxes", d.sbx.Close)
@@ -242,7 +249,7 @@ func (d *Daemon) openSandboxes(context.Context) error {
 // the store they write to.
 func (d *Daemon) openAgents(context.Context) error {
 	var err error
-	if d.agents, err = newAgentService(AgentDeps{Config: d.cfg, Driver: d.driver, DriverErr: d.driverErr, Workspace: d.store, Images: d.images, WG: &d.wg, Log: d.log}); err != nil {
+	if d.agents, err = newAgentService(AgentDeps{Config: d.cfg, Driver: d.driver, DriverErr: d.driverErr, Workspace: d.store, Remote: d.wsClient, Images: d.images, WG: &d.wg, Log: d.log}); err != nil {
 		return err
 	}
 	d.stopAgents = sync.OnceFunc(d.agents.Close)

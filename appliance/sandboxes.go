@@ -130,6 +130,7 @@ type sandboxManager struct {
 	viewsDir  string
 	hostMount string // the daemon's host view, to fix an existing session's owner
 	store     *fs.Store
+	remote    string // the workspace node's address when it is not store (workspace.remote)
 	log       *slog.Logger
 	images    *imageService
 
@@ -165,6 +166,10 @@ type SandboxDeps struct {
 	Driver    vmm.Driver
 	DriverErr error
 	Log       *slog.Logger
+	// RemoteWorkspace is the workspace node's address when another node
+	// holds the workspace (workspace.remote): sandboxes with a session
+	// are refused here, naming it.
+	RemoteWorkspace string
 }
 
 // newSandboxManager re-attaches to the sandboxes a previous daemon left
@@ -174,7 +179,7 @@ func newSandboxManager(deps SandboxDeps) (*sandboxManager, error) {
 	m := &sandboxManager{
 		cfg: cfg.Sandbox.withDefaults(), wcfg: cfg.Workspace, dir: filepath.Join(cfg.StateDir, "sandboxes"),
 		viewsDir: filepath.Join(cfg.StateDir, "views"), hostMount: cfg.Workspace.Mount,
-		store: store, log: logger, images: images, driver: driver, driverErr: driverErr,
+		store: store, log: logger, images: images, driver: driver, driverErr: driverErr, remote: deps.RemoteWorkspace,
 		boxes: map[string]*sandbox{}, reserved: map[string]bool{},
 		tick: 250 * time.Millisecond, stop: make(chan struct{}),
 	}
@@ -401,6 +406,9 @@ func (m *sandboxManager) boot(ctx context.Context, spec createSpec, img image.Im
 		User: acct.name, UID: acct.uid, GID: acct.gid, Network: networkNone, Created: time.Now().UTC(),
 		ForkedFrom: spec.ForkedFrom,
 	}}
+	if spec.Session != "" && m.remote != "" {
+		return nil, errWorkspaceElsewhere(m.remote, "sandbox "+spec.ID+" in session "+spec.Session)
+	}
 	var undo []func()
 	defer func() {
 		if err != nil {

@@ -15,10 +15,16 @@ import (
 // JSON keeps the shape of API v1 (fs.SessionInfo and fs.SnapshotInfo).
 
 func (s *server) ListSessions(w http.ResponseWriter, r *http.Request) {
+	if !s.workspaceHere(w, "list sessions") {
+		return
+	}
 	reply(w, http.StatusOK, s.d.store.Sessions())
 }
 
 func (s *server) CreateSession(w http.ResponseWriter, r *http.Request) {
+	if !s.workspaceHere(w, "create a session") {
+		return
+	}
 	var req api.CreateSessionRequest
 	if decode(w, r, maxBody, &req) {
 		result(w, http.StatusCreated, req, s.d.store.CreateSession(req.Id, fs.Owner{}))
@@ -26,15 +32,24 @@ func (s *server) CreateSession(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) DeleteSession(w http.ResponseWriter, r *http.Request, id string) {
+	if !s.workspaceHere(w, "delete a session") {
+		return
+	}
 	result(w, http.StatusOK, api.Deleted{Deleted: id}, s.d.store.DeleteSession(id))
 }
 
 func (s *server) ListSnapshots(w http.ResponseWriter, r *http.Request, params api.ListSnapshotsParams) {
+	if !s.workspaceHere(w, "list snapshots") {
+		return
+	}
 	list, err := s.d.store.Snapshots(params.Session)
 	result(w, http.StatusOK, list, err)
 }
 
 func (s *server) CreateSnapshot(w http.ResponseWriter, r *http.Request) {
+	if !s.workspaceHere(w, "take a snapshot") {
+		return
+	}
 	var req api.SnapshotRequest
 	if !decode(w, r, maxBody, &req) {
 		return
@@ -46,10 +61,16 @@ func (s *server) CreateSnapshot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) DeleteSnapshot(w http.ResponseWriter, r *http.Request, params api.DeleteSnapshotParams) {
+	if !s.workspaceHere(w, "delete a snapshot") {
+		return
+	}
 	result(w, http.StatusOK, api.Deleted{Deleted: params.Name}, s.d.store.DeleteSnapshot(params.Session, params.Name))
 }
 
 func (s *server) RestoreSnapshot(w http.ResponseWriter, r *http.Request) {
+	if !s.workspaceHere(w, "restore a snapshot") {
+		return
+	}
 	var req api.RestoreRequest
 	if decode(w, r, maxBody, &req) {
 		result(w, http.StatusOK, req, s.d.store.Restore(req.Session, req.Snapshot))
@@ -57,6 +78,9 @@ func (s *server) RestoreSnapshot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) BranchSession(w http.ResponseWriter, r *http.Request) {
+	if !s.workspaceHere(w, "branch a session") {
+		return
+	}
 	var req api.BranchRequest
 	if decode(w, r, maxBody, &req) {
 		result(w, http.StatusCreated, req, s.d.store.Branch(req.Session, req.Snapshot, req.From, req.NewSession))
@@ -142,4 +166,14 @@ func (s *server) ReadWorkspaceFile(w http.ResponseWriter, r *http.Request, id st
 	h.Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", path.Base(params.Path)))
 	w.WriteHeader(http.StatusOK)
 	io.Copy(w, f)
+}
+
+// workspaceHere answers the workspace routes on a node whose workspace
+// another node holds (workspace.remote) with the error naming it.
+func (s *server) workspaceHere(w http.ResponseWriter, what string) bool {
+	if err := s.d.WorkspaceHere(what); err != nil {
+		fail(w, apiError(err))
+		return false
+	}
+	return true
 }

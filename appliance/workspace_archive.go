@@ -25,6 +25,9 @@ func (d *Daemon) DownloadArchive(w io.Writer, id, format string, home bool) erro
 	if err := fs.CheckFormat(format); err != nil {
 		return invalid(err)
 	}
+	if err := d.WorkspaceHere("download session " + id); err != nil {
+		return err
+	}
 	return d.store.WriteArchive(w, id, fs.ArchiveOptions{Format: format, Home: home})
 }
 
@@ -36,6 +39,9 @@ func (d *Daemon) DownloadArchive(w io.Writer, id, format string, home bool) erro
 func (d *Daemon) UploadArchive(id, dir, format string, body io.Reader) (fs.Unpacked, error) {
 	maxBytes, maxFiles := d.cfg.Workspace.uploadLimits()
 	if err := fs.ValidateID("session", id); err != nil {
+		return fs.Unpacked{}, err
+	}
+	if err := d.WorkspaceHere("upload into session " + id); err != nil {
 		return fs.Unpacked{}, err
 	}
 	uploads := filepath.Join(d.cfg.StateDir, "uploads")

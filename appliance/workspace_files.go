@@ -56,6 +56,9 @@ func (d *Daemon) openSessionDir(id string) (*os.Root, error) {
 	if err := fs.ValidateID("session", id); err != nil {
 		return nil, err
 	}
+	if err := d.WorkspaceHere("files of session " + id); err != nil {
+		return nil, err
+	}
 	root, err := os.OpenRoot(path.Join(d.cfg.Workspace.Mount, id))
 	if err != nil {
 		return nil, notFoundf("no session %s: list them with 'hearth ws ls'", id)

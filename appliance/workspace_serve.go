@@ -34,6 +34,39 @@ func (d *Daemon) serveWorkspace(store *fs.Store) error {
 	return nil
 }
 
+// remoteDialTimeout bounds the first connection to the workspace node.
+const remoteDialTimeout = 30 * time.Second
+
+// useRemoteWorkspace connects to the node holding the workspace when the
+// config names one (workspace.remote); agents then work there.
+func (d *Daemon) useRemoteWorkspace(ctx context.Context) error {
+	w := d.cfg.Workspace
+	if w.Remote == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, remoteDialTimeout)
+	defer cancel()
+	c, err := remote.Dial(ctx, remote.ClientConfig{Addr: w.Remote, KeyFile: w.RemoteKey, KnownHosts: w.RemoteKnownHosts})
+	if err != nil {
+		return fmt.Errorf("workspace.remote = %q: %w (check that that node runs with workspace.listen there, that its node_keys holds %s.pub, and that %s trusts its host key, %s under its state_dir)",
+			w.Remote, err, w.RemoteKey, w.RemoteKnownHosts, filepath.Join("workspace-serve", remote.HostKeyFile+".pub"))
+	}
+	d.wsClient = c
+	d.undo.push("workspace client", c.Close)
+	d.log.Info("agents work in the workspace of another node", "remote", w.Remote)
+	return nil
+}
+
+// WorkspaceHere is nil when this daemon holds the workspace, else an
+// ErrUnavailable naming the node that does: what the workspace routes
+// answer on a node with workspace.remote.
+func (d *Daemon) WorkspaceHere(what string) error {
+	if d.wsClient == nil {
+		return nil
+	}
+	return errWorkspaceElsewhere(d.wsClient.Addr(), what)
+}
+
 // WorkspaceAddr is where the workspace is served to other nodes, "" if
 // it is not (workspace.listen).
 func (d *Daemon) WorkspaceAddr() string { return d.wsAddr }

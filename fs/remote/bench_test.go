@@ -143,3 +143,39 @@ func BenchmarkSequential(b *testing.B) {
 	b.ReportMetric(float64(wr)/float64(wl), "x-local-write")
 	b.ReportMetric(float64(rr)/float64(rl), "x-local-read")
 }
+
+// BenchmarkControlSnapshot: a snapshot of a session holding 2000 files
+// taken by a node through the control channel against the same store
+// operation on the serving node, interleaved: the snapshot stays O(1)
+// there, and a node pays one round trip (a new SSH channel) on top.
+func BenchmarkControlSnapshot(b *testing.B) {
+	tb := newTestbed(b, "alpha")
+	for i := range 2000 {
+		if err := tb.write("alpha", fmt.Sprintf("outputs/f%d", i), "x"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c := tb.client(b)
+	round := func(i int) (local, node time.Duration) {
+		start := time.Now()
+		if err := tb.store.Snapshot("alpha", fmt.Sprintf("l%d", i)); err != nil {
+			b.Fatal(err)
+		}
+		local = time.Since(start)
+		start = time.Now()
+		if err := c.Snapshot("alpha", fmt.Sprintf("n%d", i)); err != nil {
+			b.Fatal(err)
+		}
+		return local, time.Since(start)
+	}
+	round(-1) // warm both
+	var tl, tn time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		l, n := round(i)
+		tl, tn = tl+l, tn+n
+	}
+	b.ReportMetric(float64(tl.Microseconds())/float64(b.N), "us/snapshot-local")
+	b.ReportMetric(float64(tn.Microseconds())/float64(b.N), "us/snapshot-node")
+	b.ReportMetric(float64(tn)/float64(tl), "x-local")
+}

@@ -13,5 +13,12 @@
 // Snapshots stay store operations on the serving node; file events reach
 // other nodes over the same SSH connection (Follow).
 //
+// A node that runs agents against the served workspace (a compute node)
+// also needs the store's own operations: it connects as ControlUser, which
+// no session can be, and Client sends them over the control channel
+// (proto.go: length-prefixed JSON frames, bounded, every path checked on
+// the serving node; control.go serves them). View users never get that
+// channel, and control connections get no SFTP.
+//
 // Importers: the appliance and cmd/hearth (hearth workspace serve), tests.
 package remote

@@ -30,6 +30,8 @@ type Node struct {
 	// own range of host ids (fs.ViewOptions.IDs); the zero value shifts
 	// nothing.
 	IDs fs.IDShift
+	// ReadOnly mounts the view read-only whatever the view allows.
+	ReadOnly bool
 }
 
 func (n Node) user() string { return viewUser{session: n.Session, ids: n.IDs}.String() }
@@ -82,6 +84,9 @@ func (n Node) sshfsArgs(dir string) ([]string, error) {
 		// AES-GCM (AES-NI on every x86 host) reads twice as fast here as
 		// ssh's default, chacha20-poly1305; both ends are known.
 		"Ciphers=aes128-gcm@openssh.com",
+	}
+	if n.ReadOnly {
+		opts = append(opts, "ro")
 	}
 	for _, o := range opts {
 		if strings.ContainsAny(o, "\n") {
@@ -216,6 +221,13 @@ func (m *Mount) Unmount() error {
 	return err
 }
 
+// Detach takes the mount out of the file tree at once and lets sshfs
+// exit when the last file open in it is closed (an os.Root kept by
+// Client.OpenSession); it does not wait.
+func (m *Mount) Detach() {
+	m.once.Do(func() { unix.Unmount(m.dir, unix.MNT_DETACH) }) // MountView's goroutine reaps sshfs
+}
+
 func (m *Mount) unmount() error {
 	if err := unix.Unmount(m.dir, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 		unix.Unmount(m.dir, unix.MNT_DETACH)
@@ -233,6 +245,11 @@ func (m *Mount) unmount() error {
 
 // dial opens an SSH connection as n, for Follow.
 func (n Node) dial(ctx context.Context) (*ssh.Client, error) {
+	return dialAs(ctx, n, n.user())
+}
+
+// dialAs opens an SSH connection to n.Addr with n's key as user.
+func dialAs(ctx context.Context, n Node, user string) (*ssh.Client, error) {
 	b, err := os.ReadFile(n.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("node key: %w", err)
@@ -245,7 +262,7 @@ func (n Node) dial(ctx context.Context) (*ssh.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("known hosts: %w", err)
 	}
-	cfg := &ssh.ClientConfig{User: n.user(), Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
+	cfg := &ssh.ClientConfig{User: user, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
 		HostKeyCallback: hk, Timeout: handshakeTimeout}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", n.Addr)

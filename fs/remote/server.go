@@ -165,6 +165,9 @@ func (s *Server) authorize(md ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permiss
 	}
 	for _, k := range keys {
 		if bytes.Equal(k.key.Marshal(), key.Marshal()) {
+			if md.User() == ControlUser {
+				return &ssh.Permissions{Extensions: map[string]string{"node": k.name, "control": "yes"}}, nil
+			}
 			u, err := parseUser(md.User())
 			if err != nil {
 				return nil, err
@@ -202,10 +205,13 @@ func (s *Server) serveConn(c net.Conn) {
 		return
 	}
 	c.SetDeadline(time.Time{})
-	u, err := parseUser(sc.User()) // checked at authorization
-	if err != nil {
-		sc.Close()
-		return
+	var u viewUser
+	control := sc.Permissions.Extensions["control"] == "yes"
+	if !control {
+		if u, err = parseUser(sc.User()); err != nil { // checked at authorization
+			sc.Close()
+			return
+		}
 	}
 	s.log.Info("workspace node connected", "node", sc.Permissions.Extensions["node"], "user", sc.User(), "remote", c.RemoteAddr())
 	var wg sync.WaitGroup
@@ -221,27 +227,37 @@ func (s *Server) serveConn(c net.Conn) {
 			continue
 		}
 		wg.Add(1)
-		go func() { defer wg.Done(); s.serveChannel(u, ch, creqs) }()
+		go func() { defer wg.Done(); s.serveChannel(u, control, ch, creqs) }()
 	}
 	sc.Close()
 	wg.Wait()
 }
 
 // serveChannel waits for the one subsystem request a channel may make,
-// refusing shells, commands and terminals.
-func (s *Server) serveChannel(u viewUser, ch ssh.Channel, reqs <-chan *ssh.Request) {
+// refusing shells, commands and terminals. A node's control connection
+// (ControlUser) may ask for the control subsystem only; a session view's
+// connection for SFTP and events only.
+func (s *Server) serveChannel(u viewUser, control bool, ch ssh.Channel, reqs <-chan *ssh.Request) {
 	var wg sync.WaitGroup
 	defer wg.Wait() // the requests end with the channel or the connection
 	defer ch.Close()
 	for req := range reqs {
 		name := subsystemName(req)
-		if name != subsystemSFTP && name != subsystemEvents {
+		allowed := name == subsystemSFTP || name == subsystemEvents
+		if control {
+			allowed = name == subsystemControl
+		}
+		if !allowed {
 			req.Reply(false, nil)
 			continue
 		}
 		req.Reply(true, nil)
 		wg.Add(1)
 		go func() { defer wg.Done(); ssh.DiscardRequests(reqs) }()
+		if control {
+			s.serveControl(ch)
+			return
+		}
 		if name == subsystemEvents {
 			s.serveEvents(u.session, ch)
 			return
