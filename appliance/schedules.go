@@ -110,6 +110,9 @@ func (s *scheduleService) job(ctx context.Context, r scheduler.Run) (string, err
 	if err := json.Unmarshal(r.Payload, &p); err != nil {
 		return "", fmt.Errorf("schedule %s: payload: %w", r.Schedule, err)
 	}
+	if c := s.agents.cluster; c != nil {
+		return c.fire(ctx, r.Schedule, r.Scheduled, r.Payload) // once per cluster, run by any node
+	}
 	e, done, err := s.agents.Start(ctx, task{TaskRequest: agents.TaskRequest{Agent: p.Agent, Prompt: p.Prompt, Limits: p.Limits}})
 	if err != nil {
 		s.log.Warn("schedule run refused", "schedule", r.Schedule, "run", r.ID, "err", err)
