@@ -72,13 +72,17 @@ func joinCluster(ctx context.Context, cfg Config, a *agentService, tier, addr st
 	}
 	c := &clusterNode{a: a, pool: pool, log: log, stop: make(chan struct{}),
 		node: cluster.Node{ID: id, Addr: addr, Tier: tier, Capacity: cfg.Cluster.capacity(), Images: images},
-		opts: cluster.Options{DeadAfter: time.Duration(cfg.Cluster.DeadAfter), Logger: log}}
+		opts: cluster.Options{DeadAfter: time.Duration(cfg.Cluster.DeadAfter), Logger: slog.New(warnOnly{log.Handler()})}}
+	a.cluster = c // before its hooks can run
 	m, err := cluster.Join(ctx, pool, c.node, c.hooks(), c.opts)
 	if err != nil {
+		a.cluster = nil
 		pool.Close()
 		return nil, fmt.Errorf("cluster: %w (check that the database is reachable, or remove [cluster])", err)
 	}
+	c.mu.Lock()
 	c.member = m
+	c.mu.Unlock()
 	c.wg.Add(2)
 	go c.watch(m)
 	go c.followCancels()
@@ -90,10 +94,14 @@ func (c *clusterNode) hooks() cluster.Hooks {
 	return cluster.Hooks{Run: c.run, NodeDead: c.nodeDead, Schedule: c.schedule}
 }
 
-func (c *clusterNode) current() *cluster.Member {
+// current is the node's membership: nil while it joins.
+func (c *clusterNode) current() (*cluster.Member, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.member
+	if c.member == nil {
+		return nil, unavailablef("this node is still joining the cluster: try again in a moment")
+	}
+	return c.member, nil
 }
 
 // watch joins again when the node loses its lease (its runs were
@@ -107,6 +115,9 @@ func (c *clusterNode) watch(m *cluster.Member) {
 		case <-m.Fenced():
 		}
 		c.log.Warn("cluster: this node lost its lease (no heartbeat landed in time): its runs were stopped; joining again", "node", c.node.ID)
+		c.mu.Lock()
+		c.member = nil
+		c.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), c.deadAfter())
 		if err := m.Close(ctx); err != nil {
 			c.log.Warn("cluster: leave", "err", err)
@@ -159,9 +170,11 @@ func (c *clusterNode) Close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	m := c.current()
-	err := m.Close(ctx)
-	c.wg.Wait()
+	c.wg.Wait() // no re-join from now on
+	var err error
+	if m, cerr := c.current(); cerr == nil {
+		err = m.Close(ctx)
+	}
 	c.pool.Close()
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
@@ -171,7 +184,11 @@ func (c *clusterNode) Close() error {
 
 // Nodes lists the cluster's nodes, this one among them.
 func (c *clusterNode) Nodes(ctx context.Context) ([]cluster.NodeStatus, error) {
-	return c.current().Nodes(ctx)
+	m, err := c.current()
+	if err != nil {
+		return nil, err
+	}
+	return m.Nodes(ctx)
 }
 
 // runQuit bounds how long a run stopped by the cluster (the node leaves
@@ -244,8 +261,12 @@ func (c *clusterNode) dispatch(ctx context.Context, record func(context.Context)
 		return store.Execution{}, nil, err
 	}
 	payload, err := encodeJob(q)
+	var m *cluster.Member
 	if err == nil {
-		err = c.current().Enqueue(ctx, cluster.Job{Execution: e.ID, Image: queue, Payload: payload})
+		m, err = c.current()
+	}
+	if err == nil {
+		err = m.Enqueue(ctx, cluster.Job{Execution: e.ID, Image: queue, Payload: payload})
 	}
 	if err != nil {
 		if gerr := c.a.endElsewhere(context.WithoutCancel(ctx), e.ID, fmt.Sprintf("it could not be queued: %v", err)); gerr != nil {
@@ -358,7 +379,17 @@ func (d *Daemon) openCluster(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.agents.cluster = c
 	d.undo.push("cluster", c.Close)
 	return nil
 }
+
+// warnOnly passes on warnings and errors only: River logs its routine
+// (job counts every few seconds) at info.
+type warnOnly struct{ slog.Handler }
+
+func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+
+func (h warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(as)} }
+func (h warnOnly) WithGroup(g string) slog.Handler       { return warnOnly{h.Handler.WithGroup(g)} }

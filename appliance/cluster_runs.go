@@ -152,7 +152,11 @@ func (c *clusterNode) schedule(ctx context.Context, f cluster.Fired) error {
 // fire is what a clustered node's scheduler does at a due time: the
 // first node to fire it starts the run (through Hooks.Schedule), once.
 func (c *clusterNode) fire(ctx context.Context, schedule string, due time.Time, payload []byte) (string, error) {
-	first, err := c.current().Fire(ctx, schedule, due, payload)
+	m, err := c.current()
+	if err != nil {
+		return "", err
+	}
+	first, err := m.Fire(ctx, schedule, due, payload)
 	switch {
 	case err != nil:
 		return "", err
