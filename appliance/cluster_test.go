@@ -2,13 +2,21 @@ package appliance
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"hearth/agents/modeltest"
 	"hearth/agents/store"
+	"hearth/appliance/appliancetest"
 	"hearth/internal/pgtest"
 )
 
@@ -104,4 +112,156 @@ func TestClusterDispatch(t *testing.T) {
 	if got, _ := a.d.agents.store.GetExecution(ctx, e.Id); got.Node != first.Node || got.Kind != store.Resume {
 		t.Errorf("resume ran on %s as %s; want on %s, where session %s ran", got.Node, got.Kind, first.Node, first.Session)
 	}
+}
+
+// nodeConfigEnv names the config file of a daemon that
+// TestClusterNodeProcess runs in a child process of the test.
+const nodeConfigEnv = "HEARTH_TEST_NODE_CONFIG"
+
+// TestClusterNodeProcess is not a test: it is the daemon of a cluster
+// node that another test runs as a child process, to kill it with SIGKILL.
+func TestClusterNodeProcess(t *testing.T) {
+	path := os.Getenv(nodeConfigEnv)
+	if path == "" {
+		t.Skip("the child process of TestClusterKilledNode: runs only as that (" + nodeConfigEnv + " not set)")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg Config
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(path + ".log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Start(context.Background(), cfg, slog.New(slog.NewTextHandler(logf, nil))); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(path+".ready", nil, 0o600)
+	select {} // until killed
+}
+
+// nodeConfig is the config of another node beside env: its own state
+// directory and images, the same agent, model server and database.
+func nodeConfig(t *testing.T, env *agentEnv, id string) Config {
+	cfg := agentConfig(t)
+	appliancetest.LinkImages(t, cfg.StateDir, appliancetest.ClaudeCodeImages(t))
+	cfg.Model, cfg.Agents.Grace, cfg.Credits = env.cfg.Model, env.cfg.Agents.Grace, env.cfg.Credits
+	cfg.Cluster = env.cfg.Cluster
+	cfg.Cluster.Node = id
+	os.MkdirAll(cfg.AgentsDir(), 0o755)
+	if err := os.WriteFile(filepath.Join(cfg.AgentsDir(), "analyst.toml"), []byte(analystTOML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// startNodeProcess runs a daemon on cfg in a child process and returns
+// once it serves.
+func startNodeProcess(t *testing.T, cfg Config) *exec.Cmd {
+	t.Helper()
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "node.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestClusterNodeProcess$", "-test.count", "1")
+	cmd.Env = append(os.Environ(), nodeConfigEnv+"="+path)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if log, err := os.ReadFile(path + ".log"); err == nil {
+			t.Logf("the child node's log:\n%s", log)
+		}
+	})
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := os.Stat(path + ".ready"); err == nil {
+			return cmd
+		}
+		if time.Now().After(deadline) || cmd.ProcessState != nil {
+			t.Fatalf("the child node did not start within 2 minutes")
+		}
+	}
+}
+
+// waitExecution polls the store until ok(execution) or the deadline.
+func waitExecution(t *testing.T, st *store.Store, id string, within time.Duration, ok func(store.Execution) bool) store.Execution {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		e, err := st.GetExecution(context.Background(), id)
+		if err == nil && ok(e) {
+			return e
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("execution %s after %v: %+v, %v", id, within, e, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestClusterKilledNode: node B, a daemon in its own process running one
+// of two tasks started through A, is killed with SIGKILL: its execution
+// ends interrupted, saying its node was declared dead, within DeadAfter
+// plus the reaper's period (plus River's leader failover when B led),
+// while A's task goes on to complete. B started again on its state
+// cleans up what it left and joins again.
+func TestClusterKilledNode(t *testing.T) {
+	script := modeltest.Config{PerConversation: true, Turns: []modeltest.Turn{
+		bashTurn("sleep 12", modeltest.Usage{InputTokens: 2000, OutputTokens: 50}),
+		textTurn("done"),
+	}}
+	envs, _ := clusterDaemons(t, script, map[string]int{"node-a": 1})
+	a := envs["node-a"]
+	bcfg := nodeConfig(t, a, "node-b")
+	bcfg.Cluster.Capacity = 1
+	child := startNodeProcess(t, bcfg)
+	ctx := context.Background()
+	if _, err := a.c.AddCredits(ctx, 10, "cluster budget"); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 2 {
+		e, err := a.c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: fmt.Sprintf("task %d", i), Limits: Limits{Usd: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, e.Id)
+	}
+	st := a.d.agents.store
+	onNode := map[string]string{}
+	for _, id := range ids {
+		e := waitExecution(t, st, id, time.Minute, func(e store.Execution) bool { return e.Status == store.Running })
+		onNode[e.Node] = id
+	}
+	victim, other := onNode["node-b"], onNode["node-a"]
+	if victim == "" || other == "" {
+		t.Fatalf("executions by node: %v; want one on each (capacity 1 each)", onNode)
+	}
+	time.Sleep(time.Second) // the agent is at work
+	child.Process.Signal(syscall.SIGKILL)
+	killed := time.Now()
+	e := waitExecution(t, st, victim, time.Minute, func(e store.Execution) bool { return e.Status.Terminal() })
+	t.Logf("the killed node's execution ended %s %v after the kill: %s", e.Status, time.Since(killed).Round(time.Millisecond), e.Error)
+	if e.Status != store.Interrupted || !strings.Contains(e.Error, "node-b") || !strings.Contains(e.Error, "declared dead") {
+		t.Errorf("the killed node's execution: %s %q; want interrupted, saying node-b was declared dead", e.Status, e.Error)
+	}
+	if cr, err := a.c.Credits(ctx); err != nil || cr.Reserved > 1.0001 {
+		t.Errorf("credits after the death: %+v, %v; want the dead run's reservation released", cr, err)
+	}
+	e = waitExecution(t, st, other, time.Minute, func(e store.Execution) bool { return e.Status.Terminal() })
+	if e.Status != store.Completed || e.Turns != 2 {
+		t.Errorf("node-a's execution ended %s after %d turns: %s; want completed, 2 turns", e.Status, e.Turns, e.Error)
+	}
+	child.Wait()
+	startSandboxDaemon(t, bcfg) // cleans up the machine and views it left, and joins again
 }
