@@ -62,7 +62,8 @@ func newScheduleService(deps ScheduleDeps) (*scheduleService, error) {
 		return nil, fmt.Errorf("schedules: %w", err)
 	}
 	s := &scheduleService{agents: a, log: logger}
-	s.sch, err = scheduler.New(st, s.job, scheduler.Options{Logger: logger})
+	// A cluster's nodes must agree on "@every" due times to fire each once.
+	s.sch, err = scheduler.New(st, s.job, scheduler.Options{Logger: logger, Aligned: a.cluster != nil})
 	if err != nil {
 		return nil, fmt.Errorf("schedules: %w", err)
 	}
