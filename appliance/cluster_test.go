@@ -265,3 +265,62 @@ func TestClusterKilledNode(t *testing.T) {
 	child.Wait()
 	startSandboxDaemon(t, bcfg) // cleans up the machine and views it left, and joins again
 }
+
+// TestClusterScheduleFiresOnce: an agent's "@every 1m" schedule, which
+// each of two nodes' schedulers keeps, starts one execution per due time
+// across the cluster, not one per node; each node's history records each
+// due time, fired by it or by the other.
+func TestClusterScheduleFiresOnce(t *testing.T) {
+	script := modeltest.Config{PerConversation: true, Turns: []modeltest.Turn{textTurn("done")}}
+	_, dbURL := pgtest.Start(t, pgtest.Options{})
+	var envs []*agentEnv
+	for _, id := range []string{"node-a", "node-b"} {
+		envs = append(envs, startAgentDaemon(t, script, func(cfg *Config) {
+			cfg.Cluster = ClusterConfig{Database: dbURL, Node: id, DeadAfter: Duration(4 * time.Second)}
+			ticker := "schedule = \"@every 1m\"\n" + analystTOML
+			if err := os.WriteFile(filepath.Join(cfg.AgentsDir(), "ticker.toml"), []byte(ticker), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}))
+	}
+	// Two due times: the next two whole minutes, and a little for the
+	// runs to be queued.
+	first := time.Now().Truncate(time.Minute).Add(time.Minute)
+	second := first.Add(time.Minute)
+	time.Sleep(time.Until(second.Add(10 * time.Second)))
+	st := envs[0].d.agents.store
+	all, err := st.ListExecutions(context.Background(), store.ExecutionFilter{Agent: "ticker", Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list []store.Execution // those of the two due times (one may have passed as the nodes started)
+	for _, e := range all {
+		if !e.Created.Before(first) {
+			list = append(list, e)
+		}
+	}
+	if len(list) != 2 {
+		t.Fatalf("%d executions of the scheduled agent from %v to %v; want 2, one per due time", len(list), first, second)
+	}
+	for _, env := range envs {
+		runs, err := env.d.sched.Runs(context.Background(), "agent-ticker", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, r := range runs {
+			if r.Scheduled.Equal(first) || r.Scheduled.Equal(second) {
+				n++
+				if !strings.HasPrefix(r.Result, "fired") || r.Err != "" {
+					t.Errorf("run %+v: want fired by this node or another", r)
+				}
+			}
+		}
+		if n != 2 {
+			t.Errorf("node's schedule history: %+v; want a run due at %v and one at %v", runs, first, second)
+		}
+	}
+	for _, e := range list {
+		waitExecution(t, st, e.ID, time.Minute, func(e store.Execution) bool { return e.Status == store.Completed })
+	}
+}
