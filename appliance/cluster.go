@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -393,3 +394,31 @@ func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
 
 func (h warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(as)} }
 func (h warnOnly) WithGroup(g string) slog.Handler       { return warnOnly{h.Handler.WithGroup(g)} }
+
+// ClusterNode is a node as GET /v1/cluster/nodes lists it.
+type ClusterNode struct {
+	cluster.NodeStatus
+	Self bool // the daemon asked
+}
+
+// ClusterNodes lists the nodes of the cluster this daemon is in, without
+// the per-node queues among their images; unavailable on a single host.
+func (d *Daemon) ClusterNodes(ctx context.Context) ([]ClusterNode, error) {
+	c := d.agents.cluster
+	if c == nil {
+		if d.cfg.Cluster.Database == "" {
+			return nil, unavailablef("this daemon is not in a cluster: set [cluster] database to make it a node")
+		}
+		return nil, unavailablef("this daemon did not join its cluster: agents cannot run here (%v)", d.agents.unavailable)
+	}
+	list, err := c.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ClusterNode, 0, len(list))
+	for _, n := range list {
+		n.Images = slices.DeleteFunc(slices.Clone(n.Images), func(im string) bool { return strings.HasPrefix(im, "node:") })
+		out = append(out, ClusterNode{NodeStatus: n, Self: n.ID == c.node.ID})
+	}
+	return out, nil
+}

@@ -3,11 +3,13 @@ package appliance
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +19,7 @@ import (
 	"hearth/agents/modeltest"
 	"hearth/agents/store"
 	"hearth/appliance/appliancetest"
+	"hearth/client"
 	"hearth/internal/pgtest"
 )
 
@@ -101,6 +104,17 @@ func TestClusterDispatch(t *testing.T) {
 	}
 	if cr.Reserved != 0 || fmt.Sprintf("%.6f", cr.Spent) != fmt.Sprintf("%.6f", sum) || fmt.Sprintf("%.6f", cr.Available) != fmt.Sprintf("%.6f", 10-sum) {
 		t.Errorf("ledger seen from node-b: %+v; want $%.6f spent of 10, none reserved", cr, sum)
+	}
+
+	nodes, err := a.c.ClusterNodes(ctx)
+	if err != nil || len(nodes) != 2 {
+		t.Fatalf("ClusterNodes = %+v, %v; want node-a and node-b", nodes, err)
+	}
+	for i, n := range nodes {
+		want := []string{"node-a", "node-b"}[i]
+		if n.Id != want || n.Self != (i == 0) || n.Dead || n.Tier != "jail" || n.Capacity != i+1 || !slices.Contains(n.Images, "claude-code") || slices.ContainsFunc(n.Images, func(s string) bool { return strings.HasPrefix(s, "node:") }) {
+			t.Errorf("node %d: %+v; want %s alive, jail, capacity %d, its images", i, n, want, i+1)
+		}
 	}
 
 	// A resume of a session runs where the session ran last.
@@ -322,5 +336,20 @@ func TestClusterScheduleFiresOnce(t *testing.T) {
 	}
 	for _, e := range list {
 		waitExecution(t, st, e.ID, time.Minute, func(e store.Execution) bool { return e.Status == store.Completed })
+	}
+}
+
+// TestClusterNodesSingleHost: a daemon without [cluster] runs as ever (no
+// River, tasks run in the daemon) and answers GET /v1/cluster/nodes 503,
+// saying how to make it a node.
+func TestClusterNodesSingleHost(t *testing.T) {
+	env := startAgentDaemon(t, modeltest.Config{Turns: []modeltest.Turn{textTurn("done")}}, nil)
+	if env.d.agents.cluster != nil {
+		t.Fatal("a daemon without [cluster] joined a cluster")
+	}
+	_, err := env.c.ClusterNodes(context.Background())
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != 503 || !strings.Contains(err.Error(), "[cluster] database") {
+		t.Errorf("ClusterNodes on a single host: %v; want 503 saying to set [cluster] database", err)
 	}
 }
