@@ -67,11 +67,10 @@ func (c ClusterConfig) capacity() int {
 const storeOpenTimeout = 30 * time.Second
 
 func (c ClusterConfig) validate() error {
-	if c.Database == "" {
-		if c.Node != "" || c.Capacity != 0 || c.DeadAfter != 0 {
-			return fmt.Errorf("cluster.node, capacity or dead_after without cluster.database: name the shared database too, or remove them")
-		}
-		return nil
+	// capacity and dead_after mean nothing on a single host, but their
+	// range is checked all the same.
+	if c.Database == "" && c.Node != "" {
+		return fmt.Errorf("cluster.node = %q without cluster.database: name the shared database too, or remove node", c.Node)
 	}
 	if c.Node != "" && !nodeIDPattern.MatchString(c.Node) {
 		return fmt.Errorf("cluster.node = %q: use 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit", c.Node)
@@ -82,7 +81,7 @@ func (c ClusterConfig) validate() error {
 	if d := time.Duration(c.DeadAfter); d != 0 && d < 3*time.Second {
 		return fmt.Errorf("cluster.dead_after = %v: give at least 3s (none: 15s)", d)
 	}
-	if _, err := store.ParsePostgresURL(c.Database); err != nil {
+	if _, err := store.ParsePostgresURL(c.Database); c.Database != "" && err != nil {
 		return fmt.Errorf("cluster.database: %w", err)
 	}
 	return nil
