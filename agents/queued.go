@@ -54,6 +54,7 @@ func (r *Runner) RecordRetry(ctx context.Context, execution string) (store.Execu
 }
 
 func (r *Runner) recordOnly(ctx context.Context, p planned) (store.Execution, Queued, error) {
+	p.queued = true
 	if _, _, err := r.record(ctx, &p); err != nil {
 		return store.Execution{}, Queued{}, err
 	}

@@ -279,6 +279,9 @@ type planned struct {
 	agentSession string
 	req          TaskRequest
 	adm          *admission
+	// queued: recorded here to run on some node with the image, which
+	// need not be this one.
+	queued bool
 }
 
 // plan checks a task and works out its execution, making its session if
@@ -407,19 +410,22 @@ func (r *Runner) execute(ctx context.Context, p planned) (Result, error) {
 // (pending), setting p.exec to what was stored.
 func (r *Runner) record(ctx context.Context, p *planned) (Image, agentCLI, error) {
 	def, limits, adm := p.def, p.limits, p.adm
-	img, err := r.cfg.Images(def.Image)
-	if err != nil {
-		if adm != nil {
-			adm.abandon()
+	var img Image
+	var cli agentCLI
+	if !p.queued {
+		var err error
+		if img, err = r.cfg.Images(def.Image); err != nil {
+			if adm != nil {
+				adm.abandon()
+			}
+			return Image{}, nil, fmt.Errorf("agent %s: image %s: %w", def.Name, def.Image, err)
 		}
-		return Image{}, nil, fmt.Errorf("agent %s: image %s: %w", def.Name, def.Image, err)
-	}
-	cli, err := cliFor(def, img)
-	if err != nil {
-		if adm != nil {
-			adm.abandon()
+		if cli, err = cliFor(def, img); err != nil {
+			if adm != nil {
+				adm.abandon()
+			}
+			return Image{}, nil, err
 		}
-		return Image{}, nil, err
 	}
 	e := p.exec
 	if adm != nil {
@@ -436,6 +442,7 @@ func (r *Runner) record(ctx context.Context, p *planned) (Image, agentCLI, error
 		}
 		return Image{}, nil, fmt.Errorf("agent %s: credits are in use, so a task needs a budget: give one (or set limits.usd in the agent)", def.Name)
 	}
+	var err error
 	if p.exec, err = r.cfg.Store.CreateExecution(ctx, e); err != nil {
 		if adm != nil {
 			adm.abandon()

@@ -222,7 +222,9 @@ func (a *agentService) definition(name string) (*agents.Definition, error) {
 // execution: the agent's image is built, and with credits in use the
 // task has a budget the balance covers.
 func (a *agentService) ready(ctx context.Context, def *agents.Definition, usd float64) error {
-	if _, err := a.images.resolve(def.Image); err != nil {
+	// A cluster queues the task for a node that has the image (or
+	// refuses it when none has).
+	if _, err := a.images.resolve(def.Image); err != nil && a.cluster == nil {
 		return fmt.Errorf("agent %s: %w", def.Name, err)
 	}
 	if !a.cfg.Credits.Enabled {

@@ -353,3 +353,32 @@ func TestClusterNodesSingleHost(t *testing.T) {
 		t.Errorf("ClusterNodes on a single host: %v; want 503 saying to set [cluster] database", err)
 	}
 }
+
+// TestClusterImageElsewhere: a node that has not built the agent's image
+// takes the task through its API all the same and it runs on a node
+// that has.
+func TestClusterImageElsewhere(t *testing.T) {
+	script := modeltest.Config{PerConversation: true, Turns: []modeltest.Turn{textTurn("done")}}
+	_, dbURL := pgtest.Start(t, pgtest.Options{})
+	var envs []*agentEnv
+	for _, id := range []string{"node-a", "node-b"} {
+		envs = append(envs, startAgentDaemon(t, script, func(cfg *Config) {
+			cfg.Cluster = ClusterConfig{Database: dbURL, Node: id, DeadAfter: Duration(4 * time.Second)}
+			if id == "node-a" { // no images built here
+				images := filepath.Join(cfg.StateDir, "images")
+				if err := os.Remove(images); err != nil {
+					t.Fatal(err)
+				}
+				os.Mkdir(images, 0o700)
+			}
+		}))
+	}
+	ctx := context.Background()
+	e, err := envs[0].c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "go", Wait: true})
+	if err != nil || e.Status != "completed" {
+		t.Fatalf("task through the node without the image = %+v, %v", e, err)
+	}
+	if got, _ := envs[0].d.agents.store.GetExecution(ctx, e.Id); got.Node != "node-b" {
+		t.Errorf("it ran on %s; want node-b, the node with the image", got.Node)
+	}
+}
