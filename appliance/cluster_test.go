@@ -382,3 +382,69 @@ func TestClusterImageElsewhere(t *testing.T) {
 		t.Errorf("it ran on %s; want node-b, the node with the image", got.Node)
 	}
 }
+
+// TestClusterCancelElsewhere: cancelling through one node's API an
+// execution another node runs stops it there (it ends cancelled, its
+// partial work recorded), and one still queued ends cancelled at once and
+// never runs.
+func TestClusterCancelElsewhere(t *testing.T) {
+	script := modeltest.Config{PerConversation: true, Turns: []modeltest.Turn{
+		bashTurn("sleep 30", modeltest.Usage{InputTokens: 2000, OutputTokens: 50}),
+		textTurn("done"),
+	}}
+	envs, _ := clusterDaemons(t, script, map[string]int{"node-a": 1, "node-b": 1})
+	ctx := context.Background()
+	a := envs["node-a"]
+	if _, err := a.c.AddCredits(ctx, 10, "budget"); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 3 {
+		e, err := a.c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: fmt.Sprintf("task %d", i), Limits: Limits{Usd: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, e.Id)
+	}
+	st := a.d.agents.store
+	var running []store.Execution
+	queued := ""
+	deadline := time.Now().Add(time.Minute)
+	for len(running) < 2 && time.Now().Before(deadline) {
+		running, queued = nil, ""
+		for _, id := range ids {
+			e, _ := st.GetExecution(ctx, id)
+			switch e.Status {
+			case store.Running:
+				running = append(running, e)
+			case store.Pending:
+				queued = id
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(running) != 2 || queued == "" {
+		t.Fatalf("after a minute %d running and queued %q; want one running on each node, one queued", len(running), queued)
+	}
+	got, err := a.c.Cancel(ctx, queued)
+	if err != nil || got.Status != "cancelled" {
+		t.Errorf("cancel the queued execution = %s, %v; want cancelled", got.Status, err)
+	}
+	for _, e := range running {
+		via := envs["node-a"]
+		if e.Node == "node-a" {
+			via = envs["node-b"]
+		}
+		got, err := via.c.Cancel(ctx, e.ID)
+		if err != nil || got.Status != "cancelled" {
+			t.Errorf("cancel %s's execution through the other node = %s, %v; want cancelled", e.Node, got.Status, err)
+		}
+	}
+	time.Sleep(2 * time.Second) // a node that took the cancelled job would have started it by now
+	if e, _ := st.GetExecution(ctx, queued); e.Status != store.Cancelled || !e.Started.IsZero() {
+		t.Errorf("the execution cancelled while queued: %s, started %v; want cancelled, never started", e.Status, e.Started)
+	}
+	if cr, err := a.c.Credits(ctx); err != nil || cr.Reserved != 0 {
+		t.Errorf("credits after the cancels: %+v, %v; want none reserved", cr, err)
+	}
+}
