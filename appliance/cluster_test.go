@@ -196,6 +196,7 @@ func startNodeProcess(t *testing.T, cfg Config) *exec.Cmd {
 		if log, err := os.ReadFile(path + ".log"); err == nil {
 			t.Logf("the child node's log:\n%s", log)
 		}
+		unmountUnder(filepath.Dir(cfg.StateDir)) // a killed daemon's FUSE mounts, if no daemon cleaned them up
 	})
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		if _, err := os.Stat(path + ".ready"); err == nil {
@@ -446,5 +447,22 @@ func TestClusterCancelElsewhere(t *testing.T) {
 	}
 	if cr, err := a.c.Credits(ctx); err != nil || cr.Reserved != 0 {
 		t.Errorf("credits after the cancels: %+v, %v; want none reserved", cr, err)
+	}
+}
+
+// unmountUnder detaches every mount under dir, deepest first.
+func unmountUnder(dir string) {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], dir+"/") {
+			points = append(points, f[1])
+		}
+	}
+	for i := len(points) - 1; i >= 0; i-- {
+		syscall.Unmount(points[i], syscall.MNT_DETACH)
 	}
 }
