@@ -247,7 +247,7 @@ func (c *clusterNode) nodeDead(ctx context.Context, node string, lost []cluster.
 		}
 	}
 	if len(lost) > 0 {
-		c.log.Warn("cluster: node declared dead; its executions ended interrupted", "node", node, "executions", len(lost))
+		c.log.Warn("cluster: node declared dead; its unfinished executions end interrupted (one still running here ends by itself)", "node", node, "executions", len(lost))
 	}
 	return nil, nil
 }

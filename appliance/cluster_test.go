@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"hearth/agents/modeltest"
 	"hearth/agents/store"
 	"hearth/appliance/appliancetest"
@@ -465,4 +467,61 @@ func unmountUnder(dir string) {
 	for i := len(points) - 1; i >= 0; i-- {
 		syscall.Unmount(points[i], syscall.MNT_DETACH)
 	}
+}
+
+// TestClusterFencedRejoins: a node whose heartbeats cannot land (its row
+// locked away from it, as a database it cannot reach would) loses its
+// lease: its run is stopped (it ends cancelled rather than going on while
+// another node may be told it died); once the database answers again it
+// joins again and runs tasks.
+func TestClusterFencedRejoins(t *testing.T) {
+	script := modeltest.Config{PerConversation: true, Turns: []modeltest.Turn{
+		bashTurn("sleep 30", modeltest.Usage{InputTokens: 2000, OutputTokens: 50}),
+		textTurn("done"),
+	}}
+	envs, dbURL := clusterDaemons(t, script, map[string]int{"node-a": 1})
+	a := envs["node-a"]
+	ctx := context.Background()
+	if _, err := a.c.AddCredits(ctx, 10, "budget"); err != nil {
+		t.Fatal(err)
+	}
+	e, err := a.c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "long", Limits: Limits{Usd: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := a.d.agents.store
+	waitExecution(t, st, e.Id, time.Minute, func(e store.Execution) bool { return e.Status == store.Running })
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE hearth_cluster_node IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	got := waitExecution(t, st, e.Id, time.Minute, func(e store.Execution) bool { return e.Status.Terminal() })
+	tx.Rollback(ctx)
+	if got.Status != store.Cancelled {
+		t.Errorf("the fenced node's run ended %s: %s; want cancelled", got.Status, got.Error)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		nodes, err := a.c.ClusterNodes(ctx)
+		if err == nil && len(nodes) == 1 && !nodes[0].Dead && time.Since(nodes[0].LastSeen) < 2*time.Second {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the node did not join again within a minute: %+v, %v", nodes, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	e2, err := a.c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: "after", Limits: Limits{Usd: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitExecution(t, st, e2.Id, time.Minute, func(e store.Execution) bool { return e.Status == store.Running })
 }
