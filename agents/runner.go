@@ -263,19 +263,43 @@ type Result struct {
 // new execution with the agent's full context (its CLI resumes its own
 // session).
 func (r *Runner) Run(ctx context.Context, req TaskRequest) (Result, error) {
+	p, err := r.plan(ctx, req)
+	if err != nil {
+		return Result{}, err
+	}
+	return r.execute(ctx, p)
+}
+
+// planned is an execution worked out from its request, not yet recorded.
+type planned struct {
+	def          *Definition
+	limits       Limits
+	exec         store.Execution
+	outputs      []string
+	agentSession string
+	req          TaskRequest
+	adm          *admission
+	// queued: recorded here to run on some node with the image, which
+	// need not be this one.
+	queued bool
+}
+
+// plan checks a task and works out its execution, making its session if
+// it is new.
+func (r *Runner) plan(ctx context.Context, req TaskRequest) (planned, error) {
 	st := r.cfg.Store
 	kind, previous, agentSession := store.Run, "", ""
 	var sess store.Session
 	if req.Parent != "" && req.Session != "" {
-		return Result{}, fmt.Errorf("%w: a delegated task runs in a new session of its own: leave the session out", ErrRefused)
+		return planned{}, fmt.Errorf("%w: a delegated task runs in a new session of its own: leave the session out", ErrRefused)
 	}
 	if req.Session != "" {
 		var err error
 		if sess, err = st.GetSession(ctx, req.Session); err != nil {
-			return Result{}, err
+			return planned{}, err
 		}
 		if req.Agent != "" && req.Agent != sess.Agent {
-			return Result{}, fmt.Errorf("session %s belongs to agent %s, not %s", sess.ID, sess.Agent, req.Agent)
+			return planned{}, fmt.Errorf("session %s belongs to agent %s, not %s", sess.ID, sess.Agent, req.Agent)
 		}
 		req.Agent = sess.Agent
 		kind, previous, agentSession = store.Resume, sess.LastExecution, sess.AgentSessionID
@@ -285,16 +309,16 @@ func (r *Runner) Run(ctx context.Context, req TaskRequest) (Result, error) {
 	}
 	def, limits, err := r.prepare(req.Agent, req.Limits)
 	if err != nil {
-		return Result{}, err
+		return planned{}, err
 	}
 	if err := def.CheckTask(req); err != nil {
-		return Result{}, fmt.Errorf("agent %s: %w", def.Name, err)
+		return planned{}, fmt.Errorf("agent %s: %w", def.Name, err)
 	}
 	var adm *admission
 	if req.Parent != "" {
 		// Admitted before its session is made: a refusal leaves nothing.
 		if adm, err = r.admit(req.Parent, def, req.Limits, limits); err != nil {
-			return Result{}, err
+			return planned{}, err
 		}
 		limits = adm.limits
 	}
@@ -303,7 +327,7 @@ func (r *Runner) Run(ctx context.Context, req TaskRequest) (Result, error) {
 			if adm != nil {
 				adm.abandon()
 			}
-			return Result{}, err
+			return planned{}, err
 		}
 	}
 	outputs := def.Outputs
@@ -311,18 +335,27 @@ func (r *Runner) Run(ctx context.Context, req TaskRequest) (Result, error) {
 		outputs = req.Outputs
 	}
 	exec := store.Execution{Session: sess.ID, Agent: def.Name, Kind: kind, Previous: previous, Prompt: req.Prompt}
-	return r.execute(ctx, def, limits, exec, outputs, agentSession, req, adm)
+	return planned{def: def, limits: limits, exec: exec, outputs: outputs, agentSession: agentSession, req: req, adm: adm}, nil
 }
 
 // Retry runs a finished execution's task again, from the start, in the
 // same session (its inputs are there already).
 func (r *Runner) Retry(ctx context.Context, execution string) (Result, error) {
-	old, err := r.cfg.Store.GetExecution(ctx, execution)
+	p, err := r.planRetry(ctx, execution)
 	if err != nil {
 		return Result{}, err
 	}
+	return r.execute(ctx, p)
+}
+
+// planRetry works out the execution retrying a finished one.
+func (r *Runner) planRetry(ctx context.Context, execution string) (planned, error) {
+	old, err := r.cfg.Store.GetExecution(ctx, execution)
+	if err != nil {
+		return planned{}, err
+	}
 	if !old.Status.Terminal() {
-		return Result{}, fmt.Errorf("execution %s is %s: retry it once it has ended", old.ID, old.Status)
+		return planned{}, fmt.Errorf("execution %s is %s: retry it once it has ended", old.ID, old.Status)
 	}
 	lim := Limits{USD: old.Limits.USD, Turns: old.Limits.Turns, WallTime: Duration(old.Limits.WallTime), OnBudget: old.Limits.OnBudget}
 	r.mu.Lock()
@@ -332,10 +365,10 @@ func (r *Runner) Retry(ctx context.Context, execution string) (Result, error) {
 	r.mu.Unlock()
 	def, limits, err := r.prepare(old.Agent, lim)
 	if err != nil {
-		return Result{}, err
+		return planned{}, err
 	}
 	exec := store.Execution{Session: old.Session, Agent: def.Name, Kind: store.Retry, Previous: old.ID, Prompt: old.Prompt}
-	return r.execute(ctx, def, limits, exec, def.Outputs, "", TaskRequest{Agent: def.Name, Prompt: old.Prompt}, nil)
+	return planned{def: def, limits: limits, exec: exec, outputs: def.Outputs, req: TaskRequest{Agent: def.Name, Prompt: old.Prompt}}, nil
 }
 
 // RetryUSD is the USD limit a retry of an execution whose limit was usd
@@ -364,43 +397,65 @@ func (r *Runner) prepare(agent string, override Limits) (*Definition, Limits, er
 }
 
 // execute records the execution and runs it; a delegated one comes
-// with its parent's admission (adm), which it takes up or gives back.
-func (r *Runner) execute(ctx context.Context, def *Definition, limits Limits, e store.Execution, outputs []string, agentSession string, req TaskRequest, adm *admission) (res Result, err error) {
-	img, err := r.cfg.Images(def.Image)
+// with its parent's admission (p.adm), which it takes up or gives back.
+func (r *Runner) execute(ctx context.Context, p planned) (Result, error) {
+	img, cli, err := r.record(ctx, &p)
 	if err != nil {
-		if adm != nil {
-			adm.abandon()
-		}
-		return Result{}, fmt.Errorf("agent %s: image %s: %w", def.Name, def.Image, err)
-	}
-	cli, err := cliFor(def, img)
-	if err != nil {
-		if adm != nil {
-			adm.abandon()
-		}
 		return Result{}, err
 	}
+	return r.start(ctx, p, img, cli)
+}
+
+// record resolves the agent's image and CLI and records p's execution
+// (pending), setting p.exec to what was stored.
+func (r *Runner) record(ctx context.Context, p *planned) (Image, agentCLI, error) {
+	def, limits, adm := p.def, p.limits, p.adm
+	var img Image
+	var cli agentCLI
+	if !p.queued {
+		var err error
+		if img, err = r.cfg.Images(def.Image); err != nil {
+			if adm != nil {
+				adm.abandon()
+			}
+			return Image{}, nil, fmt.Errorf("agent %s: image %s: %w", def.Name, def.Image, err)
+		}
+		if cli, err = cliFor(def, img); err != nil {
+			if adm != nil {
+				adm.abandon()
+			}
+			return Image{}, nil, err
+		}
+	}
+	e := p.exec
 	if adm != nil {
 		e.Parent = adm.parent.exec.ID
 	}
 	if limits.OnBudget == "" {
 		limits.OnBudget = r.cfg.OnBudget // kept with the execution, for a runner that takes it up
 	}
+	p.limits = limits
 	e.Limits = store.Limits{USD: limits.USD, Turns: limits.Turns, WallTime: time.Duration(limits.WallTime), OnBudget: limits.OnBudget}
 	if r.cfg.Credits && limits.USD <= 0 {
 		if adm != nil {
 			adm.abandon()
 		}
-		return Result{}, fmt.Errorf("agent %s: credits are in use, so a task needs a budget: give one (or set limits.usd in the agent)", def.Name)
+		return Image{}, nil, fmt.Errorf("agent %s: credits are in use, so a task needs a budget: give one (or set limits.usd in the agent)", def.Name)
 	}
-	exec, err := r.cfg.Store.CreateExecution(ctx, e)
-	if err != nil {
+	var err error
+	if p.exec, err = r.cfg.Store.CreateExecution(ctx, e); err != nil {
 		if adm != nil {
 			adm.abandon()
 		}
-		return Result{}, err
+		return Image{}, nil, err
 	}
-	ru := &run{r: r, def: def, img: img, cli: cli, exec: exec, limits: limits, outputs: outputs, agentSession: agentSession,
+	return img, cli, nil
+}
+
+// start runs p's recorded, pending execution to its end.
+func (r *Runner) start(ctx context.Context, p planned, img Image, cli agentCLI) (res Result, err error) {
+	def, limits, exec, adm := p.def, p.limits, p.exec, p.adm
+	ru := &run{r: r, def: def, img: img, cli: cli, exec: exec, limits: limits, outputs: p.outputs, agentSession: p.agentSession,
 		budget: newTreeBudget(limits), stopc: make(chan stopReason, 1)}
 	ru.tree.init()
 	if adm != nil {
@@ -427,7 +482,7 @@ func (r *Runner) execute(ctx context.Context, def *Definition, limits Limits, e 
 		}()
 	}
 	defer r.track(ctx, ru)()
-	return ru.run(ctx, req)
+	return ru.run(ctx, p.req)
 }
 
 // track makes ru a run the runner can stop (Cancel, Detach, budget

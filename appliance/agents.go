@@ -54,6 +54,8 @@ type agentService struct {
 	// runner is nil when agents cannot run; unavailable says why.
 	runner      *agents.Runner
 	unavailable error
+	// cluster is this daemon as a cluster's node; nil on a single host.
+	cluster *clusterNode
 
 	gw     *gateway.Gateway
 	prices *gateway.Prices // the table in force, following [model] prices

@@ -54,6 +54,10 @@ func checkPrompt(p string) error {
 // cancelWait is how long a cancel request waits for the execution to end.
 const cancelWait = 30 * time.Second
 
+// cancelAgain is how often a cancel asks again the node that runs the
+// execution (a notification missed while it reconnected is lost).
+const cancelAgain = 500 * time.Millisecond
+
 func (a *agentService) available() error {
 	if a.runner == nil {
 		return unavailablef("agents are unavailable: %v", a.unavailable)
@@ -135,6 +139,11 @@ func (a *agentService) check(ctx context.Context, t task) (store.Execution, <-ch
 		return store.Execution{}, nil, err
 	}
 	req := t.TaskRequest
+	if a.cluster != nil && req.Parent == "" && len(req.InputFiles) == 0 {
+		return a.dispatch(ctx, def.Image, req.Session, func(ctx context.Context) (store.Execution, agents.Queued, error) {
+			return a.runner.Record(ctx, req)
+		})
+	}
 	return a.launch(func(ctx context.Context) (agents.Result, error) {
 		if t.staging != "" {
 			defer os.RemoveAll(t.staging)
@@ -160,6 +169,11 @@ func (a *agentService) startRetry(ctx context.Context, id string) (store.Executi
 	}
 	if err := a.ready(ctx, def, agents.RetryUSD(def, old.Limits.USD)); err != nil {
 		return store.Execution{}, nil, err
+	}
+	if a.cluster != nil {
+		return a.dispatch(ctx, def.Image, old.Session, func(ctx context.Context) (store.Execution, agents.Queued, error) {
+			return a.runner.RecordRetry(ctx, id)
+		})
 	}
 	return a.launch(func(ctx context.Context) (agents.Result, error) { return a.runner.Retry(ctx, id) })
 }
@@ -209,7 +223,9 @@ func (a *agentService) definition(name string) (*agents.Definition, error) {
 // execution: the agent's image is built, and with credits in use the
 // task has a budget the balance covers.
 func (a *agentService) ready(ctx context.Context, def *agents.Definition, usd float64) error {
-	if _, err := a.images.resolve(def.Image); err != nil {
+	// A cluster queues the task for a node that has the image (or
+	// refuses it when none has).
+	if _, err := a.images.resolve(def.Image); err != nil && a.cluster == nil {
 		return fmt.Errorf("agent %s: %w", def.Name, err)
 	}
 	if !a.cfg.Credits.Enabled {
@@ -288,6 +304,8 @@ func (a *agentService) TopUp(ctx context.Context, id string, usd float64) (store
 	switch {
 	case errors.Is(err, agents.ErrNoDollarLimit):
 		return e, invalidf("execution %s has no dollar limit, so there is nothing to top up", id)
+	case errors.Is(err, agents.ErrNotFound) && a.cluster != nil && e.Node != a.cluster.node.ID:
+		return e, conflictf("execution %s runs on node %s: top it up through that node's API ('hearth cluster nodes' gives its address)", id, e.Node)
 	case errors.Is(err, agents.ErrNotFound):
 		return e, conflictf("execution %s is not running here (it may be pending or just ended): try again once it runs", id)
 	case err != nil:
@@ -302,6 +320,7 @@ func (a *agentService) TopUp(ctx context.Context, id string, usd float64) (store
 func (a *agentService) cancelRun(ctx context.Context, id string) bool {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
+	var asked time.Time // when another node was last asked to cancel it
 	for {
 		lr, running := a.liveDone(id)
 		if running && a.runner.Cancel(id) == nil {
@@ -314,6 +333,9 @@ func (a *agentService) cancelRun(ctx context.Context, id string) bool {
 		}
 		if e, err := a.store.GetExecution(ctx, id); err == nil && e.Status.Terminal() {
 			return true
+		} else if err == nil && !running && a.cluster != nil && time.Since(asked) > cancelAgain {
+			asked = time.Now()
+			a.cluster.cancelElsewhere(ctx, e)
 		}
 		select {
 		case <-tick.C:

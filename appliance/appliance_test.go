@@ -64,6 +64,10 @@ func TestLoadConfig(t *testing.T) {
 		{"cluster bad port", "[cluster]\ndatabase = \"postgres://db:port/hearth\"\n", "cluster.database"},
 		{"cluster node", "[cluster]\ndatabase = \"postgres://db/hearth\"\nnode = \"host-b\"\n", ""},
 		{"cluster node alone", "[cluster]\nnode = \"host-b\"\n", "cluster.node = \"host-b\" without cluster.database"},
+		{"cluster capacity", "[cluster]\ndatabase = \"postgres://db/hearth\"\ncapacity = 4\ndead_after = \"20s\"\n", ""},
+		{"cluster capacity negative", "[cluster]\ndatabase = \"postgres://db/hearth\"\ncapacity = -1\n", "cluster.capacity = -1"},
+		{"cluster dead_after short", "[cluster]\ndatabase = \"postgres://db/hearth\"\ndead_after = \"1s\"\n", "cluster.dead_after = 1s"},
+		{"cluster node bad", "[cluster]\ndatabase = \"postgres://db/hearth\"\nnode = \"a b/c\"\n", "cluster.node = \"a b/c\""},
 		{"cluster typo", "[cluster]\ndb = \"postgres://db/hearth\"\n", "unknown key cluster.db"},
 		{"bad call snapshots", "[agents]\ncall_snapshots = \"last 0\"\n", `agents.call_snapshots = "last 0": use "all", "last N"`},
 	}

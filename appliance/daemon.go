@@ -89,7 +89,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, log: log}
 	steps := []func(context.Context) error{
 		d.openSocket, d.openTCP, d.openWorkspace, d.openDriver,
-		d.openSandboxes, d.openAgents, d.openSchedules, d.openAPI,
+		d.openSandboxes, d.openAgents, d.openCluster, d.openSchedules, d.openAPI,
 	}
 	for _, step := range steps {
 		err := ctx.Err()

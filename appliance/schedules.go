@@ -62,7 +62,8 @@ func newScheduleService(deps ScheduleDeps) (*scheduleService, error) {
 		return nil, fmt.Errorf("schedules: %w", err)
 	}
 	s := &scheduleService{agents: a, log: logger}
-	s.sch, err = scheduler.New(st, s.job, scheduler.Options{Logger: logger})
+	// A cluster's nodes must agree on "@every" due times to fire each once.
+	s.sch, err = scheduler.New(st, s.job, scheduler.Options{Logger: logger, Aligned: a.cluster != nil})
 	if err != nil {
 		return nil, fmt.Errorf("schedules: %w", err)
 	}
@@ -109,6 +110,9 @@ func (s *scheduleService) job(ctx context.Context, r scheduler.Run) (string, err
 	var p schedulePayload
 	if err := json.Unmarshal(r.Payload, &p); err != nil {
 		return "", fmt.Errorf("schedule %s: payload: %w", r.Schedule, err)
+	}
+	if c := s.agents.cluster; c != nil {
+		return c.fire(ctx, r.Schedule, r.Scheduled, r.Payload) // once per cluster, run by any node
 	}
 	e, done, err := s.agents.Start(ctx, task{TaskRequest: agents.TaskRequest{Agent: p.Agent, Prompt: p.Prompt, Limits: p.Limits}})
 	if err != nil {

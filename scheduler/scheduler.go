@@ -27,6 +27,10 @@ type Options struct {
 	// Logger reports store errors the scheduler cannot return; default
 	// slog.Default().
 	Logger *slog.Logger
+	// Aligned puts "@every D" due times on multiples of D since the Unix
+	// epoch rather than D after the previous one, so that schedulers
+	// started at different times (a cluster's nodes) agree on them.
+	Aligned bool
 }
 
 // Status is a schedule as it stands.
@@ -57,6 +61,8 @@ type Scheduler struct {
 	clock Clock
 	loc   *time.Location
 	log   *slog.Logger
+	// aligned: see Options.Aligned.
+	aligned bool
 
 	ctx    context.Context // of runs; cancelled when Close gives up
 	cancel context.CancelFunc
@@ -77,7 +83,7 @@ type Scheduler struct {
 // runs until Start.
 func New(store Store, job Job, opts Options) (*Scheduler, error) {
 	s := &Scheduler{
-		store: store, job: job, clock: opts.Clock, loc: opts.Location, log: opts.Logger,
+		store: store, job: job, clock: opts.Clock, loc: opts.Location, log: opts.Logger, aligned: opts.Aligned,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 		entries: make(map[string]*entry), idle: make(chan struct{}),
 	}
@@ -217,6 +223,9 @@ func (s *Scheduler) planLocked(e *entry, now time.Time) {
 	e.next = time.Time{}
 	if !e.sched.Paused && s.started && !s.closed {
 		e.next = e.spec.Next(now)
+		if every, ok := e.spec.(cron.ConstantDelaySchedule); ok && s.aligned {
+			e.next = now.Truncate(every.Delay).Add(every.Delay)
+		}
 	}
 }
 

@@ -541,3 +541,34 @@ func TestClose(t *testing.T) {
 		e.job.none(t)
 	})
 }
+
+// TestAligned: with Options.Aligned, two schedulers started at different
+// times put an "@every" schedule's due times on the same multiples of
+// its interval (as a cluster's nodes need); without, each counts from
+// its own start.
+func TestAligned(t *testing.T) {
+	e := newEnv(t, true)
+	e.clock.Set(at(9, 7).Add(13 * time.Second))
+	st, err := scheduler.OpenFileStore(e.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, aligned := range []bool{true, false} {
+		s, err := scheduler.New(st, e.job.run, scheduler.Options{Clock: e.clock, Location: time.UTC, Aligned: aligned})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustAdd(t, s, scheduler.Schedule{ID: "tick", Spec: "@every 5m"})
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		want := at(9, 10)
+		if !aligned {
+			want = at(9, 12).Add(13 * time.Second)
+		}
+		if got := status(t, s, "tick").Next; !got.Equal(want) {
+			t.Errorf("aligned %v: Next = %v, want %v", aligned, got, want)
+		}
+		s.Close(context.Background())
+	}
+}

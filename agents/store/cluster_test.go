@@ -502,3 +502,34 @@ func TestPostgresAppendOwnerOnly(t *testing.T) {
 		t.Errorf("Adopt of an ended execution = %v, want ErrInvalidTransition", err)
 	}
 }
+
+// TestPostgresInterruptElsewhere: a node ends interrupted another node's
+// unfinished execution (that node died): its reservation is released and
+// its error says why; an ended one is left as it is.
+func TestPostgresInterruptElsewhere(t *testing.T) {
+	_, dbURL := startPG(t)
+	nodes := openNodes(t, dbURL, 2)
+	a, b := nodes[0], nodes[1]
+	if err := a.AddCredits(ctx, 5, "budget"); err != nil {
+		t.Fatal(err)
+	}
+	e := newExec(t, a)
+	setStatus(t, a, e.ID, Running)
+	if err := a.Reserve(ctx, e.ID, 2); err != nil {
+		t.Fatal(err)
+	}
+	got, ended, err := b.Interrupt(ctx, e.ID, "node-0 was declared dead")
+	if err != nil || !ended || got.Status != Interrupted || got.Error != "node-0 was declared dead" || got.Ended.IsZero() {
+		t.Fatalf("Interrupt = %+v, %v, %v; want interrupted with the reason", got, ended, err)
+	}
+	if avail, reserved, _, err := b.Balance(ctx); err != nil || reserved != 0 || avail != 5 {
+		t.Errorf("balance after: %v available, %v reserved, %v; want the reservation released", avail, reserved, err)
+	}
+	again, ended, err := b.Interrupt(ctx, e.ID, "again")
+	if err != nil || ended || again.Error != "node-0 was declared dead" {
+		t.Errorf("Interrupt of an ended execution = %+v, %v, %v; want it left as it is", again, ended, err)
+	}
+	if _, _, err := b.Interrupt(ctx, "exec-nope", "x"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Interrupt of no execution = %v, want ErrNotFound", err)
+	}
+}

@@ -595,27 +595,66 @@ func (s *Store) InterruptRunning(ctx context.Context, keep ...string) ([]Executi
 		return nil, fmt.Errorf("interrupt running executions: %w", err)
 	}
 	list = slices.DeleteFunc(list, func(e Execution) bool { return slices.Contains(keep, e.ID) })
-	now := time.Now().UTC()
-	for i := range list {
-		e := &list[i]
-		if e.Error == "" {
-			e.Error = fmt.Sprintf("the daemon stopped while the execution was %s", e.Status)
-		}
-		e.Status, e.Ended = Interrupted, now
-		if err := writeExecution(ctx, tx, e); err != nil {
-			return nil, err
-		}
-		if _, err := release(ctx, tx, e.ID, now); err != nil {
-			return nil, err
-		}
-		if _, err := tx.ExecContext(ctx, "DELETE FROM claims WHERE holder = ?", e.ID); err != nil {
-			return nil, err
-		}
+	if err := interrupt(ctx, tx, list, ""); err != nil {
+		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("interrupt running executions: %w", err)
 	}
 	return list, nil
+}
+
+// interrupt ends each execution of list interrupted, with why as its
+// error (if it has none; "" says the daemon stopped), releasing its
+// credits and claims, in tx.
+func interrupt(ctx context.Context, tx *sql.Tx, list []Execution, why string) error {
+	now := time.Now().UTC()
+	for i := range list {
+		e := &list[i]
+		if e.Error == "" {
+			e.Error = why
+		}
+		if e.Error == "" {
+			e.Error = fmt.Sprintf("the daemon stopped while the execution was %s", e.Status)
+		}
+		e.Status, e.Ended = Interrupted, now
+		if err := writeExecution(ctx, tx, e); err != nil {
+			return err
+		}
+		if _, err := release(ctx, tx, e.ID, now); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM claims WHERE holder = ?", e.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Interrupt ends execution id interrupted, with why as its error,
+// whichever node owns it (a cluster's node that died): its credits and
+// claims are released. It returns the execution as it is now; one
+// already ended is left as it is (ended false).
+func (s *Store) Interrupt(ctx context.Context, id, why string) (e Execution, ended bool, err error) {
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return Execution{}, false, fmt.Errorf("interrupt execution %s: %w", id, err)
+	}
+	defer tx.Rollback()
+	if e, err = getExecution(ctx, tx, id); err != nil {
+		return Execution{}, false, err
+	}
+	if e.Status.Terminal() {
+		return e, false, nil
+	}
+	list := []Execution{e}
+	if err := interrupt(ctx, tx, list, why); err != nil {
+		return Execution{}, false, fmt.Errorf("interrupt execution %s: %w", id, err)
+	}
+	if err := s.wrote(tx.Commit()); err != nil {
+		return Execution{}, false, fmt.Errorf("interrupt execution %s: %w", id, err)
+	}
+	return list[0], true, nil
 }
 
 // minus is t - o, field by field.

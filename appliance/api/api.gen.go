@@ -417,6 +417,37 @@ type Claim struct {
 	Session string `json:"session"`
 }
 
+// ClusterNode defines model for ClusterNode.
+type ClusterNode struct {
+	// Addr Where its API listens on TCP (api.tcp); empty when only on its unix socket.
+	Addr string `json:"addr,omitempty,omitzero"`
+
+	// Capacity How many executions it runs at once ([cluster] capacity).
+	Capacity int `json:"capacity"`
+
+	// Dead Declared dead: no heartbeat for [cluster] dead_after, or it left.
+	Dead bool `json:"dead"`
+
+	// DeadSince When it was declared dead.
+	DeadSince time.Time `json:"dead_since,omitempty,omitzero"`
+
+	// Id Its [cluster] node (default the host name).
+	Id string `json:"id"`
+
+	// Images The images it had built when it joined: it takes tasks of agents on these.
+	Images []string  `json:"images"`
+	Joined time.Time `json:"joined"`
+
+	// LastSeen Its latest heartbeat, by the database's clock.
+	LastSeen time.Time `json:"last_seen"`
+
+	// Self It is the daemon that answered.
+	Self bool `json:"self"`
+
+	// Tier The sandbox tier it runs: jail, qemu or chv.
+	Tier string `json:"tier"`
+}
+
 // ContextFile defines model for ContextFile.
 type ContextFile struct {
 	// File A file relative to the agents directory.
@@ -1615,6 +1646,14 @@ type ClientInterface interface {
 	// Corresponds with DELETE /v1/claims/{path} (the `ReleaseClaim` operationId).
 	ReleaseClaim(ctx context.Context, path string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListClusterNodes The nodes of the cluster this daemon is in ([cluster] database), live and dead, by id (hearth cluster nodes shows them).
+	//
+	// A daemon without [cluster] database, or one that did not join
+	// (agents cannot run on it), answers 503 unavailable saying so.
+	//
+	// Corresponds with GET /v1/cluster/nodes (the `ListClusterNodes` operationId).
+	ListClusterNodes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetCredits The credit balance and the newest ledger entries.
 	//
 	// Corresponds with GET /v1/credits (the `GetCredits` operationId).
@@ -2424,6 +2463,24 @@ func (c *Client) ListClaims(ctx context.Context, params *ListClaimsParams, reqEd
 // Corresponds with DELETE /v1/claims/{path} (the `ReleaseClaim` operationId).
 func (c *Client) ReleaseClaim(ctx context.Context, path string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReleaseClaimRequest(c.Server, path)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListClusterNodes The nodes of the cluster this daemon is in ([cluster] database), live and dead, by id (hearth cluster nodes shows them).
+//
+// A daemon without [cluster] database, or one that did not join
+// (agents cannot run on it), answers 503 unavailable saying so.
+//
+// Corresponds with GET /v1/cluster/nodes (the `ListClusterNodes` operationId).
+func (c *Client) ListClusterNodes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListClusterNodesRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -4243,6 +4300,33 @@ func NewReleaseClaimRequest(server string, path string) (*http.Request, error) {
 	}
 
 	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListClusterNodesRequest constructs an http.Request for the ListClusterNodes method
+func NewListClusterNodesRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/cluster/nodes")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -7329,6 +7413,16 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with DELETE /v1/claims/{path} (the `ReleaseClaim` operationId).
 	ReleaseClaimWithResponse(ctx context.Context, path string, reqEditors ...RequestEditorFn) (*ReleaseClaimResponse, error)
 
+	// ListClusterNodesWithResponse The nodes of the cluster this daemon is in ([cluster] database), live and dead, by id (hearth cluster nodes shows them).
+	//
+	// A daemon without [cluster] database, or one that did not join
+	// (agents cannot run on it), answers 503 unavailable saying so.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/cluster/nodes (the `ListClusterNodes` operationId).
+	ListClusterNodesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListClusterNodesResponse, error)
+
 	// GetCreditsWithResponse The credit balance and the newest ledger entries.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -8418,6 +8512,54 @@ func (r ReleaseClaimResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReleaseClaimResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListClusterNodesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]ClusterNode
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Failure
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListClusterNodesResponse) GetJSON200() *[]ClusterNode {
+	return r.JSON200
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListClusterNodesResponse) GetJSONDefault() *Failure {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListClusterNodesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListClusterNodesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListClusterNodesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListClusterNodesResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -11788,6 +11930,22 @@ func (c *ClientWithResponses) ReleaseClaimWithResponse(ctx context.Context, path
 	return ParseReleaseClaimResponse(rsp)
 }
 
+// ListClusterNodesWithResponse The nodes of the cluster this daemon is in ([cluster] database), live and dead, by id (hearth cluster nodes shows them).
+//
+// A daemon without [cluster] database, or one that did not join
+// (agents cannot run on it), answers 503 unavailable saying so.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/cluster/nodes (the `ListClusterNodes` operationId).
+func (c *ClientWithResponses) ListClusterNodesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListClusterNodesResponse, error) {
+	rsp, err := c.ListClusterNodes(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListClusterNodesResponse(rsp)
+}
+
 // GetCreditsWithResponse The credit balance and the newest ledger entries.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -13309,6 +13467,39 @@ func ParseReleaseClaimResponse(rsp *http.Response) (*ReleaseClaimResponse, error
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest Claim
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Failure
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListClusterNodesResponse parses an HTTP response from a ListClusterNodesWithResponse call
+func ParseListClusterNodesResponse(rsp *http.Response) (*ListClusterNodesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListClusterNodesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []ClusterNode
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -15598,6 +15789,9 @@ type ServerInterface interface {
 	// ReleaseClaim Release a lease whoever holds it, as an operator (a claim event in the holder's stream says so).
 	// (DELETE /v1/claims/{path})
 	ReleaseClaim(w http.ResponseWriter, r *http.Request, path string)
+	// ListClusterNodes The nodes of the cluster this daemon is in ([cluster] database), live and dead, by id (hearth cluster nodes shows them).
+	// (GET /v1/cluster/nodes)
+	ListClusterNodes(w http.ResponseWriter, r *http.Request)
 	// GetCredits The credit balance and the newest ledger entries.
 	// (GET /v1/credits)
 	GetCredits(w http.ResponseWriter, r *http.Request)
@@ -15935,6 +16129,20 @@ func (siw *ServerInterfaceWrapper) ReleaseClaim(w http.ResponseWriter, r *http.R
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ReleaseClaim(w, r, path)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListClusterNodes operation middleware
+func (siw *ServerInterfaceWrapper) ListClusterNodes(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListClusterNodes(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -18198,6 +18406,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/claims/{path}", wrapper.ReleaseClaim)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/health", wrapper.GetHealth)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/version", wrapper.GetVersion)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/cluster/nodes", wrapper.ListClusterNodes)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/v1/schedules", wrapper.ListSchedules)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v1/schedules", wrapper.AddSchedule)
 	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/v1/schedules/{id}", wrapper.DeleteSchedule)

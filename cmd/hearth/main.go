@@ -54,6 +54,7 @@ func tree() *command {
 		creditsCmd(),
 		pricesCmd(),
 		schedulesCmd(),
+		clusterCmd(),
 		imagesCmd(),
 		completionCmd(),
 		docsCmd(),
