@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -66,27 +65,25 @@ func TestHostileRecycledBlob(t *testing.T) {
 	}
 	waitPooled(t, s, blob)
 
-	// Every new file of b is empty, the one that got the recycled blob
-	// included (the pool also holds blobs made ahead, so it may take a few).
+	if fi, err := os.Stat(s.blobPath(blob)); err != nil || fi.Size() != 0 {
+		t.Fatalf("pooled blob %x: %v, size %v; want empty", blob, err, fi)
+	}
+	// The pool is last in, first out, and the blob maker may have put
+	// blobs above the recycled one: put it on top, so that b's next new
+	// file gets it.
+	s.mu.Lock()
+	i := slices.Index(s.pool, blob)
+	s.pool = append(slices.Delete(s.pool, i, i+1), blob)
+	s.mu.Unlock()
 	mb := mountFor(t, s, ViewOptions{Session: "b"})
-	vb := filepath.Join(mb.Dir(), "b", "outputs")
-	s.mu.RLock()
-	tries := len(s.pool) + 1
-	s.mu.RUnlock()
-	reused := ""
-	for i := 0; i < tries && reused == ""; i++ {
-		p := filepath.Join(vb, fmt.Sprint("fresh", i))
-		if err := os.WriteFile(p, nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		checkEmpty(t, p)
-		if blobOf(t, s, "b", "outputs/"+filepath.Base(p)) == blob {
-			reused = p
-		}
+	reused := filepath.Join(mb.Dir(), "b", "outputs", "fresh")
+	if err := os.WriteFile(reused, nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
-	if reused == "" {
-		t.Fatalf("no new file got the recycled blob %x", blob)
+	if got := blobOf(t, s, "b", "outputs/fresh"); got != blob {
+		t.Fatalf("b's new file got blob %x, want the recycled %x", got, blob)
 	}
+	checkEmpty(t, reused)
 	if err := os.WriteFile(reused, []byte("ok"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +119,7 @@ func TestHostileRecycledBlob(t *testing.T) {
 	if fi, err := os.Stat(s.blobPath(left)); err != nil || fi.Size() != 0 {
 		t.Fatalf("adopted blob %x: %v, size %v; want empty", left, err, fi)
 	}
-	vb = filepath.Join(mountView(t, s, ViewOptions{Session: "b"}), "b", "outputs")
+	vb := filepath.Join(mountView(t, s, ViewOptions{Session: "b"}), "b", "outputs")
 	after := filepath.Join(vb, "after")
 	if err := os.WriteFile(after, nil, 0o644); err != nil {
 		t.Fatal(err)
