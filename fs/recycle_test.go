@@ -69,9 +69,19 @@ func TestHostileRecycledBlob(t *testing.T) {
 		t.Fatalf("pooled blob %x: %v, size %v; want empty", blob, err, fi)
 	}
 	// The pool is last in, first out, and the blob maker may have put
-	// blobs above the recycled one: put it on top, so that b's next new
-	// file gets it.
-	s.mu.Lock()
+	// blobs above the recycled one: once it is done (the pool is full
+	// and nothing more is being made),
+	// put the recycled blob on top, so that b's next new file gets it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		s.mu.Lock()
+		if len(s.pool) >= poolSize && len(s.reserved) == len(s.pool) {
+			break // locked; nothing is being made
+		}
+		s.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("the blob maker did not fill the pool within 10s")
+		}
+	}
 	i := slices.Index(s.pool, blob)
 	s.pool = append(slices.Delete(s.pool, i, i+1), blob)
 	s.mu.Unlock()
