@@ -69,9 +69,9 @@ func TestHostileRecycledBlob(t *testing.T) {
 		t.Fatalf("pooled blob %x: %v, size %v; want empty", blob, err, fi)
 	}
 	// The pool is last in, first out, and the blob maker may have put
-	// blobs above the recycled one: once it is done (the pool is full
-	// and nothing more is being made),
-	// put the recycled blob on top, so that b's next new file gets it.
+	// blobs above the recycled one: once it is done (the pool is full and
+	// nothing is being made), put the recycled blob on top, so that b's
+	// next new file gets it.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		s.mu.Lock()
 		if len(s.pool) >= poolSize && len(s.reserved) == len(s.pool) {
