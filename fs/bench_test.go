@@ -227,16 +227,16 @@ func BenchmarkSmallFiles20k(b *testing.B) {
 	b.ReportMetric(n.Seconds()/m.Seconds(), "x-native")
 }
 
-// quiet waits (at most a minute) until the store has recycled the blobs
-// of deleted files, then flushes the filesystem, so that the next
-// measurement starts with nothing in the background.
+// quiet waits (at most a minute) until the store has recycled or deleted
+// the blobs of deleted files, then flushes the filesystem, so that the
+// next measurement starts with nothing in the background.
 func quiet(b *testing.B, s *Store) {
 	b.Helper()
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		s.mu.Lock()
 		idle := len(s.deletes) == 0 && !s.tx.open
 		s.mu.Unlock()
-		if idle {
+		if idle && !s.tidying.Load() {
 			break
 		}
 	}

@@ -471,8 +471,9 @@ func (s *Store) newBlob() (uint64, *os.File, error) {
 }
 
 // The blob pool: empty blob files made ahead of need (opening one is
-// much cheaper than creating one). A crash leaves them
-// unreferenced, and Open deletes them.
+// much cheaper than creating one), and the emptied blobs of deleted files
+// (see recycle). They stay on disk across a restart, unreferenced, and
+// Open adopts them again.
 const (
 	poolSize = 256
 	poolLow  = 128
@@ -515,15 +516,6 @@ func (s *Store) blobMaker() {
 			s.mu.Unlock()
 		}
 	}
-}
-
-// drainPool closes and deletes the pooled blobs; the caller holds s.mu.
-func (s *Store) drainPool() {
-	for _, id := range s.pool {
-		os.Remove(s.blobPath(id))
-		delete(s.reserved, id)
-	}
-	s.pool = nil
 }
 
 // reserve takes a blob id for a blob made outside the lock, which garbage

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"hearth/internal/atomicfile"
@@ -66,6 +67,7 @@ type Store struct {
 	pool     []uint64        // empty blobs made ahead; see newBlob
 	reserved map[uint64]bool // blob ids made or being made but not yet in a tree: GC leaves them
 	makeMore chan struct{}
+	tidying  atomic.Bool // flushAndCollect is deleting or recycling blobs
 	views    []*View
 	closed   bool
 	gcWanted bool
@@ -312,8 +314,8 @@ func DamagedJournals(dir string) []string {
 	return names
 }
 
-// reconcileBlobs deletes blob files nothing references and sets the next
-// blob id past every file on disk. Sizes of files written through
+// reconcileBlobs empties blob files nothing references into the pool (or
+// deletes them) and sets the next blob id past every file on disk. Sizes of files written through
 // passthrough and cut off by a crash are taken from their blobs.
 func (s *Store) reconcileBlobs() error {
 	live := s.referencedBlobs()
@@ -330,13 +332,26 @@ func (s *Store) reconcileBlobs() error {
 			s.nextBlob = id + 1
 		}
 		if !live[id] {
-			os.Remove(filepath.Join(s.dir, "blobs", e.Name()))
+			s.adopt(id)
 		}
 	}
 	for _, sess := range s.sessions {
 		s.fixSizes(sess)
 	}
 	return nil
+}
+
+// adopt puts an unreferenced blob (the last run's pool, or one a crash
+// left between making it and journaling it) into the pool, emptied, or
+// deletes it when the pool is full. The caller owns s.
+func (s *Store) adopt(id uint64) {
+	p := s.blobPath(id)
+	if len(s.pool) >= recycleMax || empty(p) != nil {
+		os.Remove(p)
+		return
+	}
+	s.pool = append(s.pool, id)
+	s.reserved[id] = true
 }
 
 // fixSizes makes live node sizes agree with their blobs (only files open
@@ -600,6 +615,10 @@ func (s *Store) flushAndCollect() error {
 	err := s.j.flush()
 	deletes := s.deletes
 	s.deletes = nil
+	if len(deletes) > 0 {
+		s.tidying.Store(true) // before the lock goes: deletes look done
+		defer s.tidying.Store(false)
+	}
 	gc := s.gcWanted
 	s.gcWanted = false
 	big := s.j.n > s.opts.CheckpointBytes
@@ -630,18 +649,39 @@ func (s *Store) flushAndCollect() error {
 	return err
 }
 
+// recycleMax bounds the pool that recycle fills: that many empty blob
+// files (an inode each on the backing filesystem, no data) may wait for
+// new files. A tree of small files deleted and written again (a build
+// output, node_modules) then reuses its inodes: emptying a file costs
+// the backing filesystem far less than deleting one and making another,
+// and ext4 makes new inodes slowly while many were freed recently.
+const recycleMax = 1 << 15
+
+// empty truncates the file at p to nothing. It opens the file with
+// O_TRUNC rather than truncate(2): ext4 marks a file cut to zero to have
+// its next data flushed when it is closed (auto_da_alloc, for programs
+// that rewrite a file in place), and closing it here, empty, clears the
+// mark cheaply, so the new file's close does not wait for writeback.
+func empty(p string) error {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
 // recycle empties dead blobs into the pool of blobs for new files, which
 // spares the backing filesystem a delete and a create each, and deletes
 // those the pool has no room for.
 func (s *Store) recycle(dead []uint64) {
 	for _, b := range dead {
 		s.mu.Lock()
-		room := !s.closed && len(s.reserved) < 2*poolSize // reserved includes the pool
+		room := !s.closed && len(s.reserved) < recycleMax // reserved includes the pool
 		if room {
 			s.reserved[b] = true
 		}
 		s.mu.Unlock()
-		if !room || os.Truncate(s.blobPath(b), 0) != nil {
+		if !room || empty(s.blobPath(b)) != nil {
 			if room {
 				s.mu.Lock()
 				delete(s.reserved, b)
@@ -865,7 +905,9 @@ func (s *Store) Close() error {
 	err := s.Checkpoint()
 	s.mu.Lock()
 	s.closed = true
-	s.drainPool()
+	// The pool stays on disk for the next Open to adopt: deleting (and
+	// later making again) thousands of empty files is what it saves.
+	s.pool = nil
 	s.finish()
 	if ferr := s.j.flush(); err == nil {
 		err = ferr
