@@ -92,13 +92,37 @@ type pauseRig struct {
 
 	job      string
 	jobLines int
+
+	// What each part of a plain cycle took, for the log.
+	phases map[string][]time.Duration
+}
+
+// timed runs fn and notes its time under name.
+func (r *pauseRig) timed(name string, fn func()) {
+	began := time.Now()
+	fn()
+	r.phases[name] = append(r.phases[name], time.Since(began))
+}
+
+// medians reports each phase's median time.
+func (r *pauseRig) medians() string {
+	var out []string
+	for _, name := range []string{"write", "pause+resume", "check exec", "job check"} {
+		d := slices.Clone(r.phases[name])
+		slices.Sort(d)
+		if len(d) > 0 {
+			out = append(out, fmt.Sprintf("%s %v", name, d[len(d)/2].Round(time.Millisecond)))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // pauseCycles runs the 100 cycles on a daemon of cfg.
 func pauseCycles(t *testing.T, cfg Config) {
 	ctx := context.Background()
 	r := &pauseRig{t: t, cfg: cfg, c: NewClient(cfg.SocketPath()), want: map[string]string{},
-		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 19))}
+		phases: map[string][]time.Duration{},
+		rng:    rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 19))}
 	var err error
 	if r.d, err = Start(ctx, cfg, testLogger(t)); err != nil {
 		t.Fatalf("Start: %v", err)
@@ -119,7 +143,7 @@ func pauseCycles(t *testing.T, cfg Config) {
 			r.startJob(cycle)
 			jobs++
 		}
-		r.write(cycle)
+		r.timed("write", func() { r.write(cycle) })
 		switch {
 		case cycle == pausedRestartAt:
 			r.pause(cycle)
@@ -135,8 +159,7 @@ func pauseCycles(t *testing.T, cfg Config) {
 			waitStatus(t, r.c, pauseSandbox, "paused", true)
 			idle++
 		default:
-			r.pause(cycle)
-			r.resume(cycle)
+			r.timed("pause+resume", func() { r.pause(cycle); r.resume(cycle) })
 			explicit++
 		}
 		r.check(cycle, cycle == pausedRestartAt)
@@ -148,8 +171,8 @@ func pauseCycles(t *testing.T, cfg Config) {
 		}
 	}
 	slices.Sort(plain)
-	t.Logf("%d cycles in %v, a cycle paused and resumed on request %v (median; slowest %v) (%d paused on request, %d by the idle timeout, daemon restarted at cycle %d (paused) and %d (running)): %d files checked after each, counters at %v lines (%v writes failed and were told so), %d jobs checked across resumes",
-		pauseCycleCount, time.Since(start).Round(time.Millisecond), plain[len(plain)/2].Round(time.Millisecond), plain[len(plain)-1].Round(time.Millisecond),
+	t.Logf("%d cycles in %v, a cycle paused and resumed on request %v (median; slowest %v; %s) (%d paused on request, %d by the idle timeout, daemon restarted at cycle %d (paused) and %d (running)): %d files checked after each, counters at %v lines (%v writes failed and were told so), %d jobs checked across resumes",
+		pauseCycleCount, time.Since(start).Round(time.Millisecond), plain[len(plain)/2].Round(time.Millisecond), plain[len(plain)-1].Round(time.Millisecond), r.medians(),
 		explicit, idle, pausedRestartAt, runningRestartAt, len(r.paths), r.lastCount, r.failures, jobs)
 }
 
@@ -304,7 +327,9 @@ func (r *pauseRig) check(cycle int, restarted bool) {
 	if r.job != "" {
 		args = append(args, "job", pauseJobFile)
 	}
-	sections := strings.Split(r.exec(checkScript, nil, args...), "==\n")
+	var out string
+	r.timed("check exec", func() { out = r.exec(checkScript, nil, args...) })
+	sections := strings.Split(out, "==\n")
 	if len(sections) != len(r.counters)+2 {
 		r.t.Fatalf("cycle %d: the check printed %d sections, want %d: %q", cycle, len(sections), len(r.counters)+2, sections)
 	}
@@ -314,7 +339,7 @@ func (r *pauseRig) check(cycle int, restarted bool) {
 		r.checkCounter(cycle, k, strings.Fields(written), strings.Fields(failed), restarted)
 	}
 	if r.job != "" {
-		r.checkJob(cycle, strings.Fields(sections[len(sections)-1]))
+		r.timed("job check", func() { r.checkJob(cycle, strings.Fields(sections[len(sections)-1])) })
 	}
 }
 
