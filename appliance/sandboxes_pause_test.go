@@ -253,7 +253,7 @@ func (r *pauseRig) write(cycle int) {
 		b := r.randomBytes()
 		add("tmp/pl-rewrite", b)
 		record(rewrite, b)
-		script += ` && cat /tmp/pl-rewrite > "/$1" && rm /tmp/pl-rewrite`
+		script += ` && cat /tmp/pl-rewrite > "/$1"` // the next rewrite replaces /tmp/pl-rewrite
 	}
 	tw.Close()
 	r.exec(script, tb.Bytes(), rewrite)
@@ -282,65 +282,76 @@ func (r *pauseRig) restartDaemon(cycle int) {
 	}
 }
 
-// checkScript waits until each file named after a "wait" argument has
-// more lines than the number after it (15 s at most: the counters and
-// the job must move after the resume), then prints, separated by lines
-// of "==": the md5 of every file under the trees the test writes, each
-// counter's lines, then "--" and the numbers it could not write (a
-// counter whose process is gone fails the check), and the job's file.
-const checkScript = `
-while [ "$1" = wait ]; do
-	i=0
-	while [ "$(cat "$2" 2>/dev/null | wc -l)" -le "$3" ]; do
-		i=$((i+1))
-		[ $i -le 300 ] || { echo "$2 has not moved past $3 lines in 15s after the resume" >&2; exit 1; }
-		sleep 0.05
-	done
-	shift 3
+// checkScript fails if a process named before "--" is gone (the
+// counters), then prints the md5 of every file in the trees the test
+// writes, a line "==", and every line of the files named after "--" as
+// "FILE:LINE" (the counters, the numbers they could not write, the
+// job's file). Three processes: under QEMU's software emulation each
+// costs tens of milliseconds.
+const checkScript = `cd / || exit 1
+while [ "$1" != -- ]; do
+	kill -0 "$1" || { echo "counter $1 is gone" >&2; exit 1; }
+	shift
 done
-cd / && find ` + pauseLayerDir + ` ` + pauseWorkspaceDir + ` -type f | sort | xargs -r md5sum || exit 1
+shift
+md5sum ` + pauseLayerDir + `/* ` + pauseWorkspaceDir + `/* || exit 1
 echo ==
-while [ "$1" = counter ]; do
-	kill -0 "$2" || { echo "counter $2 is gone" >&2; exit 1; }
-	cat "$3"; echo --; cat "$4" 2>/dev/null; echo ==
-	shift 4
-done
-[ "$1" = job ] && cat "$2"
+grep -sH '' "$@"
 exit 0
 `
 
 // check compares every file and every byte of both trees with what the
-// test wrote, and checks the counters and the job moved on, unbroken, in
-// one exec.
+// test wrote, and checks the counters and the job moved on since the
+// last check, unbroken: one exec, again until they moved (15 s at
+// most).
 func (r *pauseRig) check(cycle int, restarted bool) {
 	r.t.Helper()
-	var args []string
+	failed := func(k int) string { return fmt.Sprintf("/home/agent/counter-failed%d", k) }
+	args := append(slices.Clone(r.pids), "--")
 	for k, f := range r.counters {
-		args = append(args, "wait", f, strconv.Itoa(r.lastCount[k]))
+		args = append(args, f, failed(k))
 	}
 	if r.job != "" {
-		args = append(args, "wait", pauseJobFile, strconv.Itoa(r.jobLines))
+		args = append(args, pauseJobFile)
 	}
+	var sums string
+	var lines map[string][]string
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var out string
+		r.timed("check exec", func() { out = r.exec(checkScript, nil, args...) })
+		var rest string
+		sums, rest, _ = strings.Cut(out, "==\n")
+		lines = map[string][]string{}
+		for _, l := range strings.Split(rest, "\n") {
+			if f, v, ok := strings.Cut(l, ":"); ok {
+				lines[f] = append(lines[f], v)
+			}
+		}
+		if r.moved(lines) {
+			break
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("cycle %d: the counters or the job have not moved in 15s after the resume: %v lines before, %q now", cycle, r.lastCount, rest)
+		}
+	}
+	r.checkFiles(cycle, sums)
 	for k, f := range r.counters {
-		args = append(args, "counter", r.pids[k], f, fmt.Sprintf("/home/agent/counter-failed%d", k))
+		r.checkCounter(cycle, k, lines[f], lines[failed(k)], restarted)
 	}
 	if r.job != "" {
-		args = append(args, "job", pauseJobFile)
+		r.timed("job check", func() { r.checkJob(cycle, lines[pauseJobFile]) })
 	}
-	var out string
-	r.timed("check exec", func() { out = r.exec(checkScript, nil, args...) })
-	sections := strings.Split(out, "==\n")
-	if len(sections) != len(r.counters)+2 {
-		r.t.Fatalf("cycle %d: the check printed %d sections, want %d: %q", cycle, len(sections), len(r.counters)+2, sections)
+}
+
+// moved reports whether the counters and the job's file have more lines
+// than at the last check.
+func (r *pauseRig) moved(lines map[string][]string) bool {
+	for k, f := range r.counters {
+		if len(lines[f]) <= r.lastCount[k] {
+			return false
+		}
 	}
-	r.checkFiles(cycle, sections[0])
-	for k, s := range sections[1 : len(r.counters)+1] {
-		written, failed, _ := strings.Cut(s, "--\n")
-		r.checkCounter(cycle, k, strings.Fields(written), strings.Fields(failed), restarted)
-	}
-	if r.job != "" {
-		r.timed("job check", func() { r.checkJob(cycle, strings.Fields(sections[len(sections)-1])) })
-	}
+	return r.job == "" || len(lines[pauseJobFile]) > r.jobLines
 }
 
 // checkFiles compares md5sum's lines with the files the test wrote: the
