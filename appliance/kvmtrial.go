@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"hearth/internal/atomicfile"
 	"hearth/vmm/qemu"
@@ -54,7 +55,12 @@ func bootsWithKVM(ctx context.Context, stateDir string, cfg qemu.Config) error {
 }
 
 // kvmTrialKey names what a trial's answer depends on: the host's boot
-// (its kernel and KVM) and the VM's kernel and initramfs files.
+// (its kernel and KVM) and the VM's kernel and initramfs files, by path,
+// size and inode. Not by modification time: the image cache touches the
+// files it hands out to mark them used (image.Builder.Boot, at every
+// daemon start), which made every start miss and pay the 30 s trial
+// again. The cache never rewrites a file in place: a new kernel or
+// initramfs is a new file, renamed in, with a new inode.
 func kvmTrialKey(cfg qemu.Config) (string, error) {
 	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
@@ -66,7 +72,11 @@ func kvmTrialKey(cfg qemu.Config) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		parts = append(parts, fmt.Sprintf("%s:%d:%d", f, st.Size(), st.ModTime().UnixNano()))
+		ino := uint64(0)
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			ino = sys.Ino
+		}
+		parts = append(parts, fmt.Sprintf("%s:%d:%d", f, st.Size(), ino))
 	}
 	return strings.Join(parts, "|"), nil
 }

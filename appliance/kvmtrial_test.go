@@ -35,8 +35,17 @@ func TestKVMTrialKept(t *testing.T) {
 	if err := bootsWithKVM(ctx, dir, cfg); err != nil {
 		t.Fatalf("bootsWithKVM with a kept success = %v", err)
 	}
+	// The image cache touches the files it hands out (image.Builder.Boot
+	// marks them used): a touched file is the same file.
 	later := time.Now().Add(time.Minute)
 	os.Chtimes(cfg.Kernel, later, later)
+	os.Chtimes(cfg.Initramfs, later, later)
+	if k, _ := kvmTrialKey(cfg); k != key {
+		t.Fatalf("touching the kernel and initramfs changed the key %q to %q: every start would boot the trial again", key, k)
+	}
+	// A new kernel is a new file renamed in, of the same size here.
+	os.WriteFile(cfg.Kernel+".new", []byte("K"), 0o600)
+	os.Rename(cfg.Kernel+".new", cfg.Kernel)
 	if k, _ := kvmTrialKey(cfg); k == key {
 		t.Fatal("a changed kernel keeps the same key: a kept answer would outlive it")
 	}

@@ -41,3 +41,40 @@ func TestViewOpenFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestViewLastLookup: resolving a name through a view, even one that
+// does not exist, moves LastLookup (a daemon about to stop waits for a
+// moment with no path being resolved); reading an open file does not.
+func TestViewLastLookup(t *testing.T) {
+	requireFUSE(t)
+	s := testStore(t)
+	mustSession(t, s, "a")
+	v, err := s.Mount(filepath.Join(t.TempDir(), "mnt"), ViewOptions{Session: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Unmount()
+	if !v.LastLookup().IsZero() {
+		t.Fatalf("LastLookup of a fresh view = %v, want zero", v.LastLookup())
+	}
+	before := time.Now()
+	f, err := os.Create(filepath.Join(v.Dir(), "a/outputs/x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	after := v.LastLookup()
+	if after.Before(before) {
+		t.Fatalf("LastLookup after a create = %v, before it %v", after, before)
+	}
+	os.Stat(filepath.Join(v.Dir(), "a/outputs/nothing"))
+	if !v.LastLookup().After(after) {
+		t.Fatalf("LastLookup after a failed stat = %v, not after %v", v.LastLookup(), after)
+	}
+	seen := v.LastLookup()
+	f.Write([]byte("x"))
+	f.ReadAt(make([]byte, 1), 0)
+	if v.LastLookup() != seen {
+		t.Fatalf("LastLookup moved on a write to an open file: %v, was %v", v.LastLookup(), seen)
+	}
+}

@@ -83,6 +83,8 @@ type View struct {
 	nextFh  uint64
 	noPass  bool // the kernel refused passthrough once: stop asking
 
+	lastLookup atomic.Int64 // unix ns of the last name resolved (LastLookup)
+
 	appendMu sync.Mutex // orders O_APPEND writes that come through FUSE
 
 	qmu     sync.Mutex
@@ -238,6 +240,18 @@ func (v *View) OpenFiles() int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return len(v.handles)
+}
+
+// LastLookup is when the view last resolved a name (a FUSE lookup). A
+// process caught between resolving a path and opening it holds node ids
+// of this view without an open file: after a restart, with this view
+// dead, its open fails. A daemon about to stop pauses a machine only once
+// no lookup came for a while (package appliance). Zero if none came.
+func (v *View) LastLookup() time.Time {
+	if ns := v.lastLookup.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // Unmount detaches the view and waits, boundedly, for its goroutines.

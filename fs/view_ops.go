@@ -3,6 +3,7 @@ package fs
 import (
 	"slices"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
@@ -43,6 +44,7 @@ func (v *View) at(nodeid uint64, write bool) (sess *session, ino uint64, done fu
 }
 
 func (v *View) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	defer func() { v.lastLookup.Store(time.Now().UnixNano()) }() // as the answer goes out: see LastLookup
 	if len(name) > MaxNameLen {
 		return fuse.Status(syscall.ENAMETOOLONG)
 	}
