@@ -132,6 +132,20 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	// Processes the agent starts may never gain privileges (setuid
+	// binaries, file capabilities), nor any capability outside keptCaps.
+	// Both are per thread and any thread may fork: every thread does it.
+	// Nothing is started from here to the claim, and these calls are the
+	// slowest of the setup (one stop-the-world each), so a machine
+	// prepared ahead of time makes them before its claim.
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
+		return fmt.Errorf("no_new_privs: %w (build hearth-guest with CGO_ENABLED=0)", e)
+	}
+	if os.Getpid() == 1 {
+		if err := dropBoundingSet(); err != nil {
+			return err
+		}
+	}
 	// A VM booted ahead of time is ready up to here; the rest waits for
 	// the session that takes it.
 	if vmc.await {
@@ -164,18 +178,12 @@ func run(args []string) error {
 			return err
 		}
 	}
-	// Processes the agent starts may never gain privileges (setuid
-	// binaries, file capabilities).
-	// The flag is per thread, and any thread may fork: set it on all.
-	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
-		return fmt.Errorf("no_new_privs: %w (build hearth-guest with CGO_ENABLED=0)", e)
-	}
 	// Setup is done: from here on neither the agent nor anything it starts
 	// needs more than a few capabilities, or mounts, namespaces and the
 	// other calls the filter refuses. (Outside a machine, as in tests, the
 	// agent keeps what it was given.)
 	if os.Getpid() == 1 {
-		if err := dropCapabilities(); err != nil {
+		if err := dropOwnCapabilities(); err != nil {
 			return err
 		}
 	}

@@ -2,6 +2,7 @@ package jail
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +11,10 @@ import (
 	"time"
 
 	"hearth/vmm"
+	"hearth/vmm/guest"
 	"hearth/vmm/vmmtest"
+
+	"golang.org/x/sys/unix"
 )
 
 // warmDriver is newDriver keeping n jails prepared per shape.
@@ -213,4 +217,43 @@ func TestWarmRestartLeavesNothing(t *testing.T) {
 			t.Errorf("id record of the destroyed machine is left")
 		}
 	})
+}
+
+// TestHostileWarmJailPrivileges: a prepared jail drops what it may gain
+// (no_new_privs, the bounding set) before its claim and its own
+// capabilities after; once claimed, every thread of its agent and root
+// inside hold only the kept capabilities, and root cannot gain more.
+func TestHostileWarmJailPrivileges(t *testing.T) {
+	d := warmDriver(t, 1)
+	m := warmCreate(t, d, vmm.Spec{ID: "privs", RootFS: busyboxRoot(t), UID: 1000, GID: 1000})
+	const bounding = "00000000a80425fb"
+	agentEff := fmt.Sprintf("%016x", 0xa80425fb|1<<unix.CAP_SYS_TIME)
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", m.agent().pid))
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("threads of the agent: %v", err)
+	}
+	for _, task := range tasks {
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", m.agent().pid, task.Name()))
+		if err != nil {
+			continue // the thread ended
+		}
+		got := grepLines(string(status), "CapBnd", "CapEff", "CapPrm", "NoNewPrivs")
+		want := fmt.Sprintf("CapPrm:\t%s\nCapEff:\t%s\nCapBnd:\t%s\nNoNewPrivs:\t1", agentEff, agentEff, bounding)
+		if strings.TrimSpace(got) != want {
+			t.Errorf("agent thread %s:\n%s\nwant\n%s", task.Name(), got, want)
+		}
+	}
+	zero := uint32(0)
+	for script, want := range map[string]string{
+		"grep -E 'CapBnd|NoNewPrivs' /proc/self/status | tr -d '\\t'":       "CapBnd:" + bounding + "\nNoNewPrivs:1\n",
+		"mount -t tmpfs x /mnt 2>/dev/null && echo mounted || echo refused": "refused\n",
+		"hostname other 2>/dev/null && echo changed || echo refused":        "refused\n",
+		"unshare -U true 2>/dev/null && echo unshared || echo refused":      "refused\n",
+	} {
+		var out strings.Builder
+		st, err := m.Guest().Exec(context.Background(), guest.ExecRequest{Argv: []string{"sh", "-c", script}, UID: &zero, GID: &zero}, nil, &out, &out)
+		if err != nil || out.String() != want {
+			t.Errorf("as root %q = %q (exit %d, %v), want %q", script, out.String(), st.Code, err, want)
+		}
+	}
 }
