@@ -157,43 +157,34 @@ func run(args []string) error {
 			}
 		}
 	}
-	// A jail prepared ahead of time is ready up to here too, its seccomp
-	// filter assembled.
-	var filter []unix.SockFilter
+	// A jail prepared ahead of time is ready up to here too. It locks
+	// itself down before its claim, the host setting its hostname
+	// (vmm/jail's claim), so that once claimed it has only /etc/hosts to
+	// write before it serves.
 	if jailCfg != nil && jailCfg.AwaitClaim {
-		if filter, err = assembleSeccomp(); err != nil {
+		if err := lockDown(); err != nil {
 			return err
 		}
 		c, err := awaitJailClaim(*jailFD)
 		if err != nil {
 			return err
 		}
-		*hostname, *uid, *gid = c.Hostname, uint(c.UID), uint(c.GID)
-	}
-	if *hostname != "" && os.Getpid() == 1 {
-		if err := syscall.Sethostname([]byte(*hostname)); err != nil {
-			return fmt.Errorf("set hostname: %w", err)
-		}
-		if err := writeHosts(*hostname); err != nil {
+		*uid, *gid = uint(c.UID), uint(c.GID)
+		if err := writeHosts(c.Hostname); err != nil {
 			return err
 		}
-	}
-	// Setup is done: from here on neither the agent nor anything it starts
-	// needs more than a few capabilities, or mounts, namespaces and the
-	// other calls the filter refuses. (Outside a machine, as in tests, the
-	// agent keeps what it was given.)
-	if os.Getpid() == 1 {
-		if err := dropOwnCapabilities(); err != nil {
+	} else {
+		if *hostname != "" && os.Getpid() == 1 {
+			if err := syscall.Sethostname([]byte(*hostname)); err != nil {
+				return fmt.Errorf("set hostname: %w", err)
+			}
+			if err := writeHosts(*hostname); err != nil {
+				return err
+			}
+		}
+		if err := lockDown(); err != nil {
 			return err
 		}
-	}
-	if filter == nil {
-		if filter, err = assembleSeccomp(); err != nil {
-			return err
-		}
-	}
-	if err := installSeccomp(filter); err != nil {
-		return err
 	}
 	opts := guest.ServerOptions{Roots: allowed, DefaultUID: uint32(*uid), DefaultGID: uint32(*gid),
 		BaseEnv:          []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"},
@@ -305,6 +296,19 @@ func openChannel(spec string) (io.ReadWriteCloser, error) {
 		return os.OpenFile(arg, os.O_RDWR, 0)
 	}
 	return nil, fmt.Errorf("channel %q: unknown kind %q", spec, kind)
+}
+
+// lockDown ends the agent's setup: from here on neither the agent nor
+// anything it starts needs more than a few capabilities, or mounts,
+// namespaces and the other calls the filter refuses. (Outside a machine,
+// as in tests, the agent keeps what it was given.)
+func lockDown() error {
+	if os.Getpid() == 1 {
+		if err := dropOwnCapabilities(); err != nil {
+			return err
+		}
+	}
+	return applySeccomp()
 }
 
 // writeHosts gives a machine whose image has no /etc/hosts (debootstrap

@@ -344,8 +344,7 @@ func applySeccomp() error {
 	return installSeccomp(filter)
 }
 
-// assembleSeccomp builds the filter applySeccomp installs (a jail
-// prepared ahead of time does it before its claim).
+// assembleSeccomp builds the filter applySeccomp installs.
 func assembleSeccomp() ([]unix.SockFilter, error) {
 	insns, err := seccompFilter(os.Getpid() == 1)
 	if err != nil {

@@ -219,33 +219,50 @@ func TestWarmRestartLeavesNothing(t *testing.T) {
 	})
 }
 
-// TestHostileWarmJailPrivileges: a prepared jail drops what it may gain
-// (no_new_privs, the bounding set) before its claim and its own
-// capabilities after; once claimed, every thread of its agent and root
-// inside hold only the kept capabilities, and root cannot gain more.
+// TestHostileWarmJailPrivileges: a prepared jail's agent is locked down
+// (no_new_privs, the bounding set, its own capabilities, its seccomp
+// filter) before its claim, on every thread, and runs at the least CPU
+// weight until claimed; once claimed, root inside
+// holds only the kept capabilities and cannot gain more, mount or change
+// the hostname the host set.
 func TestHostileWarmJailPrivileges(t *testing.T) {
 	d := warmDriver(t, 1)
-	m := warmCreate(t, d, vmm.Spec{ID: "privs", RootFS: busyboxRoot(t), UID: 1000, GID: 1000})
-	const bounding = "00000000a80425fb"
-	agentEff := fmt.Sprintf("%016x", 0xa80425fb|1<<unix.CAP_SYS_TIME)
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", m.agent().pid))
-	if err != nil || len(tasks) == 0 {
-		t.Fatalf("threads of the agent: %v", err)
+	root := busyboxRoot(t)
+	m := warmCreate(t, d, vmm.Spec{ID: "privs", RootFS: root, UID: 1000, GID: 1000})
+	checkLockedDown(t, "claimed agent", m.agent().pid)
+	spares := d.warm.List()
+	if len(spares) != 1 {
+		t.Fatalf("%d spares prepared after a claim, want 1", len(spares))
 	}
-	for _, task := range tasks {
-		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", m.agent().pid, task.Name()))
-		if err != nil {
-			continue // the thread ended
+	<-spares[0].Ready()
+	if spares[0].Err != nil {
+		t.Fatal(spares[0].Err)
+	}
+	checkLockedDown(t, "prepared agent", spares[0].M.m.agent().pid)
+	// The spare's start gives way to machines in use; the claimed one
+	// has the default weight back.
+	weight := func(cg *cgroup) int64 {
+		if cg.v2 {
+			return cg.readInt("", "cpu.weight", "")
 		}
-		got := grepLines(string(status), "CapBnd", "CapEff", "CapPrm", "NoNewPrivs")
-		want := fmt.Sprintf("CapPrm:\t%s\nCapEff:\t%s\nCapBnd:\t%s\nNoNewPrivs:\t1", agentEff, agentEff, bounding)
-		if strings.TrimSpace(got) != want {
-			t.Errorf("agent thread %s:\n%s\nwant\n%s", task.Name(), got, want)
-		}
+		return cg.readInt("cpu", "cpu.shares", "")
+	}
+	wantClaimed, wantSpare := int64(defaultCPUShares), int64(spareCPUShares)
+	if m.cg.v2 {
+		wantClaimed, wantSpare = defaultCPUWeight, spareCPUWeight
+	}
+	if w := weight(m.cg); w != 0 && w != wantClaimed {
+		t.Errorf("CPU weight of the claimed jail = %d, want %d", w, wantClaimed)
+	}
+	if w := weight(spares[0].M.m.cg); w != 0 && w != wantSpare {
+		t.Errorf("CPU weight of the prepared jail = %d, want %d", w, wantSpare)
+	}
+	if out, _ := vmmtest.Sh(t, m, "hostname"); out != "privs\n" {
+		t.Errorf("hostname of the claimed jail = %q, want privs", out)
 	}
 	zero := uint32(0)
 	for script, want := range map[string]string{
-		"grep -E 'CapBnd|NoNewPrivs' /proc/self/status | tr -d '\\t'":       "CapBnd:" + bounding + "\nNoNewPrivs:1\n",
+		"grep -E 'CapBnd|NoNewPrivs' /proc/self/status | tr -d '\\t'":       "CapBnd:" + keptBounding + "\nNoNewPrivs:1\n",
 		"mount -t tmpfs x /mnt 2>/dev/null && echo mounted || echo refused": "refused\n",
 		"hostname other 2>/dev/null && echo changed || echo refused":        "refused\n",
 		"unshare -U true 2>/dev/null && echo unshared || echo refused":      "refused\n",
@@ -254,6 +271,33 @@ func TestHostileWarmJailPrivileges(t *testing.T) {
 		st, err := m.Guest().Exec(context.Background(), guest.ExecRequest{Argv: []string{"sh", "-c", script}, UID: &zero, GID: &zero}, nil, &out, &out)
 		if err != nil || out.String() != want {
 			t.Errorf("as root %q = %q (exit %d, %v), want %q", script, out.String(), st.Code, err, want)
+		}
+	}
+}
+
+// keptBounding is the bounding set of a machine's processes: the kept
+// capabilities (hearth-guest's keptCaps), as /proc shows it.
+const keptBounding = "00000000a80425fb"
+
+// checkLockedDown fails unless every thread of agent pid holds only the
+// kept capabilities (and CAP_SYS_TIME, its own), no_new_privs and a
+// seccomp filter.
+func checkLockedDown(t *testing.T, what string, pid int) {
+	t.Helper()
+	eff := fmt.Sprintf("%016x", 0xa80425fb|1<<unix.CAP_SYS_TIME)
+	want := fmt.Sprintf("CapPrm:\t%s\nCapEff:\t%s\nCapBnd:\t%s\nNoNewPrivs:\t1\nSeccomp:\t2", eff, eff, keptBounding)
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("threads of the %s: %v", what, err)
+	}
+	for _, task := range tasks {
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, task.Name()))
+		if err != nil {
+			continue // the thread ended
+		}
+		got := grepLines(string(status), "CapBnd", "CapEff", "CapPrm", "NoNewPrivs", "Seccomp:")
+		if strings.TrimSpace(got) != want {
+			t.Errorf("%s, thread %s:\n%s\nwant\n%s", what, task.Name(), got, want)
 		}
 	}
 }
