@@ -96,36 +96,6 @@ func (cg *cgroup) lowerCPUWeight(parent string) error {
 	return nil
 }
 
-// A jail being prepared ahead of time (warm.go) runs at the least CPU
-// weight, against the default its siblings have: its start (an agent
-// setting up a root, tens of milliseconds of CPU) gives way to machines
-// in use, such as the one just claimed running its first command. It
-// gets the default weight back when it is claimed.
-const (
-	spareCPUShares, defaultCPUShares = 2, 1024 // cgroup v1 cpu.shares
-	spareCPUWeight, defaultCPUWeight = 1, 100  // cgroup v2 cpu.weight
-)
-
-// background sets the cgroup's CPU weight to the spare's (on) or the
-// default (off); a host without the cpu controller has none to set.
-func (cg *cgroup) background(on bool) error {
-	switch {
-	case cg.v2 && cg.enabled("cpu"):
-		weight := defaultCPUWeight
-		if on {
-			weight = spareCPUWeight
-		}
-		return cg.write("cpu", "cpu.weight", strconv.Itoa(weight))
-	case !cg.v2 && cg.dirs["cpu"] != "":
-		shares := defaultCPUShares
-		if on {
-			shares = spareCPUShares
-		}
-		return cg.write("cpu", "cpu.shares", strconv.Itoa(shares))
-	}
-	return nil
-}
-
 // writeExisting writes value to a control file that exists (never
 // creating one: a missing file is ErrNotExist).
 func writeExisting(file, value string) error {

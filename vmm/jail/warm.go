@@ -26,11 +26,9 @@ import (
 // root assembled and pivoted into, loopback up, and the agent locked
 // down (no_new_privs, capabilities dropped, seccomp filter on). What
 // does is sent in a claim (default user, and the hostname for
-// /etc/hosts) or set from the host at claim (cgroup limits and CPU
-// weight, the hostname through the jail's UTS namespace). A spare runs
-// at the least CPU weight while it is prepared, so that its start gives
-// way to machines in use. So the driver prepares jails ahead of
-// time in spares/<id>/, for the shapes (image root, disk limit) machines
+// /etc/hosts) or set from the host at claim (cgroup limits, the
+// hostname through the jail's UTS namespace). So the driver prepares
+// jails ahead of time in spares/<id>/, for the shapes (image root, disk limit) machines
 // were last created with, as vmm/qemu's warm.go does with VMs, and
 // Create claims one of the right shape: it sets the limits, moves the
 // directory to machines/<id> and the id range's record to the machine's
@@ -156,11 +154,6 @@ func (d *Driver) prepareSpare(ctx context.Context, s shape) (*machine, *os.File,
 		return nil, nil, err
 	}
 	cg, err := newCgroup(d.cgroups, id)
-	if err == nil {
-		if err = cg.background(true); err != nil {
-			cg.remove()
-		}
-	}
 	if err != nil {
 		l.Remove()
 		os.RemoveAll(dir)
@@ -242,7 +235,7 @@ func (d *Driver) claimSpare(ctx context.Context, spec vmm.Spec, dir string) (*ma
 func (d *Driver) takeSpare(ctx context.Context, sp *prepared, spec vmm.Spec, dir string) (*machine, error) {
 	old := sp.m
 	p := old.agent()
-	if err := errors.Join(old.cg.background(false), old.cg.limit(spec.Memory, spec.CPUs, spec.Pids)); err != nil {
+	if err := old.cg.limit(spec.Memory, spec.CPUs, spec.Pids); err != nil {
 		sp.destroy("its limits could not be set")
 		return nil, err
 	}
