@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -32,6 +35,28 @@ type Builder struct {
 	AptDir string
 
 	mu sync.Mutex
+
+	// read keeps the manifests List parsed, by image directory: parsing
+	// every image's manifest (tens of KiB each) on each List cost a
+	// sandbox create ~6 ms. An entry serves while the manifest file is
+	// the same one (stat identity); a rebuilt or replaced image has
+	// another.
+	readMu sync.Mutex
+	read   map[string]cachedImage
+}
+
+// cachedImage is a parsed manifest and the identity of the file it came
+// from.
+type cachedImage struct {
+	id  fileID
+	img Image
+}
+
+// fileID tells a file's version apart: replaced (another inode) or
+// rewritten in place (size, modification or change time).
+type fileID struct {
+	dev, ino, size   uint64
+	mtimeNs, ctimeNs int64
 }
 
 // Image is a built image in the cache.
@@ -236,15 +261,102 @@ func (b *Builder) lock() (func(), error) {
 }
 
 func readImage(dir string) (Image, error) {
-	data, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	img, _, err := readImageID(dir)
+	return img, err
+}
+
+// readImageID is readImage, also returning the identity of the manifest
+// it read.
+func readImageID(dir string) (Image, fileID, error) {
+	f, err := os.Open(filepath.Join(dir, "manifest.json"))
 	if err != nil {
+		return Image{}, fileID{}, err
+	}
+	defer f.Close()
+	id, err := statID(f)
+	if err != nil {
+		return Image{}, id, err
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return Image{}, id, err
+	}
+	img, err := parseImage(dir, data)
+	return img, id, err
+}
+
+func statID(f *os.File) (fileID, error) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return fileID{}, fmt.Errorf("stat %s: %w", f.Name(), err)
+	}
+	return fileID{dev: st.Dev, ino: st.Ino, size: uint64(st.Size), mtimeNs: st.Mtim.Nano(), ctimeNs: st.Ctim.Nano()}, nil
+}
+
+// cachedRead returns the image in dir, parsing its manifest only when it
+// is not the one parsed last time.
+func (b *Builder) cachedRead(dir string) (Image, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(dir, "manifest.json"), &st); err != nil {
 		return Image{}, err
 	}
+	id := fileID{dev: st.Dev, ino: st.Ino, size: uint64(st.Size), mtimeNs: st.Mtim.Nano(), ctimeNs: st.Ctim.Nano()}
+	b.readMu.Lock()
+	c, ok := b.read[dir]
+	b.readMu.Unlock()
+	if ok && c.id == id {
+		return c.img.clone(), nil
+	}
+	img, id, err := readImageID(dir)
+	if err != nil {
+		return img, err
+	}
+	b.readMu.Lock()
+	if b.read == nil {
+		b.read = map[string]cachedImage{}
+	}
+	b.read[dir] = cachedImage{id: id, img: img.clone()}
+	b.readMu.Unlock()
+	return img, nil
+}
+
+// clone copies what callers could change in place, so that none changes
+// the cached one.
+func (i Image) clone() Image {
+	if i.User != nil {
+		u := *i.User
+		i.User = &u
+	}
+	i.Env = maps.Clone(i.Env)
+	i.Debian, i.Npm = slices.Clone(i.Debian), slices.Clone(i.Npm)
+	return i
+}
+
+func parseImage(dir string, data []byte) (Image, error) {
 	img := Image{Dir: dir}
 	if err := json.Unmarshal(data, &img.Manifest); err != nil {
 		return Image{}, fmt.Errorf("%s: %w", filepath.Join(dir, "manifest.json"), err)
 	}
 	return img, nil
+}
+
+// forget drops the cached manifests of image directories no longer in
+// the cache (ents: its entries now).
+func (b *Builder) forget(ents []os.DirEntry) {
+	b.readMu.Lock()
+	defer b.readMu.Unlock()
+	if len(b.read) <= len(ents) {
+		return
+	}
+	here := make(map[string]bool, len(ents))
+	for _, e := range ents {
+		here[filepath.Join(b.dir, e.Name())] = true
+	}
+	for dir := range b.read {
+		if !here[dir] {
+			delete(b.read, dir)
+		}
+	}
 }
 
 // List returns the built images, sorted by name then newest first.
@@ -258,10 +370,11 @@ func (b *Builder) List() ([]Image, error) {
 		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		if img, err := readImage(filepath.Join(b.dir, e.Name())); err == nil {
+		if img, err := b.cachedRead(filepath.Join(b.dir, e.Name())); err == nil {
 			out = append(out, img)
 		}
 	}
+	b.forget(ents)
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Name != out[j].Name {
 			return out[i].Name < out[j].Name

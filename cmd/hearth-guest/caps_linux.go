@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,11 +31,13 @@ var keptCaps = []int{
 // clock_settime of the wall clock and nothing else).
 var agentOnlyCaps = []int{unix.CAP_SYS_TIME}
 
-// dropCapabilities removes every other capability from the bounding set,
-// so nothing the agent starts can gain it, and from the agent's own sets
-// but for agentOnlyCaps. Both are per thread: every thread of the agent
-// does it.
-func dropCapabilities() error {
+// dropBoundingSet removes every capability but keptCaps from the
+// bounding set, so nothing the agent starts, root included, can gain
+// it. The set is per thread: every thread of the agent does it, one
+// stop-the-world call per capability, which a loaded host makes slow;
+// a jail prepared ahead of time does it before its claim (main.go). The
+// agent's own capabilities are untouched: dropOwnCapabilities.
+func dropBoundingSet() error {
 	keep := map[int]bool{}
 	for _, c := range keptCaps {
 		keep[c] = true
@@ -53,12 +56,15 @@ func dropCapabilities() error {
 			return fmt.Errorf("drop capability %d from the bounding set: %w", c, e)
 		}
 	}
+	return nil
+}
+
+// dropOwnCapabilities removes from the agent's own sets (every thread's)
+// every capability but keptCaps and agentOnlyCaps.
+func dropOwnCapabilities() error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
-	for _, c := range agentOnlyCaps {
-		keep[c] = true
-	}
-	for c := range keep {
+	for _, c := range append(slices.Clone(keptCaps), agentOnlyCaps...) {
 		data[c/32].Effective |= 1 << (c % 32)
 		data[c/32].Permitted |= 1 << (c % 32)
 	}

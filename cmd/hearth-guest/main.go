@@ -132,6 +132,20 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	// Processes the agent starts may never gain privileges (setuid
+	// binaries, file capabilities), nor any capability outside keptCaps.
+	// Both are per thread and any thread may fork: every thread does it.
+	// Nothing is started from here to the claim, and these calls are the
+	// slowest of the setup (one stop-the-world each), so a machine
+	// prepared ahead of time makes them before its claim.
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
+		return fmt.Errorf("no_new_privs: %w (build hearth-guest with CGO_ENABLED=0)", e)
+	}
+	if os.Getpid() == 1 {
+		if err := dropBoundingSet(); err != nil {
+			return err
+		}
+	}
 	// A VM booted ahead of time is ready up to here; the rest waits for
 	// the session that takes it.
 	if vmc.await {
@@ -143,49 +157,34 @@ func run(args []string) error {
 			}
 		}
 	}
-	// A jail prepared ahead of time is ready up to here too, its seccomp
-	// filter assembled.
-	var filter []unix.SockFilter
+	// A jail prepared ahead of time is ready up to here too. It locks
+	// itself down before its claim, the host setting its hostname
+	// (vmm/jail's claim), so that once claimed it has only /etc/hosts to
+	// write before it serves.
 	if jailCfg != nil && jailCfg.AwaitClaim {
-		if filter, err = assembleSeccomp(); err != nil {
+		if err := lockDown(); err != nil {
 			return err
 		}
 		c, err := awaitJailClaim(*jailFD)
 		if err != nil {
 			return err
 		}
-		*hostname, *uid, *gid = c.Hostname, uint(c.UID), uint(c.GID)
-	}
-	if *hostname != "" && os.Getpid() == 1 {
-		if err := syscall.Sethostname([]byte(*hostname)); err != nil {
-			return fmt.Errorf("set hostname: %w", err)
-		}
-		if err := writeHosts(*hostname); err != nil {
+		*uid, *gid = uint(c.UID), uint(c.GID)
+		if err := writeHosts(c.Hostname); err != nil {
 			return err
 		}
-	}
-	// Processes the agent starts may never gain privileges (setuid
-	// binaries, file capabilities).
-	// The flag is per thread, and any thread may fork: set it on all.
-	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
-		return fmt.Errorf("no_new_privs: %w (build hearth-guest with CGO_ENABLED=0)", e)
-	}
-	// Setup is done: from here on neither the agent nor anything it starts
-	// needs more than a few capabilities, or mounts, namespaces and the
-	// other calls the filter refuses. (Outside a machine, as in tests, the
-	// agent keeps what it was given.)
-	if os.Getpid() == 1 {
-		if err := dropCapabilities(); err != nil {
+	} else {
+		if *hostname != "" && os.Getpid() == 1 {
+			if err := syscall.Sethostname([]byte(*hostname)); err != nil {
+				return fmt.Errorf("set hostname: %w", err)
+			}
+			if err := writeHosts(*hostname); err != nil {
+				return err
+			}
+		}
+		if err := lockDown(); err != nil {
 			return err
 		}
-	}
-	if filter == nil {
-		if filter, err = assembleSeccomp(); err != nil {
-			return err
-		}
-	}
-	if err := installSeccomp(filter); err != nil {
-		return err
 	}
 	opts := guest.ServerOptions{Roots: allowed, DefaultUID: uint32(*uid), DefaultGID: uint32(*gid),
 		BaseEnv:          []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"},
@@ -297,6 +296,19 @@ func openChannel(spec string) (io.ReadWriteCloser, error) {
 		return os.OpenFile(arg, os.O_RDWR, 0)
 	}
 	return nil, fmt.Errorf("channel %q: unknown kind %q", spec, kind)
+}
+
+// lockDown ends the agent's setup: from here on neither the agent nor
+// anything it starts needs more than a few capabilities, or mounts,
+// namespaces and the other calls the filter refuses. (Outside a machine,
+// as in tests, the agent keeps what it was given.)
+func lockDown() error {
+	if os.Getpid() == 1 {
+		if err := dropOwnCapabilities(); err != nil {
+			return err
+		}
+	}
+	return applySeccomp()
 }
 
 // writeHosts gives a machine whose image has no /etc/hosts (debootstrap

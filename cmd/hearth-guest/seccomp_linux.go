@@ -211,7 +211,7 @@ func socketBody() []bpf.Instruction {
 
 // clockBody lets PID 1 set the wall clock, which is how the agent of a VM
 // puts its clock right after the VM was paused (Server.SetClock). Only
-// the agent holds CAP_SYS_TIME (dropCapabilities keeps it out of the
+// the agent holds CAP_SYS_TIME (dropBoundingSet keeps it out of the
 // bounding set, so nothing it starts gains it), and in a jail the
 // kernel refuses it anyway: the host's clock is not its user namespace's.
 func clockBody(pid1 bool) []bpf.Instruction {
@@ -344,8 +344,7 @@ func applySeccomp() error {
 	return installSeccomp(filter)
 }
 
-// assembleSeccomp builds the filter applySeccomp installs (a jail
-// prepared ahead of time does it before its claim).
+// assembleSeccomp builds the filter applySeccomp installs.
 func assembleSeccomp() ([]unix.SockFilter, error) {
 	insns, err := seccompFilter(os.Getpid() == 1)
 	if err != nil {

@@ -124,6 +124,19 @@ func openLayer(dir string) (*layer, error) {
 	return l, l.makeDirs()
 }
 
+// movedTo is the layer of a machine directory renamed to dir: its image
+// and its mount move with the directory (a prepared jail's, claimed).
+func (l *layer) movedTo(dir string) *layer {
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	m := &layer{dir: dir, root: filepath.Join(dir, layerMount)}
+	if l.img != "" {
+		m.img = filepath.Join(dir, layerImage)
+	}
+	return m
+}
+
 // Upper is the overlay's upperdir.
 func (l *layer) Upper() string { return filepath.Join(l.root, "upper") }
 

@@ -9,22 +9,26 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"hearth/vmm"
+
+	"golang.org/x/sys/unix"
 )
 
 // Prepared jails. Most of a jail's start does not depend on the sandbox
 // that will use it: the namespaces, the writable layer (a loop-mounted
 // image when the disk is limited), the cgroups, the host id range, the
-// root assembled and pivoted into, loopback up. What does is sent in a
-// claim (hostname, default user) or set from the host at claim (cgroup
-// limits), and the agent drops its privileges and applies its seccomp
-// filter only after the claim. So the driver prepares jails ahead of
-// time in spares/<id>/, for the shapes (image root, disk limit) machines
+// root assembled and pivoted into, loopback up, and the agent locked
+// down (no_new_privs, capabilities dropped, seccomp filter on). What
+// does is sent in a claim (default user, and the hostname for
+// /etc/hosts) or set from the host at claim (cgroup limits, the
+// hostname through the jail's UTS namespace). So the driver prepares
+// jails ahead of time in spares/<id>/, for the shapes (image root, disk limit) machines
 // were last created with, as vmm/qemu's warm.go does with VMs, and
 // Create claims one of the right shape: it sets the limits, moves the
 // directory to machines/<id> and the id range's record to the machine's
@@ -246,17 +250,10 @@ func (d *Driver) takeSpare(ctx context.Context, sp *prepared, spec vmm.Spec, dir
 		sp.destroy("it could not be moved")
 		return nil, fmt.Errorf("move the prepared jail: %w", err)
 	}
-	l, err := openLayer(dir)
-	if err != nil {
-		err = fmt.Errorf("prepared jail's layer: %w", err)
-	}
-	m := newMachine(d, spec, dir, old.cg, l)
+	m := newMachine(d, spec, dir, old.cg, old.layer.movedTo(dir))
 	m.cur.Store(p)
 	p.owner.Store(m)
-	if err == nil {
-		err = m.claim(ctx, sp.ctrl, old.id)
-	}
-	if err != nil {
+	if err := m.claim(ctx, sp.ctrl, old.id); err != nil {
 		sp.ctrl.Close()
 		m.Destroy(context.Background())
 		return nil, err
@@ -284,6 +281,9 @@ func (m *machine) claim(ctx context.Context, ctrl *os.File, cgroupName string) e
 	if hostname == "" {
 		hostname = m.id
 	}
+	if err := setHostname(m.agent().pid, hostname); err != nil {
+		return err
+	}
 	c, _ := json.Marshal(jailClaim{Hostname: hostname, UID: m.spec.UID, GID: m.spec.GID})
 	_, err := ctrl.Write(c)
 	ctrl.Close()
@@ -291,6 +291,33 @@ func (m *machine) claim(ctx context.Context, ctrl *os.File, cgroupName string) e
 		return fmt.Errorf("send the claim: %w", err)
 	}
 	return m.connect(ctx)
+}
+
+// setHostname sets the hostname of the jail whose agent is pid, from a
+// thread of the driver's that joins its UTS namespace: the prepared
+// agent has dropped the capability to (see its lockDown). The thread is
+// never unlocked, so Go ends it rather than reuse it outside.
+func setHostname(pid int, name string) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/uts", pid))
+		if err != nil {
+			errc <- fmt.Errorf("set the hostname: %w", err)
+			return
+		}
+		defer ns.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWUTS); err != nil {
+			errc <- fmt.Errorf("set the hostname: join the jail's namespace: %w", err)
+			return
+		}
+		if err := unix.Sethostname([]byte(name)); err != nil {
+			errc <- fmt.Errorf("set the hostname %q: %w", name, err)
+			return
+		}
+		errc <- nil
+	}()
+	return <-errc
 }
 
 // cgroupFile, in a machine's directory, names its cgroup when that is not

@@ -2,6 +2,7 @@ package jail
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +11,10 @@ import (
 	"time"
 
 	"hearth/vmm"
+	"hearth/vmm/guest"
 	"hearth/vmm/vmmtest"
+
+	"golang.org/x/sys/unix"
 )
 
 // warmDriver is newDriver keeping n jails prepared per shape.
@@ -213,4 +217,68 @@ func TestWarmRestartLeavesNothing(t *testing.T) {
 			t.Errorf("id record of the destroyed machine is left")
 		}
 	})
+}
+
+// TestHostileWarmJailPrivileges: a prepared jail's agent is locked down
+// (no_new_privs, the bounding set, its own capabilities, its seccomp
+// filter) before its claim, on every thread; once claimed, root inside
+// holds only the kept capabilities and cannot gain more, mount or change
+// the hostname the host set.
+func TestHostileWarmJailPrivileges(t *testing.T) {
+	d := warmDriver(t, 1)
+	root := busyboxRoot(t)
+	m := warmCreate(t, d, vmm.Spec{ID: "privs", RootFS: root, UID: 1000, GID: 1000})
+	checkLockedDown(t, "claimed agent", m.agent().pid)
+	spares := d.warm.List()
+	if len(spares) != 1 {
+		t.Fatalf("%d spares prepared after a claim, want 1", len(spares))
+	}
+	<-spares[0].Ready()
+	if spares[0].Err != nil {
+		t.Fatal(spares[0].Err)
+	}
+	checkLockedDown(t, "prepared agent", spares[0].M.m.agent().pid)
+	if out, _ := vmmtest.Sh(t, m, "hostname"); out != "privs\n" {
+		t.Errorf("hostname of the claimed jail = %q, want privs", out)
+	}
+	zero := uint32(0)
+	for script, want := range map[string]string{
+		"grep -E 'CapBnd|NoNewPrivs' /proc/self/status | tr -d '\\t'":       "CapBnd:" + keptBounding + "\nNoNewPrivs:1\n",
+		"mount -t tmpfs x /mnt 2>/dev/null && echo mounted || echo refused": "refused\n",
+		"hostname other 2>/dev/null && echo changed || echo refused":        "refused\n",
+		"unshare -U true 2>/dev/null && echo unshared || echo refused":      "refused\n",
+	} {
+		var out strings.Builder
+		st, err := m.Guest().Exec(context.Background(), guest.ExecRequest{Argv: []string{"sh", "-c", script}, UID: &zero, GID: &zero}, nil, &out, &out)
+		if err != nil || out.String() != want {
+			t.Errorf("as root %q = %q (exit %d, %v), want %q", script, out.String(), st.Code, err, want)
+		}
+	}
+}
+
+// keptBounding is the bounding set of a machine's processes: the kept
+// capabilities (hearth-guest's keptCaps), as /proc shows it.
+const keptBounding = "00000000a80425fb"
+
+// checkLockedDown fails unless every thread of agent pid holds only the
+// kept capabilities (and CAP_SYS_TIME, its own), no_new_privs and a
+// seccomp filter.
+func checkLockedDown(t *testing.T, what string, pid int) {
+	t.Helper()
+	eff := fmt.Sprintf("%016x", 0xa80425fb|1<<unix.CAP_SYS_TIME)
+	want := fmt.Sprintf("CapPrm:\t%s\nCapEff:\t%s\nCapBnd:\t%s\nNoNewPrivs:\t1\nSeccomp:\t2", eff, eff, keptBounding)
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("threads of the %s: %v", what, err)
+	}
+	for _, task := range tasks {
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, task.Name()))
+		if err != nil {
+			continue // the thread ended
+		}
+		got := grepLines(string(status), "CapBnd", "CapEff", "CapPrm", "NoNewPrivs", "Seccomp:")
+		if strings.TrimSpace(got) != want {
+			t.Errorf("%s, thread %s:\n%s\nwant\n%s", what, task.Name(), got, want)
+		}
+	}
 }
