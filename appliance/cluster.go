@@ -38,8 +38,28 @@ type clusterNode struct {
 
 // nodeQueue is the pseudo-image every node lists besides its images: a
 // job queued to it runs on that node only (a session's later runs, where
-// its files are).
+// its files are, when that node's workspace is its own).
 func nodeQueue(id string) string { return "node:" + id }
+
+// sharedQueue is the pseudo-image a node on a shared workspace (served
+// from it or reached from it, remote.WorkspaceID ws) lists for each of
+// its images: a session's later runs go to any node with the image that
+// sees the session's files.
+func sharedQueue(ws, image string) string { return "ws:" + ws + "/" + image }
+
+// sharedWorkspace is the workspace a node's listed queues say it shares,
+// "" for none.
+func sharedWorkspace(n cluster.Node) string {
+	for _, q := range n.Images {
+		// An image name has no '/'; a fingerprint (base64) may.
+		if rest, ok := strings.CutPrefix(q, "ws:"); ok {
+			if i := strings.LastIndexByte(rest, '/'); i > 0 {
+				return rest[:i]
+			}
+		}
+	}
+	return ""
+}
 
 // rejoinWait bounds the wait between attempts to join again after the
 // node lost its lease.
@@ -47,8 +67,9 @@ const rejoinWait = 10 * time.Second
 
 // joinCluster makes this daemon a node: its executions' capacity, its
 // tier, the images it has built (an image built later is listed at the
-// next join) and addr, where its API listens on TCP ("" for none).
-func joinCluster(ctx context.Context, cfg Config, a *agentService, tier, addr string, log *slog.Logger) (*clusterNode, error) {
+// next join), addr, where its API listens on TCP ("" for none), and ws,
+// the shared workspace it works in ("" when its workspace is its own).
+func joinCluster(ctx context.Context, cfg Config, a *agentService, tier, addr, ws string, log *slog.Logger) (*clusterNode, error) {
 	id, err := cfg.Cluster.nodeID()
 	if err != nil {
 		return nil, err
@@ -61,6 +82,9 @@ func joinCluster(ctx context.Context, cfg Config, a *agentService, tier, addr st
 	for _, img := range built {
 		if !slices.Contains(images, img.Name) {
 			images = append(images, img.Name)
+			if ws != "" {
+				images = append(images, sharedQueue(ws, img.Name))
+			}
 		}
 	}
 	pcfg, err := pgxpool.ParseConfig(cfg.Cluster.Database)
@@ -299,7 +323,32 @@ func (c *clusterNode) queueOf(ctx context.Context, image, session string) (strin
 	if err != nil {
 		return "", err
 	}
+	if ws, err := c.workspaceOf(ctx, last.Node); err != nil {
+		return "", err
+	} else if ws != "" {
+		return sharedQueue(ws, image), nil
+	}
 	return nodeQueue(last.Node), nil
+}
+
+// workspaceOf is the shared workspace node works in, as it listed when it
+// last joined (dead or alive: its sessions' files outlive it there), ""
+// when its workspace is its own or the node is unknown.
+func (c *clusterNode) workspaceOf(ctx context.Context, node string) (string, error) {
+	m, err := c.current()
+	if err != nil {
+		return "", err
+	}
+	nodes, err := m.Nodes(ctx)
+	if err != nil {
+		return "", fmt.Errorf("cluster: list nodes: %w", err)
+	}
+	for _, n := range nodes {
+		if n.ID == node {
+			return sharedWorkspace(n.Node), nil
+		}
+	}
+	return "", nil
 }
 
 // cancelChannel is the PostgreSQL notification channel on which a node
@@ -376,7 +425,7 @@ func (d *Daemon) openCluster(ctx context.Context) error {
 	}
 	jctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	defer cancel()
-	c, err := joinCluster(jctx, d.cfg, d.agents, d.tier.Tier, addr, d.log)
+	c, err := joinCluster(jctx, d.cfg, d.agents, d.tier.Tier, addr, d.wsID, d.log)
 	if err != nil {
 		return err
 	}
@@ -398,11 +447,13 @@ func (h warnOnly) WithGroup(g string) slog.Handler       { return warnOnly{h.Han
 // ClusterNode is a node as GET /v1/cluster/nodes lists it.
 type ClusterNode struct {
 	cluster.NodeStatus
-	Self bool // the daemon asked
+	Workspace string // the shared workspace it works in; "" its own
+	Self      bool   // the daemon asked
 }
 
 // ClusterNodes lists the nodes of the cluster this daemon is in, without
-// the per-node queues among their images; unavailable on a single host.
+// the per-node and per-workspace queues among their images; unavailable
+// on a single host.
 func (d *Daemon) ClusterNodes(ctx context.Context) ([]ClusterNode, error) {
 	c := d.agents.cluster
 	if c == nil {
@@ -417,8 +468,11 @@ func (d *Daemon) ClusterNodes(ctx context.Context) ([]ClusterNode, error) {
 	}
 	out := make([]ClusterNode, 0, len(list))
 	for _, n := range list {
-		n.Images = slices.DeleteFunc(slices.Clone(n.Images), func(im string) bool { return strings.HasPrefix(im, "node:") })
-		out = append(out, ClusterNode{NodeStatus: n, Self: n.ID == c.node.ID})
+		ws := sharedWorkspace(n.Node)
+		n.Images = slices.DeleteFunc(slices.Clone(n.Images), func(im string) bool {
+			return strings.HasPrefix(im, "node:") || strings.HasPrefix(im, "ws:")
+		})
+		out = append(out, ClusterNode{NodeStatus: n, Workspace: ws, Self: n.ID == c.node.ID})
 	}
 	return out, nil
 }

@@ -27,6 +27,10 @@ type Daemon struct {
 	store  *fs.Store
 	view   *fs.View
 	wsAddr string // where the workspace is served to nodes; "" not served
+	// wsID names the workspace when nodes share it (remote.WorkspaceID):
+	// served from here or reached through wsClient; "" when it is this
+	// daemon's alone.
+	wsID string
 	// wsClient reaches the workspace node when another node holds the
 	// workspace (workspace.remote); nil when this daemon's store is it.
 	wsClient *remote.Client

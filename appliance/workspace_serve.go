@@ -25,6 +25,7 @@ func (d *Daemon) serveWorkspace(store *fs.Store) error {
 		return err
 	}
 	d.wsAddr = ln.Addr().String()
+	d.wsID = remote.WorkspaceID(srv.HostKey())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	d.undo.push("workspace server", func() error {
@@ -52,6 +53,7 @@ func (d *Daemon) useRemoteWorkspace(ctx context.Context) error {
 			w.Remote, err, w.RemoteKey, w.RemoteKnownHosts, filepath.Join("workspace-serve", remote.HostKeyFile+".pub"))
 	}
 	d.wsClient = c
+	d.wsID = c.WorkspaceID()
 	d.undo.push("workspace client", c.Close)
 	d.log.Info("agents work in the workspace of another node", "remote", w.Remote)
 	return nil

@@ -446,6 +446,9 @@ type ClusterNode struct {
 
 	// Tier The sandbox tier it runs: jail, qemu or chv.
 	Tier string `json:"tier"`
+
+	// Workspace The shared workspace it works in (the serving node's SSH host key fingerprint), served from it (workspace.listen) or reached from it (workspace.remote); empty when its workspace is its own. A session's later runs go to a node in its workspace.
+	Workspace string `json:"workspace,omitempty,omitzero"`
 }
 
 // ContextFile defines model for ContextFile.

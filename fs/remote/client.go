@@ -48,6 +48,7 @@ type Client struct {
 	mu     sync.Mutex
 	conn   *ssh.Client
 	closed bool
+	id     string // WorkspaceID of the first connection's host key
 }
 
 // Dial connects to the serving node once, so that a wrong address, key
@@ -68,6 +69,19 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	return c, nil
 }
+
+// WorkspaceID names the workspace this client reaches: the serving
+// node's host key, as WorkspaceID gives it there.
+func (c *Client) WorkspaceID() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.id
+}
+
+// WorkspaceID names the workspace a server with host key key serves: the
+// key's SHA-256 fingerprint. Nodes that reach the same workspace, and the
+// node serving it, get the same name whatever address they use.
+func WorkspaceID(key ssh.PublicKey) string { return ssh.FingerprintSHA256(key) }
 
 // Addr is the serving node's address.
 func (c *Client) Addr() string { return c.cfg.Addr }
@@ -98,11 +112,14 @@ func (c *Client) connection(ctx context.Context) (*ssh.Client, error) {
 	if c.conn != nil {
 		return c.conn, nil
 	}
-	conn, err := dialAs(ctx, Node{Addr: c.cfg.Addr, KeyFile: c.cfg.KeyFile, KnownHosts: c.cfg.KnownHosts}, ControlUser)
+	conn, key, err := dialKey(ctx, Node{Addr: c.cfg.Addr, KeyFile: c.cfg.KeyFile, KnownHosts: c.cfg.KnownHosts}, ControlUser)
 	if err != nil {
 		return nil, err
 	}
 	c.conn = conn
+	if c.id == "" {
+		c.id = WorkspaceID(key)
+	}
 	return conn, nil
 }
 

@@ -154,3 +154,21 @@ func TestClientReconnects(t *testing.T) {
 		t.Errorf("Glob with the node gone = %v, want ErrUnreachable", err)
 	}
 }
+
+// TestClientWorkspaceID: a node reaching the workspace names it as the
+// serving node does, and a restart with the same host key keeps the name.
+func TestClientWorkspaceID(t *testing.T) {
+	tb := newTestbed(t, "alpha")
+	c := tb.client(t)
+	want := WorkspaceID(tb.srv.HostKey())
+	if got := c.WorkspaceID(); got != want || !strings.HasPrefix(got, "SHA256:") {
+		t.Fatalf("client WorkspaceID = %q, want the server's %q", got, want)
+	}
+	other, err := GenerateKey(filepath.Join(t.TempDir(), "other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if WorkspaceID(other.PublicKey()) == want {
+		t.Fatal("two host keys give one WorkspaceID")
+	}
+}

@@ -250,33 +250,48 @@ func (n Node) dial(ctx context.Context) (*ssh.Client, error) {
 
 // dialAs opens an SSH connection to n.Addr with n's key as user.
 func dialAs(ctx context.Context, n Node, user string) (*ssh.Client, error) {
+	c, _, err := dialKey(ctx, n, user)
+	return c, err
+}
+
+// dialKey is dialAs, also returning the host key the serving node
+// proved it holds (one that n.KnownHosts trusts).
+func dialKey(ctx context.Context, n Node, user string) (*ssh.Client, ssh.PublicKey, error) {
 	b, err := os.ReadFile(n.KeyFile)
 	if err != nil {
-		return nil, fmt.Errorf("node key: %w", err)
+		return nil, nil, fmt.Errorf("node key: %w", err)
 	}
 	signer, err := ssh.ParsePrivateKey(b)
 	if err != nil {
-		return nil, fmt.Errorf("node key %s: %w", n.KeyFile, err)
+		return nil, nil, fmt.Errorf("node key %s: %w", n.KeyFile, err)
 	}
 	hk, err := knownhosts.New(n.KnownHosts)
 	if err != nil {
-		return nil, fmt.Errorf("known hosts: %w", err)
+		return nil, nil, fmt.Errorf("known hosts: %w", err)
+	}
+	var proved ssh.PublicKey
+	check := func(host string, remote net.Addr, key ssh.PublicKey) error {
+		if err := hk(host, remote, key); err != nil {
+			return err
+		}
+		proved = key
+		return nil
 	}
 	cfg := &ssh.ClientConfig{User: user, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
-		HostKeyCallback: hk, Timeout: handshakeTimeout}
+		HostKeyCallback: check, Timeout: handshakeTimeout}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", n.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("dial workspace %s: %w", n.Addr, err)
+		return nil, nil, fmt.Errorf("dial workspace %s: %w", n.Addr, err)
 	}
 	c.SetDeadline(time.Now().Add(handshakeTimeout))
 	sc, chans, reqs, err := ssh.NewClientConn(c, n.Addr, cfg)
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("ssh to workspace %s: %w", n.Addr, err)
+		return nil, nil, fmt.Errorf("ssh to workspace %s: %w", n.Addr, err)
 	}
 	c.SetDeadline(time.Time{})
-	return ssh.NewClient(sc, chans, reqs), nil
+	return ssh.NewClient(sc, chans, reqs), proved, nil
 }
 
 type lockedWriter struct{ m *Mount }
