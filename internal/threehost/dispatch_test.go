@@ -36,7 +36,7 @@ func (c *cluster) twelveTasks(ctx context.Context) []client.Execution {
 	t.Logf("twelve tasks through h1's API ran on %v", ran)
 	for _, nd := range c.members() {
 		if ran[nd.name] == 0 {
-			t.Errorf("twelve tasks ran %v: none on %s", ran, nd.name)
+			t.Fatalf("twelve tasks ran %v: none on %s", ran, nd.name)
 		}
 	}
 	return done
