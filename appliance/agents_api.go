@@ -78,7 +78,7 @@ func executionView(e store.Execution) api.Execution {
 	}
 	out := api.Execution{
 		Id: e.ID, Session: e.Session, Agent: e.Agent, Kind: api.ExecutionKind(e.Kind), Previous: e.Previous,
-		Parent: e.Parent, Depth: e.Depth, TotalUsd: e.TotalUSD, TotalTokens: tokens(e.TotalTokens),
+		Parent: e.Parent, Depth: e.Depth, Node: e.Node, TotalUsd: e.TotalUSD, TotalTokens: tokens(e.TotalTokens),
 		Prompt: e.Prompt, PromptTruncated: e.PromptTruncated, Status: api.ExecutionStatus(e.Status), Created: e.Created,
 		Limits: limitsView(e.Limits.USD, e.Limits.Turns, e.Limits.WallTime), Turns: e.Turns, Usd: e.USD,
 		Tokens: tokens(e.Tokens),

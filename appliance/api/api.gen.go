@@ -677,6 +677,9 @@ type Execution struct {
 	// Limits What one execution may use; 0 or absent means no limit of that kind. A task may only tighten its agent's limits.
 	Limits Limits `json:"limits"`
 
+	// Node In a cluster, the node that runs or ran it (before a node takes it, the node whose API took it); absent on a single host.
+	Node string `json:"node,omitempty,omitzero"`
+
 	// Outputs Files its output patterns matched when it ended, relative to the session.
 	Outputs []string `json:"outputs,omitempty,omitzero"`
 

@@ -42,7 +42,8 @@ const (
 // cluster is the LAN, the database on host 1, the scripted model
 // provider (on host 1's address, for every node) and a daemon per host.
 type cluster struct {
-	t     *testing.T
+	t     testing.TB
+	opts  options
 	dir   string
 	bin   string // hearth, built for this test
 	agent string // hearth-guest, the jail machines' agent
@@ -50,9 +51,26 @@ type cluster struct {
 	db    string // the database's URL, on host 1's address
 	model *modeltest.Server
 	nodes []*node
-	// knownHosts trusts host 1's workspace host key, for sshfs.
+	// knownHosts trusts host 1's workspace host key, for sshfs and the
+	// compute nodes.
 	knownHosts string
 }
+
+// options shape a cluster: nodes' capacity and dead_after, and whether
+// the last host runs a single-host daemon outside the cluster.
+type options struct {
+	capacity  int
+	deadAfter time.Duration
+	// ticker adds an agent scheduled @every 1m on every node.
+	ticker bool
+	// single makes the last host a single host as installed by default:
+	// embedded SQLite, no [cluster], its own local workspace.
+	single bool
+}
+
+// threeHostOptions: two tasks at a time per node, so twelve tasks must
+// spread; a node without heartbeats for 4 s is dead.
+var threeHostOptions = options{capacity: 2, deadAfter: 4 * time.Second}
 
 // node is one host and the `hearth up` running on it.
 type node struct {
@@ -74,7 +92,7 @@ type node struct {
 
 // requirements skips t, with the reason, when this machine cannot run
 // the test.
-func requirements(t *testing.T) {
+func requirements(t testing.TB) {
 	if err := netnstest.Available(); err != nil {
 		t.Skip(err.Error())
 	}
@@ -90,10 +108,10 @@ func requirements(t *testing.T) {
 
 // newCluster makes n hosts, starts PostgreSQL and the model on host 1
 // and writes each node's config; start brings the daemons up.
-func newCluster(t *testing.T, n int, script modeltest.Config) *cluster {
+func newCluster(t testing.TB, n int, script modeltest.Config, opts options) *cluster {
 	t.Helper()
 	requirements(t)
-	c := &cluster{t: t, dir: t.TempDir()} // removed last: registered first
+	c := &cluster{t: t, opts: opts, dir: t.TempDir()} // removed last: registered first
 	images := appliancetest.ClaudeCodeImages(t)
 	c.agent = appliancetest.Agent(t)
 	c.bin = buildHearth(t, c.dir)
@@ -119,7 +137,7 @@ func newCluster(t *testing.T, n int, script modeltest.Config) *cluster {
 }
 
 // buildHearth builds the hearth command into dir/bin.
-func buildHearth(t *testing.T, dir string) string {
+func buildHearth(t testing.TB, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "bin", "hearth")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -142,7 +160,23 @@ func (c *cluster) newNode(name string, h *netnstest.Host) *node {
 		c.t.Fatal(err)
 	}
 	nd.client = client.New(filepath.Join(nd.state, "hearth.sock"))
+	if len(c.nodes) == 0 { // host 1's workspace host key, made now so that the others can trust it
+		if _, err := remote.GenerateKey(filepath.Join(nd.state, "workspace-serve", remote.HostKeyFile)); err != nil {
+			c.t.Fatal(err)
+		}
+	}
 	return nd
+}
+
+// isSingle says whether nd is the single host outside the cluster.
+func (nd *node) isSingle() bool { return nd.c.opts.single && nd == nd.c.nodes[len(nd.c.nodes)-1] }
+
+// members are the cluster's nodes (all but a single host).
+func (c *cluster) members() []*node {
+	if c.opts.single {
+		return c.nodes[:len(c.nodes)-1]
+	}
+	return c.nodes
 }
 
 // writeConfigs writes every node's hearth.toml: the same agents, model
@@ -153,6 +187,9 @@ func (c *cluster) writeConfigs() {
 	defs, key, nodeKeys := filepath.Join(c.dir, "agents.d"), filepath.Join(c.dir, "model.key"), filepath.Join(c.dir, "node_keys")
 	must(t, os.MkdirAll(defs, 0o755))
 	must(t, os.WriteFile(filepath.Join(defs, "writer.toml"), []byte(writerTOML), 0o644))
+	if c.opts.ticker {
+		must(t, os.WriteFile(filepath.Join(defs, "ticker.toml"), []byte(tickerTOML), 0o644))
+	}
 	must(t, os.WriteFile(key, []byte(c.model.Key()), 0o600))
 	var keys bytes.Buffer
 	for _, nd := range c.nodes[1:] {
@@ -162,10 +199,24 @@ func (c *cluster) writeConfigs() {
 		fmt.Fprintf(&keys, "%s %s %s\n", fields[0], fields[1], nd.name)
 	}
 	must(t, os.WriteFile(nodeKeys, keys.Bytes(), 0o644))
+	h1 := c.nodes[0]
+	pub, err := os.ReadFile(filepath.Join(h1.state, "workspace-serve", remote.HostKeyFile+".pub"))
+	must(t, err)
+	hostKey, _, _, _, err := ssh.ParseAuthorizedKey(pub)
+	must(t, err)
+	c.knownHosts = filepath.Join(c.dir, "known_hosts")
+	must(t, remote.WriteKnownHosts(c.knownHosts, h1.host.HostPort(workspacePort), hostKey))
 	for i, nd := range c.nodes {
-		var ws string
-		if i == 0 {
+		var ws, cl string
+		switch {
+		case nd.isSingle():
+		case i == 0:
 			ws = fmt.Sprintf("listen = %q\nnode_keys = %q\n", nd.host.HostPort(workspacePort), nodeKeys)
+		default:
+			ws = fmt.Sprintf("remote = %q\nremote_known_hosts = %q\nremote_key = %q\n", h1.host.HostPort(workspacePort), c.knownHosts, nd.key)
+		}
+		if !nd.isSingle() {
+			cl = fmt.Sprintf("[cluster]\ndatabase = %q\nnode = %q\ncapacity = %d\ndead_after = %q\n", c.db, nd.name, c.opts.capacity, c.opts.deadAfter)
 		}
 		body := fmt.Sprintf(`state_dir = %q
 [workspace]
@@ -181,12 +232,9 @@ upstream = %q
 api_key_file = %q
 [credits]
 enabled = true
-[cluster]
-database = %q
-node = %q
-[api]
+%s[api]
 tcp = %q
-`, nd.state, nd.mount, ws, c.agent, defs, c.model.URL(), key, c.db, nd.name, nd.host.HostPort(apiPort))
+`, nd.state, nd.mount, ws, c.agent, defs, c.model.URL(), key, cl, nd.host.HostPort(apiPort))
 		must(t, os.WriteFile(nd.config, []byte(body), 0o644))
 	}
 }
@@ -202,7 +250,19 @@ usd = 1.0
 turns = 10
 `
 
-func must(t *testing.T, err error) {
+// tickerTOML is the scheduled agent: the writer's image and script,
+// every minute (the scheduler's shortest period), on every node.
+const tickerTOML = `description = "Runs every minute."
+image = "claude-code"
+model = "claude-sonnet-4-5"
+schedule = "@every 1m"
+
+[limits]
+usd = 1.0
+turns = 10
+`
+
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -214,10 +274,12 @@ func must(t *testing.T, err error) {
 func (c *cluster) start() time.Duration {
 	c.t.Helper()
 	began := time.Now()
-	for _, nd := range c.nodes {
+	c.nodes[0].start() // the others use its workspace from their start
+	c.nodes[0].waitHealthy()
+	for _, nd := range c.nodes[1:] {
 		nd.start()
 	}
-	for _, nd := range c.nodes {
+	for _, nd := range c.nodes[1:] {
 		nd.waitHealthy()
 	}
 	return time.Since(began)
@@ -344,14 +406,6 @@ func (nd *node) mountView(ctx context.Context, session string) *remote.Mount {
 	t := nd.c.t
 	t.Helper()
 	h1 := nd.c.nodes[0]
-	if nd.c.knownHosts == "" {
-		pub, err := os.ReadFile(filepath.Join(h1.state, "workspace-serve", remote.HostKeyFile+".pub"))
-		must(t, err)
-		key, _, _, _, err := ssh.ParseAuthorizedKey(pub)
-		must(t, err)
-		nd.c.knownHosts = filepath.Join(nd.c.dir, "known_hosts")
-		must(t, remote.WriteKnownHosts(nd.c.knownHosts, h1.host.HostPort(workspacePort), key))
-	}
 	n := remote.Node{Addr: h1.host.HostPort(workspacePort), Session: session, KeyFile: nd.key, KnownHosts: nd.c.knownHosts}
 	var m *remote.Mount
 	err := nd.host.Do(func() (err error) {
