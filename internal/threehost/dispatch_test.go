@@ -3,6 +3,7 @@ package threehost
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -194,6 +195,29 @@ func (c *cluster) killMidTask(ctx context.Context, nd *node, bound time.Duration
 	}
 	c.checkSharedRecord(ctx, ended, c.live()...)
 	return out, took
+}
+
+// resumeOrphan resumes, through h1's API while dead is down, a session
+// one of done ran on dead: its files and its agent's conversation are in
+// the shared workspace, so another node runs it, and the agent carries
+// on from its transcript (the model sees the earlier turns: it answers
+// resumed, not the script's first turn).
+func (c *cluster) resumeOrphan(ctx context.Context, done []client.Execution, dead *node) {
+	t := c.t
+	t.Helper()
+	i := slices.IndexFunc(done, func(ex client.Execution) bool { return ex.Node == dead.name })
+	if i < 0 {
+		t.Fatalf("none of the tasks ran on %s", dead.name)
+	}
+	orphan := done[i]
+	ex, err := c.nodes[0].client.Resume(ctx, orphan.Session, client.ResumeRequest{Prompt: "Go on.", Wait: true})
+	if err != nil {
+		t.Fatalf("h1: resume %s (last run on %s, dead): %v", orphan.Session, dead.name, err)
+	}
+	if ex.Status != "completed" || ex.Node == dead.name || ex.Result != resumed {
+		t.Fatalf("resume of %s after %s died = %+v; want completed elsewhere with %q", orphan.Session, dead.name, ex, resumed)
+	}
+	t.Logf("session %s, last run on %s (dead), resumed on %s", orphan.Session, dead.name, ex.Node)
 }
 
 // rejoin restarts nd's daemon and waits until every live node lists it

@@ -70,6 +70,7 @@ func TestThreeHosts(t *testing.T) {
 	// River leader failover when h3 led (up to 15 s), polling (1 s).
 	h3 := c.nodes[2]
 	c.killMidTask(ctx, h3, 17*time.Second)
+	c.resumeOrphan(ctx, twelve, h3)
 	c.rejoin(ctx, h3)
 
 	c.checkTicks(ctx, upAt)
@@ -84,7 +85,16 @@ var script = modeltest.Config{PerConversation: true, Turns: []modeltest.Turn{
 		"if [ -e inputs/read ]; then for s in $(cat inputs/read); do cat /workspace/agents/$s/outputs/said.txt; done > outputs/read.txt; fi; " +
 		"if [ -e inputs/hang ]; then sleep 600; fi"),
 	say("Wrote outputs/said.txt"),
-}}
+},
+	// A resumed conversation carries the two turns above: it gets this,
+	// costing what a whole task does, so every completed execution costs
+	// the same.
+	Final: &modeltest.Turn{Blocks: []modeltest.Block{modeltest.Text(resumed)},
+		Usage: modeltest.Usage{InputTokens: 2 * 1000, OutputTokens: 2 * 100}},
+}
+
+// resumed is the result of a resume that carried its conversation.
+const resumed = "Resumed where the session left off."
 
 func bash(command string) modeltest.Turn {
 	return modeltest.Turn{Blocks: []modeltest.Block{modeltest.ToolUse("Bash", map[string]string{"command": command, "description": "step"})},
