@@ -171,9 +171,11 @@ func (m *Member) sandboxes(ctx context.Context, q string, args ...any) ([]Sandbo
 // written (as PutSandbox), and its rows of sandboxes it no longer has are
 // deleted, except those marked lost. It returns the ids among have whose
 // rows are marked lost (the node was declared dead meanwhile: the caller
-// destroys them, and their rows stay lost until removed) and those
+// destroys them, and their rows stay lost until removed) or were
+// recorded before (recorded[id]) and are gone (removed from the record
+// while the node was dead: the caller destroys them too), and those
 // another node holds (not recorded).
-func (m *Member) SyncSandboxes(ctx context.Context, have []Sandbox) (lost, taken []string, err error) {
+func (m *Member) SyncSandboxes(ctx context.Context, have []Sandbox, recorded map[string]bool) (lost, taken []string, err error) {
 	mine, err := m.sandboxes(ctx, sandboxColumns+` WHERE s.node = $1`, m.node.ID)
 	if err != nil {
 		return nil, nil, err
@@ -187,7 +189,7 @@ func (m *Member) SyncSandboxes(ctx context.Context, have []Sandbox) (lost, taken
 		delete(rows, s.ID)
 		s.Node = m.node.ID
 		switch {
-		case ok && r.State == SandboxLost:
+		case ok && r.State == SandboxLost, !ok && recorded[s.ID]:
 			lost = append(lost, s.ID)
 		case ok && r.same(s):
 		default:

@@ -63,7 +63,7 @@ func TestSandboxesLostWithTheirNode(t *testing.T) {
 	if _, err := a.Sandbox(ctx, "sbx-1"); !errors.Is(err, cluster.ErrSandboxNotFound) {
 		t.Errorf("sbx-1 after its removal: %v; want ErrSandboxNotFound", err)
 	}
-	lost, taken, err := b.SyncSandboxes(ctx, []cluster.Sandbox{{ID: "sbx-2", Image: "img", State: "running", Created: created}})
+	lost, taken, err := b.SyncSandboxes(ctx, []cluster.Sandbox{{ID: "sbx-2", Image: "img", State: "running", Created: created}}, nil)
 	if err != nil || len(lost) != 1 || lost[0] != "sbx-2" || len(taken) != 0 {
 		t.Errorf("b.SyncSandboxes = lost %v, taken %v, %v; want sbx-2 lost", lost, taken, err)
 	}
@@ -96,7 +96,7 @@ func TestSandboxSyncForgetsStale(t *testing.T) {
 	if err := a.PutSandbox(ctx, cluster.Sandbox{ID: "old", Image: "img", State: "running", Created: now}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := a.SyncSandboxes(ctx, []cluster.Sandbox{{ID: "new", Image: "img", State: "stopped", Created: now}}); err != nil {
+	if _, _, err := a.SyncSandboxes(ctx, []cluster.Sandbox{{ID: "new", Image: "img", State: "stopped", Created: now}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	list, err := a.Sandboxes(ctx)
