@@ -246,7 +246,7 @@ func (c *clusterNode) syncSandboxes(ctx context.Context) error {
 		c.log.Warn("cluster: a sandbox here has the id of another node's: it is not in the cluster's record; destroy it or the other", "id", id)
 	}
 	for _, id := range lost {
-		c.log.Warn("cluster: this node's sandbox was lost (the node was declared dead): destroying it; its row stays lost until removed", "id", id)
+		c.log.Warn("cluster: this node's sandbox was lost while the node was declared dead (marked lost, or since removed from the record): destroying it", "id", id)
 		if err := m.Destroy(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
 			c.log.Warn("cluster: destroy a lost sandbox", "id", id, "err", err)
 		}
