@@ -795,7 +795,7 @@ type SandboxInfo struct {
 	// has NodeAddr, its node's API address.
 	Status     string
 	NodeAddr   string
-	AutoPaused bool   // paused by the idle timeout, not by a user
+	AutoPaused bool // paused by the idle timeout, not by a user
 	LastActive time.Time
 	Driver     string
 	// Usage is what its machine uses, nil when it is stopped or its tier
