@@ -43,10 +43,26 @@ func (m *sandboxManager) changed() {
 	}
 }
 
-// row is a sandbox as the cluster records it.
-func row(info SandboxInfo) cluster.Sandbox {
-	return cluster.Sandbox{ID: info.ID, Image: info.Image, State: info.Status, Session: info.Session,
-		Created: info.Created.UTC().Truncate(time.Microsecond)}
+// row is s as the cluster records it; the caller holds s.mu.
+func row(s *sandbox) cluster.Sandbox {
+	return cluster.Sandbox{ID: s.rec.ID, Image: s.rec.Image, State: s.status(), Session: s.rec.Session,
+		Created: s.rec.Created.UTC().Truncate(time.Microsecond)}
+}
+
+// rows are this node's sandboxes as the cluster records them, and which
+// of them were recorded there by node before.
+func (m *sandboxManager) rows(node string) ([]cluster.Sandbox, map[string]bool) {
+	var out []cluster.Sandbox
+	recorded := map[string]bool{}
+	for _, s := range m.list() {
+		s.mu.Lock()
+		if !s.destroyed {
+			out = append(out, row(s))
+			recorded[s.rec.ID] = s.rec.Node == node
+		}
+		s.mu.Unlock()
+	}
+	return out, recorded
 }
 
 // checkClusterID refuses, before a create boots anything, an id another
@@ -84,7 +100,10 @@ func (m *sandboxManager) recordCreated(ctx context.Context, s *sandbox) error {
 		mem, err := c.current()
 		if err == nil {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), clusterTimeout)
-			err = mem.PutSandbox(cctx, row(m.info(s)))
+			s.mu.Lock()
+			r := row(s)
+			s.mu.Unlock()
+			err = mem.PutSandbox(cctx, r)
 			cancel()
 		}
 		if errors.Is(err, cluster.ErrSandboxTaken) {
@@ -214,6 +233,7 @@ func (m *sandboxManager) ListCluster(ctx context.Context) ([]SandboxInfo, error)
 		local = append(local, SandboxInfo{sandboxRecord: sandboxRecord{ID: r.ID, Image: r.Image, Session: r.Session,
 			Created: r.Created.UTC(), Node: r.Node}, Status: r.State, NodeAddr: r.Addr})
 	}
+	slices.SortStableFunc(local, func(x, y SandboxInfo) int { return x.Created.Compare(y.Created) })
 	return local, nil
 }
 
@@ -231,12 +251,7 @@ func (c *clusterNode) syncSandboxes(ctx context.Context) error {
 		return err
 	}
 	m.syncMu.Lock()
-	var have []cluster.Sandbox
-	recorded := map[string]bool{}
-	for _, info := range m.List() {
-		have = append(have, row(info))
-		recorded[info.ID] = info.Node == c.node.ID
-	}
+	have, recorded := m.rows(c.node.ID)
 	lost, taken, err := mem.SyncSandboxes(ctx, have, recorded)
 	m.syncMu.Unlock()
 	if err != nil {
