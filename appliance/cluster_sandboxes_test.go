@@ -143,3 +143,47 @@ func TestHostileClusterSandboxes(t *testing.T) {
 		t.Errorf("exec in box-b through B after A's attempts = %+v, %v; want exit 0", st, err)
 	}
 }
+
+// TestClusterSandboxStateAndRestart: a pause on B shows on A; B stopped
+// and started again (it leaves, it is not declared dead) keeps its
+// sandbox, which A lists on B again, never lost.
+func TestClusterSandboxStateAndRestart(t *testing.T) {
+	envs, _ := clusterDaemons(t, modeltest.Config{}, map[string]int{"node-a": 1, "node-b": 1})
+	a, b := envs["node-a"], envs["node-b"]
+	ctx := context.Background()
+	if _, err := b.c.CreateSandbox(ctx, CreateSandboxRequest{Id: "box-b", Image: "claude-code", IdleTimeout: "0"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.c.PauseSandbox(ctx, "box-b"); err != nil {
+		t.Fatal(err)
+	}
+	waitListed(t, a.c, "box-b", "paused")
+	if err := b.d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s := sandboxesByID(t, a.c)["box-b"]; s.Status == "lost" {
+		t.Errorf("box-b after B left: %+v; want not lost", s)
+	}
+	bd, bc := startSandboxDaemon(t, b.cfg)
+	if bd.sbx.local("box-b") == nil {
+		t.Fatalf("B restarted lost box-b; want it kept")
+	}
+	if _, err := bc.ResumeSandbox(ctx, "box-b"); err != nil {
+		t.Fatal(err)
+	}
+	waitListed(t, a.c, "box-b", "running")
+}
+
+// waitListed waits (a minute at most) until c lists sandbox id with status.
+func waitListed(t *testing.T, c *Client, id, status string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		s := sandboxesByID(t, c)[id]
+		if string(s.Status) == status {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is listed %+v after a minute; want %s", id, s, status)
+		}
+	}
+}
