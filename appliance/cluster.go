@@ -25,6 +25,7 @@ import (
 // everything as it always has.
 type clusterNode struct {
 	a    *agentService
+	sbx  *sandboxManager // its sandboxes, recorded in the cluster; nil if none
 	pool *pgxpool.Pool
 	node cluster.Node
 	opts cluster.Options
@@ -69,7 +70,7 @@ const rejoinWait = 10 * time.Second
 // tier, the images it has built (an image built later is listed at the
 // next join), addr, where its API listens on TCP ("" for none), and ws,
 // the shared workspace it works in ("" when its workspace is its own).
-func joinCluster(ctx context.Context, cfg Config, a *agentService, tier, addr, ws string, log *slog.Logger) (*clusterNode, error) {
+func joinCluster(ctx context.Context, cfg Config, a *agentService, sbx *sandboxManager, tier, addr, ws string, log *slog.Logger) (*clusterNode, error) {
 	id, err := cfg.Cluster.nodeID()
 	if err != nil {
 		return nil, err
@@ -95,7 +96,7 @@ func joinCluster(ctx context.Context, cfg Config, a *agentService, tier, addr, w
 	if err != nil {
 		return nil, fmt.Errorf("cluster.database: %w", err)
 	}
-	c := &clusterNode{a: a, pool: pool, log: log, stop: make(chan struct{}),
+	c := &clusterNode{a: a, sbx: sbx, pool: pool, log: log, stop: make(chan struct{}),
 		node: cluster.Node{ID: id, Addr: addr, Tier: tier, Capacity: cfg.Cluster.capacity(), Images: images},
 		opts: cluster.Options{DeadAfter: time.Duration(cfg.Cluster.DeadAfter), Logger: slog.New(warnOnly{log.Handler()})}}
 	a.cluster = c // before its hooks can run
@@ -108,6 +109,14 @@ func joinCluster(ctx context.Context, cfg Config, a *agentService, tier, addr, w
 	c.mu.Lock()
 	c.member = m
 	c.mu.Unlock()
+	if sbx != nil {
+		sbx.cl.Store(c)
+		if err := c.syncSandboxes(ctx); err != nil {
+			log.Warn("cluster: sync this node's sandboxes (retried every few seconds)", "err", err)
+		}
+		c.wg.Add(1)
+		go c.followSandboxes()
+	}
 	c.wg.Add(2)
 	go c.watch(m)
 	go c.followCancels()
@@ -165,6 +174,9 @@ func (c *clusterNode) rejoin() *cluster.Member {
 			c.member = m
 			c.mu.Unlock()
 			c.log.Info("cluster: joined again", "node", c.node.ID)
+			if c.sbx != nil {
+				c.sbx.changed() // sync: it may have been declared dead meanwhile
+			}
 			return m
 		}
 		c.log.Warn("cluster: join again", "node", c.node.ID, "err", err, "retry_in", wait)
@@ -188,6 +200,9 @@ func (c *clusterNode) deadAfter() time.Duration {
 // allows, else they are stopped (they end cancelled). Runs still going
 // once it has left are handed to NodeDead (another node ends them).
 func (c *clusterNode) Close() error {
+	if c.sbx != nil {
+		c.sbx.cl.CompareAndSwap(c, nil)
+	}
 	close(c.stop)
 	wait := time.Millisecond
 	if c.a.cfg.Agents.OnShutdown == OnShutdownFinish {
@@ -425,7 +440,7 @@ func (d *Daemon) openCluster(ctx context.Context) error {
 	}
 	jctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	defer cancel()
-	c, err := joinCluster(jctx, d.cfg, d.agents, d.tier.Tier, addr, d.wsID, d.log)
+	c, err := joinCluster(jctx, d.cfg, d.agents, d.sbx, d.tier.Tier, addr, d.wsID, d.log)
 	if err != nil {
 		return err
 	}

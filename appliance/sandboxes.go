@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -80,6 +81,9 @@ type sandboxRecord struct {
 	Paused string `json:"paused,omitempty"`
 	// ForkedFrom is the sandbox this one is a fork of (sandboxes_fork.go).
 	ForkedFrom string `json:"forked_from,omitempty"`
+	// Node is the cluster node whose record holds this sandbox, once
+	// written there (sandboxes_cluster.go); "" on a single host.
+	Node string `json:"node,omitempty"`
 }
 
 // sandbox is one sandbox the daemon knows. rec is fixed after creation
@@ -149,6 +153,13 @@ type sandboxManager struct {
 	boxes    map[string]*sandbox
 	reserved map[string]bool // ids being created
 
+	// cl is the cluster node recording the sandboxes, nil on a single
+	// host; dirty asks it to write them; syncMu keeps a create's row and
+	// registration together against a sync (sandboxes_cluster.go).
+	cl     atomic.Pointer[clusterNode]
+	dirty  chan struct{}
+	syncMu sync.Mutex
+
 	tick      time.Duration
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -181,7 +192,7 @@ func newSandboxManager(deps SandboxDeps) (*sandboxManager, error) {
 		viewsDir: filepath.Join(cfg.StateDir, "views"), hostMount: cfg.Workspace.Mount,
 		store: store, log: logger, images: images, driver: driver, driverErr: driverErr, remote: deps.RemoteWorkspace,
 		boxes: map[string]*sandbox{}, reserved: map[string]bool{},
-		tick: 250 * time.Millisecond, stop: make(chan struct{}),
+		tick: 250 * time.Millisecond, stop: make(chan struct{}), dirty: make(chan struct{}, 1),
 	}
 	for _, d := range []string{m.dir, m.viewsDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -356,6 +367,9 @@ func (m *sandboxManager) create(ctx context.Context, spec createSpec) (*sandbox,
 		return nil, err
 	}
 	defer m.unreserve(spec.ID)
+	if err := m.checkClusterID(ctx, spec.ID); err != nil {
+		return nil, err
+	}
 	m.imagesMu.RLock()
 	defer m.imagesMu.RUnlock()
 	img, err := m.images.resolveVersion(spec.Image, spec.ImageHash)
@@ -371,9 +385,10 @@ func (m *sandboxManager) create(ctx context.Context, spec createSpec) (*sandbox,
 	if err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
-	m.boxes[s.rec.ID] = s
-	m.mu.Unlock()
+	if err := m.recordCreated(ctx, s); err != nil {
+		m.undoBoot(s)
+		return nil, err
+	}
 	m.log.Info("sandbox created", "id", s.rec.ID, "image", img.Name, "hash", shortHash(img.Hash),
 		"user", acct.name, "session", spec.Session, "took", time.Since(start).Round(time.Millisecond))
 	return s, nil
@@ -406,6 +421,9 @@ func (m *sandboxManager) boot(ctx context.Context, spec createSpec, img image.Im
 		User: acct.name, UID: acct.uid, GID: acct.gid, Network: networkNone, Created: time.Now().UTC(),
 		ForkedFrom: spec.ForkedFrom,
 	}}
+	if c := m.clustered(); c != nil {
+		s.rec.Node = c.node.ID // recordCreated writes its row before anyone sees it
+	}
 	if spec.Session != "" && m.remote != "" {
 		return nil, errWorkspaceElsewhere(m.remote, "sandbox "+spec.ID+" in session "+spec.Session)
 	}
@@ -492,6 +510,7 @@ func (m *sandboxManager) save(rec *sandboxRecord) error {
 	if err := atomicfile.WriteFile(filepath.Join(m.dir, rec.ID+".json"), append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("save sandbox %s: %w", rec.ID, err)
 	}
+	m.changed()
 	return nil
 }
 
@@ -500,13 +519,20 @@ func (m *sandboxManager) get(id string) (*sandbox, error) {
 	if err := validSandboxID(id); err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
-	s := m.boxes[id]
-	m.mu.Unlock()
-	if s == nil {
-		return nil, notFoundf("no sandbox %s: list them with `hearth sandboxes ls`", id)
+	if s := m.local(id); s != nil {
+		return s, nil
 	}
-	return s, nil
+	if err := m.elsewhere(id); err != nil {
+		return nil, err
+	}
+	return nil, notFoundf("no sandbox %s: list them with `hearth sandboxes ls`", id)
+}
+
+// local returns this node's sandbox id, nil if it has none.
+func (m *sandboxManager) local(id string) *sandbox {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.boxes[id]
 }
 
 // lock returns the sandbox locked, or not_found if it was destroyed
@@ -563,6 +589,9 @@ func (m *sandboxManager) list() []*sandbox {
 // Destroy kills the sandbox's machine, unmounts its view and forgets it.
 // Its workspace session stays.
 func (m *sandboxManager) Destroy(ctx context.Context, id string) error {
+	if validSandboxID(id) == nil && m.local(id) == nil && m.clustered() != nil {
+		return m.removeRecorded(ctx, id)
+	}
 	s, err := m.lock(id)
 	if err != nil {
 		return err
@@ -601,6 +630,7 @@ func (m *sandboxManager) Destroy(ctx context.Context, id string) error {
 	m.mu.Lock()
 	delete(m.boxes, id)
 	m.mu.Unlock()
+	m.forgetDestroyed(ctx, id)
 	m.log.Info("sandbox destroyed", "id", id)
 	return nil
 }
@@ -760,8 +790,12 @@ func (m *sandboxManager) RemoveImage(name string) error {
 // under its lock, that callers may keep.
 type SandboxInfo struct {
 	sandboxRecord
-	Status     string // statusRunning, statusPaused or statusStopped
-	AutoPaused bool   // paused by the idle timeout, not by a user
+	// Status is statusRunning, statusPaused or statusStopped; another
+	// node's sandbox (ListCluster) may also be cluster.SandboxLost, and
+	// has NodeAddr, its node's API address.
+	Status     string
+	NodeAddr   string
+	AutoPaused bool // paused by the idle timeout, not by a user
 	LastActive time.Time
 	Driver     string
 	// Usage is what its machine uses, nil when it is stopped or its tier

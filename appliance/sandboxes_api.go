@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"hearth/appliance/api"
+	"hearth/cluster"
 	"hearth/vmm/guest"
 )
 
@@ -23,7 +24,10 @@ func sandboxView(sb SandboxInfo) api.Sandbox {
 		Cpus: sb.CPUs, Memory: sb.Memory, Pids: sb.Pids, Disk: sb.Disk, Env: sb.Env,
 		IdleTimeout: time.Duration(sb.IdleTimeout).String(), ExecTimeout: time.Duration(sb.ExecTimeout).String(),
 		User: sb.User, Network: sb.Network, Created: sb.Created, LastActive: sb.LastActive.UTC(), Driver: sb.Driver,
-		Owner: sb.Owner, ForkedFrom: sb.ForkedFrom,
+		Owner: sb.Owner, ForkedFrom: sb.ForkedFrom, Node: sb.Node, NodeAddr: sb.NodeAddr,
+	}
+	if sb.Status == cluster.SandboxLost {
+		out.Status = api.SandboxStatusLost
 	}
 	if sb.Usage != nil {
 		out.Usage = usageView(*sb.Usage)
@@ -36,11 +40,12 @@ func sandboxView(sb SandboxInfo) api.Sandbox {
 }
 
 func (s *server) ListSandboxes(w http.ResponseWriter, r *http.Request) {
+	list, err := s.d.sbx.ListCluster(r.Context())
 	out := []api.Sandbox{}
-	for _, sb := range s.d.sbx.List() {
+	for _, sb := range list {
 		out = append(out, sandboxView(sb))
 	}
-	reply(w, http.StatusOK, out)
+	result(w, http.StatusOK, out, err)
 }
 
 func (s *server) CreateSandbox(w http.ResponseWriter, r *http.Request) {

@@ -61,8 +61,9 @@ type Hooks struct {
 	// loses its lease (see Options.DeadAfter) or leaves.
 	Run func(ctx context.Context, a Assignment) error
 	// NodeDead is told, once per death (again only if it failed), that a
-	// node died with these runs unfinished; it marks them interrupted and
-	// the node's sandboxes lost, and returns the executions to run again
+	// node died with these runs unfinished; it marks them interrupted
+	// (the node's sandboxes are marked lost in the same transaction, see
+	// SyncSandboxes), and returns the executions to run again
 	// elsewhere (the agent's retry policy). It must be idempotent.
 	NodeDead func(ctx context.Context, node string, lost []Assignment) (requeue []string, err error)
 	// Schedule starts a schedule's run; it is called once per due time
@@ -218,7 +219,7 @@ func (m *Member) Close(ctx context.Context) error {
 	m.wg.Wait()
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	if err := m.declareDead(dctx, m.node.ID, m.incarnation); err != nil {
+	if err := m.declareDead(dctx, m.node.ID, m.incarnation, false); err != nil {
 		return fmt.Errorf("leave node %s: %w", m.node.ID, err)
 	}
 	if stopErr != nil {

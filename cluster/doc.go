@@ -7,8 +7,10 @@
 // due time fires once per cluster.
 //
 // The queue, leader election and periodic jobs are River's
-// (github.com/riverqueue/river); this package adds two small tables
-// (hearth_cluster_node, hearth_cluster_run) migrated beside River's. See
+// (github.com/riverqueue/river); this package adds three small tables
+// (hearth_cluster_node, hearth_cluster_run, and hearth_cluster_sandbox:
+// each node's sandboxes, marked lost when it is declared dead) migrated
+// beside River's. See
 // docs/cluster.md for the timings and the guarantees.
 //
 // Importers: appliance only.

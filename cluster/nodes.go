@@ -23,7 +23,7 @@ func (m *Member) register(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("read node row: %w", err)
 	default:
-		if err := m.declareDead(ctx, m.node.ID, old); err != nil {
+		if err := m.declareDead(ctx, m.node.ID, old, false); err != nil {
 			return fmt.Errorf("declare previous incarnation dead: %w", err)
 		}
 	}
@@ -159,7 +159,7 @@ func (w *reapWorker) Work(ctx context.Context, _ *river.Job[reapArgs]) error {
 	}
 	var errs []error
 	for _, d := range dead {
-		errs = append(errs, w.m.declareDead(ctx, d.id, d.incarnation))
+		errs = append(errs, w.m.declareDead(ctx, d.id, d.incarnation, true))
 	}
 	return errors.Join(errs...)
 }
@@ -170,7 +170,13 @@ func (w *reapWorker) Work(ctx context.Context, _ *river.Job[reapArgs]) error {
 // marked, and the next reap tries again (NodeDead is idempotent). The
 // row lock on the node makes a concurrent second declaration wait, then
 // find nothing to do.
-func (m *Member) declareDead(ctx context.Context, id, incarnation string) error {
+//
+// reaped says the node stopped heartbeating (the reaper found it): its
+// sandboxes are marked lost in the same transaction. A node leaving
+// (Close) or joining again after a restart declares its own previous
+// incarnation dead without that: its machines are still on its host,
+// and it reconciles its sandboxes' rows itself (SyncSandboxes).
+func (m *Member) declareDead(ctx context.Context, id, incarnation string, reaped bool) error {
 	tx, err := m.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("declare node %s dead: %w", id, err)
@@ -186,6 +192,11 @@ func (m *Member) declareDead(ctx context.Context, id, incarnation string) error 
 	lost, err := m.endLostRuns(ctx, tx, id, incarnation)
 	if err != nil {
 		return fmt.Errorf("declare node %s dead: %w", id, err)
+	}
+	if reaped {
+		if err := loseSandboxes(ctx, tx, id); err != nil {
+			return fmt.Errorf("declare node %s dead: %w", id, err)
+		}
 	}
 	requeue, err := m.hooks.NodeDead(ctx, id, lost)
 	if err != nil {

@@ -35,6 +35,16 @@ CREATE TABLE IF NOT EXISTS hearth_cluster_run (
 );
 CREATE INDEX IF NOT EXISTS hearth_cluster_run_open
 	ON hearth_cluster_run (node, incarnation) WHERE ended_at IS NULL;
+CREATE TABLE IF NOT EXISTS hearth_cluster_sandbox (
+	id         text PRIMARY KEY,
+	node       text NOT NULL,
+	image      text NOT NULL,
+	state      text NOT NULL,
+	session    text NOT NULL DEFAULT '',
+	created_at timestamptz NOT NULL,
+	updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS hearth_cluster_sandbox_node ON hearth_cluster_sandbox (node);
 `
 
 // migrateLock is the advisory lock key serializing migrations of nodes

@@ -186,6 +186,7 @@ func (e PriceTableUnpriced) Valid() bool {
 
 // Defines values for SandboxStatus.
 const (
+	SandboxStatusLost    SandboxStatus = "lost"
 	SandboxStatusPaused  SandboxStatus = "paused"
 	SandboxStatusRunning SandboxStatus = "running"
 	SandboxStatusStopped SandboxStatus = "stopped"
@@ -194,6 +195,8 @@ const (
 // Valid indicates whether the value is a known member of the SandboxStatus enum.
 func (e SandboxStatus) Valid() bool {
 	switch e {
+	case SandboxStatusLost:
+		return true
 	case SandboxStatusPaused:
 		return true
 	case SandboxStatusRunning:
@@ -1090,11 +1093,19 @@ type Sandbox struct {
 	// Network "none": loopback only (the only policy for now).
 	Network string `json:"network"`
 
+	// Node The cluster node that has it; absent on a single host. Another node's sandbox is listed with what the cluster records (id, image, session, status, created) and is used through that node's API.
+	Node string `json:"node,omitempty,omitzero"`
+
+	// NodeAddr Another node's API address, as it joined the cluster.
+	NodeAddr string `json:"node_addr,omitempty,omitzero"`
+
 	// Owner The create request's owner label; absent when it gave none.
-	Owner   string        `json:"owner,omitempty,omitzero"`
-	Pids    int64         `json:"pids"`
-	Session string        `json:"session,omitempty,omitzero"`
-	Status  SandboxStatus `json:"status"`
+	Owner   string `json:"owner,omitempty,omitzero"`
+	Pids    int64  `json:"pids"`
+	Session string `json:"session,omitempty,omitzero"`
+
+	// Status lost: its cluster node was declared dead (only on a clustered node, for another node's sandbox).
+	Status SandboxStatus `json:"status"`
 
 	// Usage What the sandbox uses now, as the host measures it; absent when it is stopped or its machine tier cannot say. Limits of 0 mean none.
 	Usage *Usage `json:"usage,omitempty"`
@@ -1103,7 +1114,7 @@ type Sandbox struct {
 	User string `json:"user"`
 }
 
-// SandboxStatus defines model for Sandbox.Status.
+// SandboxStatus lost: its cluster node was declared dead (only on a clustered node, for another node's sandbox).
 type SandboxStatus string
 
 // SaveSandboxRequest defines model for SaveSandboxRequest.
@@ -1822,6 +1833,8 @@ type ClientInterface interface {
 
 	// ListSandboxes List the sandboxes, oldest first.
 	//
+	// On a clustered node, every node's sandboxes, each with its node; operations on another node's sandbox answer 503 naming that node and its address.
+	//
 	// Corresponds with GET /v1/sandboxes (the `ListSandboxes` operationId).
 	ListSandboxes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -1840,6 +1853,8 @@ type ClientInterface interface {
 	CreateSandbox(ctx context.Context, body CreateSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DestroySandbox Kill everything in the sandbox and remove its machine; its workspace session is kept.
+	//
+	// On a clustered node, a lost sandbox (or one whose node is dead) is removed from the cluster's record; another live node's is refused (503, naming it).
 	//
 	// Corresponds with DELETE /v1/sandboxes/{id} (the `DestroySandbox` operationId).
 	DestroySandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2869,6 +2884,8 @@ func (c *Client) GetPrices(ctx context.Context, reqEditors ...RequestEditorFn) (
 
 // ListSandboxes List the sandboxes, oldest first.
 //
+// On a clustered node, every node's sandboxes, each with its node; operations on another node's sandbox answer 503 naming that node and its address.
+//
 // Corresponds with GET /v1/sandboxes (the `ListSandboxes` operationId).
 func (c *Client) ListSandboxes(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListSandboxesRequest(c.Server)
@@ -2917,6 +2934,8 @@ func (c *Client) CreateSandbox(ctx context.Context, body CreateSandboxJSONReques
 }
 
 // DestroySandbox Kill everything in the sandbox and remove its machine; its workspace session is kept.
+//
+// On a clustered node, a lost sandbox (or one whose node is dead) is removed from the cluster's record; another live node's is refused (503, naming it).
 //
 // Corresponds with DELETE /v1/sandboxes/{id} (the `DestroySandbox` operationId).
 func (c *Client) DestroySandbox(ctx context.Context, id SandboxID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7617,6 +7636,8 @@ type ClientWithResponsesInterface interface {
 
 	// ListSandboxesWithResponse List the sandboxes, oldest first.
 	//
+	// On a clustered node, every node's sandboxes, each with its node; operations on another node's sandbox answer 503 naming that node and its address.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/sandboxes (the `ListSandboxes` operationId).
@@ -7637,6 +7658,8 @@ type ClientWithResponsesInterface interface {
 	CreateSandboxWithResponse(ctx context.Context, body CreateSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSandboxResponse, error)
 
 	// DestroySandboxWithResponse Kill everything in the sandbox and remove its machine; its workspace session is kept.
+	//
+	// On a clustered node, a lost sandbox (or one whose node is dead) is removed from the cluster's record; another live node's is refused (503, naming it).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -12266,6 +12289,8 @@ func (c *ClientWithResponses) GetPricesWithResponse(ctx context.Context, reqEdit
 
 // ListSandboxesWithResponse List the sandboxes, oldest first.
 //
+// On a clustered node, every node's sandboxes, each with its node; operations on another node's sandbox answer 503 naming that node and its address.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/sandboxes (the `ListSandboxes` operationId).
@@ -12304,6 +12329,8 @@ func (c *ClientWithResponses) CreateSandboxWithResponse(ctx context.Context, bod
 }
 
 // DestroySandboxWithResponse Kill everything in the sandbox and remove its machine; its workspace session is kept.
+//
+// On a clustered node, a lost sandbox (or one whose node is dead) is removed from the cluster's record; another live node's is refused (503, naming it).
 //
 // Returns a wrapper object for the known response body format(s).
 //

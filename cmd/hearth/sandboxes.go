@@ -9,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -365,9 +366,15 @@ func listSandboxes(inv *env, asJSON bool) error {
 	}
 	sort.SliceStable(list, func(i, j int) bool { return list[i].Created.Before(list[j].Created) })
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	clustered := slices.ContainsFunc(list, func(s client.Sandbox) bool { return s.Node != "" })
+	node := func(s client.Sandbox) string { return "" }
+	if clustered {
+		fmt.Fprint(tw, "NODE\t")
+		node = func(s client.Sandbox) string { return s.Node + "\t" }
+	}
 	fmt.Fprintln(tw, "ID\tIMAGE\tSESSION\tSTATUS\tCPUS\tCPU-TIME\tMEM\tDISK\tCREATED")
 	for _, s := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Id, s.Image, dash(s.Session), status(s), cpus(s.Cpus),
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", node(s), s.Id, s.Image, dash(s.Session), status(s), cpus(s.Cpus),
 			cpuTime(s.Usage), memory(s), disk(s), humanize.Time(s.Created))
 	}
 	return tw.Flush()

@@ -10,7 +10,8 @@ export function mount(el) {
   return poll(async () => {
     try {
       const list = await get('/v1/sandboxes');
-      const ports = await Promise.all(list.map((s) => get(`/v1/sandboxes/${encodeURIComponent(s.id)}/ports`).catch(() => [])));
+      // Another cluster node's sandbox (no driver here) has its ports on that node.
+      const ports = await Promise.all(list.map((s) => (s.driver ? get(`/v1/sandboxes/${encodeURIComponent(s.id)}/ports`).catch(() => []) : [])));
       show(body, list, ports);
     } catch (e) {
       replace(body, errorBox(e));
@@ -28,7 +29,7 @@ function show(el, list, ports) {
     h('tbody', {}, list.map((s, i) => {
       const u = s.usage;
       return h('tr', { dataset: { id: s.id } },
-        h('td', {}, s.id),
+        h('td', {}, s.id, s.node ? h('div', { class: 'muted small' }, `on ${s.node}`) : null),
         h('td', {}, s.image),
         h('td', {}, badge(s.auto_paused ? 'paused' : s.status), s.auto_paused ? h('div', { class: 'muted small' }, 'idle') : null),
         h('td', {}, s.driver),
