@@ -76,6 +76,11 @@ func startAgentDaemon(t testing.TB, script modeltest.Config, edit func(*Config))
 	return &agentEnv{d: d, c: c, cfg: cfg, model: model}
 }
 
+// bashTurn is a turn that runs command with Claude Code's Bash tool. A
+// command that is only a long sleep ("sleep 30") is refused by the CLI
+// at once, with a hint to run it in the background: a test that needs
+// the agent to stay in its tool call sleeps after another command
+// ("echo busy; sleep 30").
 func bashTurn(command string, usage modeltest.Usage) modeltest.Turn {
 	return modeltest.Turn{Blocks: []modeltest.Block{modeltest.ToolUse("Bash", map[string]string{"command": command, "description": "step"})}, Usage: usage}
 }

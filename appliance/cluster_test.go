@@ -234,7 +234,7 @@ func waitExecution(t *testing.T, st *store.Store, id string, within time.Duratio
 // cleans up what it left and joins again.
 func TestClusterKilledNode(t *testing.T) {
 	script := modeltest.Config{PerConversation: true, Turns: []modeltest.Turn{
-		bashTurn("sleep 12", modeltest.Usage{InputTokens: 2000, OutputTokens: 50}),
+		bashTurn("echo busy; sleep 12", modeltest.Usage{InputTokens: 2000, OutputTokens: 50}),
 		textTurn("done"),
 	}}
 	envs, _ := clusterDaemons(t, script, map[string]int{"node-a": 1})
@@ -392,7 +392,7 @@ func TestClusterImageElsewhere(t *testing.T) {
 // never runs.
 func TestClusterCancelElsewhere(t *testing.T) {
 	script := modeltest.Config{PerConversation: true, Turns: []modeltest.Turn{
-		bashTurn("sleep 30", modeltest.Usage{InputTokens: 2000, OutputTokens: 50}),
+		bashTurn("echo busy; sleep 30", modeltest.Usage{InputTokens: 2000, OutputTokens: 50}),
 		textTurn("done"),
 	}}
 	envs, _ := clusterDaemons(t, script, map[string]int{"node-a": 1, "node-b": 1})
@@ -476,7 +476,7 @@ func unmountUnder(dir string) {
 // joins again and runs tasks.
 func TestClusterFencedRejoins(t *testing.T) {
 	script := modeltest.Config{PerConversation: true, Turns: []modeltest.Turn{
-		bashTurn("sleep 30", modeltest.Usage{InputTokens: 2000, OutputTokens: 50}),
+		bashTurn("echo busy; sleep 30", modeltest.Usage{InputTokens: 2000, OutputTokens: 50}),
 		textTurn("done"),
 	}}
 	envs, dbURL := clusterDaemons(t, script, map[string]int{"node-a": 1})

@@ -32,7 +32,7 @@ func TestCompletion(t *testing.T) {
 		words []string
 		want  string
 	}{
-		{[]string{""}, "agents claims completion credits doctor help images mcp prices sandboxes schedules up version workspace"},
+		{[]string{""}, "agents claims cluster completion credits doctor help images mcp prices sandboxes schedules up version workspace"},
 		{[]string{"ag"}, "agents"},
 		{[]string{"agents", "r"}, "reload resume retry rewind run"},
 		{[]string{"agents", "run", "analyst", "--b"}, "--budget"},
