@@ -6,7 +6,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,4 +56,32 @@ func TestHostileGuestNeverAnswers(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Exec hangs on an agent that never answers, past its context")
 	}
+}
+
+// TestExecEndsWhenHostGivesUp: when the host's call ends (its context),
+// the agent ends the process, not leaving it to run to its end.
+func TestExecEndsWhenHostGivesUp(t *testing.T) {
+	c := pair(t, ServerOptions{})
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := c.Exec(ctx, ExecRequest{Argv: []string{"sh", "-c", "echo $$ > " + pidFile + "; exec sleep 30"}}, nil, io.Discard, io.Discard)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Exec past its context = %v, want the context's deadline error", err)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if syscall.Kill(pid, 0) != nil {
+			return
+		}
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	t.Errorf("the process (pid %d) still runs 10 s after the host gave up", pid)
 }
