@@ -171,7 +171,7 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 // Process is a running exec.
 type Process struct {
 	PID  int
-	ctx  context.Context // the Start call's: when it ends, so does Wait
+	ctx  context.Context // the Start call's (nil: none); when it ends, so does Wait
 	resp *http.Response
 	out  io.Writer
 	errw io.Writer
@@ -249,8 +249,8 @@ func (p *Process) Wait() (ExitStatus, error) {
 	for {
 		kind, payload, err := readFrame(p.resp.Body)
 		if err != nil {
-			if cerr := p.ctx.Err(); cerr != nil {
-				err = cerr // the stream was cut because the call's context ended
+			if p.ctx != nil && p.ctx.Err() != nil {
+				err = p.ctx.Err() // the stream was cut because the call's context ended
 			}
 			return ExitStatus{Code: -1}, fmt.Errorf("guest exec pid %d: output ended without an exit status: %w", p.PID, err)
 		}
