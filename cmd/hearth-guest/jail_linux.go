@@ -75,9 +75,9 @@ func rights(oob []byte) ([]int, error) {
 }
 
 // awaitJailClaim tells the host the prepared jail is ready and waits for
-// its claim; a host that goes away (EOF) ends the agent.
+// its claim; a host that goes away (EOF) ends the agent. The caller
+// answers the claim (answerJailClaim) once it serves.
 func awaitJailClaim(fd int) (JailClaim, error) {
-	defer unix.Close(fd)
 	var c JailClaim
 	if _, err := unix.Write(fd, []byte{1}); err != nil {
 		return c, fmt.Errorf("tell the host the jail is ready: %w", err)
@@ -91,6 +91,16 @@ func awaitJailClaim(fd int) (JailClaim, error) {
 		return c, fmt.Errorf("jail claim: %w", err)
 	}
 	return c, nil
+}
+
+// answerJailClaim tells the host the claim is taken and the agent about
+// to accept on its listener: the host connects without a health check.
+// A host that did not wait for the answer (one from before it, which
+// closed the socket after its claim) makes the write fail: the agent
+// serves all the same, as that host expects.
+func answerJailClaim(fd int) {
+	unix.Write(fd, []byte{1})
+	unix.Close(fd)
 }
 
 func btoi(b bool) int {

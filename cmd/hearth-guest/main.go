@@ -173,6 +173,7 @@ func run(args []string) error {
 		if err := writeHosts(c.Hostname); err != nil {
 			return err
 		}
+		answerJailClaim(*jailFD)
 	} else {
 		if *hostname != "" && os.Getpid() == 1 {
 			if err := syscall.Sethostname([]byte(*hostname)); err != nil {

@@ -48,7 +48,7 @@ func NewClient(conn io.ReadWriteCloser) (*Client, error) {
 	}
 	c := &Client{sess: sess, services: map[string]Dialer{}, closed: make(chan struct{})}
 	tr := &http.Transport{
-		DialContext:        func(ctx context.Context, _, _ string) (net.Conn, error) { return sess.Open() },
+		DialContext:        func(ctx context.Context, _, _ string) (net.Conn, error) { return openStream(sess) },
 		DisableCompression: true,
 		MaxIdleConns:       16,
 	}
@@ -56,6 +56,29 @@ func NewClient(conn io.ReadWriteCloser) (*Client, error) {
 	c.wg.Add(1)
 	go c.acceptForwards()
 	return c, nil
+}
+
+// streamConn is a yamux stream whose Close also ends a Read in progress.
+// A yamux Close is only a half-close: a Read waits on for the agent's
+// bytes, so when a call's context ended (http.Transport closes the
+// connection then) a reader would wait for as long as the agent keeps the
+// stream open: forever for a hostile agent, or while a process left in the
+// background holds its output open (TestHostileGuestNeverAnswers).
+type streamConn struct{ *yamux.Stream }
+
+func openStream(sess *yamux.Session) (net.Conn, error) {
+	st, err := sess.OpenStream()
+	if err != nil {
+		return nil, err
+	}
+	return streamConn{st}, nil
+}
+
+// Close half-closes the stream (the agent sees the end and stops the
+// call's process) and fails any Read, now or later.
+func (s streamConn) Close() error {
+	s.Stream.SetReadDeadline(time.Now())
+	return s.Stream.Close()
 }
 
 // Open starts a session over conn, the byte stream to a machine's agent,
@@ -148,6 +171,7 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 // Process is a running exec.
 type Process struct {
 	PID  int
+	ctx  context.Context // the Start call's (nil: none); when it ends, so does Wait
 	resp *http.Response
 	out  io.Writer
 	errw io.Writer
@@ -182,6 +206,7 @@ func (c *Client) Start(ctx context.Context, req ExecRequest, stdin io.Reader, st
 	if err != nil {
 		return nil, fmt.Errorf("guest exec %s: %w", req.Argv[0], err)
 	}
+	p.ctx = ctx
 	return p, nil
 }
 
@@ -224,6 +249,9 @@ func (p *Process) Wait() (ExitStatus, error) {
 	for {
 		kind, payload, err := readFrame(p.resp.Body)
 		if err != nil {
+			if p.ctx != nil && p.ctx.Err() != nil {
+				err = p.ctx.Err() // the stream was cut because the call's context ended
+			}
 			return ExitStatus{Code: -1}, fmt.Errorf("guest exec pid %d: output ended without an exit status: %w", p.PID, err)
 		}
 		switch kind {

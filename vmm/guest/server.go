@@ -167,6 +167,10 @@ func reply(w http.ResponseWriter, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
+// maxExecBodyRest bounds what is read after an exec's line when it has no
+// stdin: the host sends nothing more.
+const maxExecBodyRest = 4096
+
 // exec runs a process and streams its output as frames while it runs.
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	body := bufio.NewReader(r.Body)
@@ -182,6 +186,12 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	if req.Stdin {
 		// stdin keeps arriving on the body while output streams back.
 		http.NewResponseController(w).EnableFullDuplex()
+	} else {
+		// The body ends right after the line. Reading its end arms the
+		// server's watch for the host hanging up, which ends r.Context()
+		// and so the process (TestExecEndsWhenHostGivesUp): unread, a
+		// host that gave up left the process running to its end.
+		io.Copy(io.Discard, io.LimitReader(body, maxExecBodyRest))
 	}
 	w.Header().Set("Connection", "close") // one stream per exec: yamux streams are cheap
 	w.Header().Set("Content-Type", "application/octet-stream")

@@ -96,6 +96,22 @@ func (m *machine) agentExited(p *agentProc, err error) {
 }
 
 // connect dials the agent's socket until it answers a health check.
+// dial connects to an agent known to serve (it answered its claim):
+// no health round trip; if it ended since, the first call fails.
+func (m *machine) dial() error {
+	conn, err := net.Dial("unix", filepath.Join(m.dir, "agent.sock"))
+	if err != nil {
+		return fmt.Errorf("connect to the claimed agent: %w", err)
+	}
+	gc, err := guest.NewClient(conn)
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("connect to the claimed agent: %w", err)
+	}
+	m.gc.Store(gc)
+	return nil
+}
+
 func (m *machine) connect(ctx context.Context) error {
 	sock := filepath.Join(m.dir, "agent.sock")
 	p := m.agent()

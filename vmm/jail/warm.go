@@ -285,12 +285,33 @@ func (m *machine) claim(ctx context.Context, ctrl *os.File, cgroupName string) e
 		return err
 	}
 	c, _ := json.Marshal(jailClaim{Hostname: hostname, UID: m.spec.UID, GID: m.spec.GID})
-	_, err := ctrl.Write(c)
-	ctrl.Close()
-	if err != nil {
+	defer ctrl.Close()
+	if _, err := ctrl.Write(c); err != nil {
 		return fmt.Errorf("send the claim: %w", err)
 	}
-	return m.connect(ctx)
+	// The agent answers the claim once it has taken it and serves: that
+	// answer, not a health request over the session, says it is ready,
+	// one round trip through the agent fewer before the first exec.
+	if err := claimAnswer(ctx, ctrl); err != nil {
+		return err
+	}
+	return m.dial()
+}
+
+// claimAnswer reads the agent's byte saying it took its claim, within
+// 10 s or ctx. An agent that ended first closed the socket: EOF.
+func claimAnswer(ctx context.Context, ctrl *os.File) error {
+	ctrl.SetReadDeadline(time.Now().Add(10 * time.Second))
+	stop := context.AfterFunc(ctx, func() { ctrl.SetReadDeadline(time.Now()) })
+	defer stop()
+	b := make([]byte, 1)
+	if _, err := ctrl.Read(b); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("the prepared agent did not take its claim: %w", err)
+	}
+	return nil
 }
 
 // setHostname sets the hostname of the jail whose agent is pid, from a

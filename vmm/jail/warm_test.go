@@ -77,7 +77,10 @@ func TestHostileWarmJailSeesNoTrace(t *testing.T) {
 	d := warmDriver(t, 1)
 	root := busyboxRoot(t)
 	a := warmCreate(t, d, vmm.Spec{ID: "first", RootFS: root, UID: 1000, GID: 1000, Disk: 64 << 20})
-	vmmtest.Sh(t, a, "echo secret > /home/agent/left; echo secret > /tmp/left; (sleep 600 &) ; true")
+	// The sleep must not hold the exec's output open, or the exec lasts
+	// until its 30 s limit (and, before the guest client cut its stream
+	// on a context's end, could hang there).
+	vmmtest.Sh(t, a, "echo secret > /home/agent/left; echo secret > /tmp/left; (sleep 600 >/dev/null 2>&1 &) ; true")
 	b := warmCreate(t, d, vmm.Spec{ID: "second", RootFS: root, UID: 1000, GID: 1000, Disk: 64 << 20, Memory: 48 << 20, Pids: 16})
 	checks := []struct{ name, script, want string }{
 		{"no file of the other", "cat /home/agent/left /tmp/left 2>/dev/null; echo end", "end\n"},
