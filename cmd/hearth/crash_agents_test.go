@@ -17,6 +17,7 @@ import (
 	"hearth/agents/modeltest"
 	"hearth/appliance/appliancetest"
 	"hearth/client"
+	"hearth/internal/leftovers"
 )
 
 // TestCrashDaemonKilledMidAgent kills the daemon with SIGKILL while an
@@ -87,7 +88,7 @@ func TestCrashDaemonKilledMidAgent(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(e.cfg.StateDir, "jail", "machines", id)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the execution's machine after the restart: %v, want it destroyed", err)
 	}
-	if left := processesOf(e.agent); len(left) > 0 {
+	if left := leftovers.Processes(e.agent); len(left) > 0 {
 		t.Errorf("guest agents still running after the restart: %v", left)
 	}
 	e.stop()

@@ -18,6 +18,7 @@ import (
 	"hearth/appliance"
 	"hearth/appliance/appliancetest"
 	"hearth/client"
+	"hearth/internal/leftovers"
 )
 
 // These tests run the real hearth binary as a daemon, kill it with
@@ -145,7 +146,7 @@ func (e *crashEnv) stop() {
 		b, _ := os.ReadFile(e.log)
 		e.t.Errorf("hearth up after SIGTERM: %v, want exit status 0; its log:\n%s", st, b)
 	}
-	if left := mountsUnder(e.dir); len(left) > 0 {
+	if left := leftovers.Mounts(e.dir); len(left) > 0 {
 		e.t.Errorf("mounts left after the daemon stopped: %q (want none: the workspace %s and the views under %s unmounted)",
 			left, e.cfg.Workspace.Mount, filepath.Join(e.cfg.StateDir, "views"))
 	}
@@ -249,86 +250,20 @@ func (e *crashEnv) cleanup() {
 		syscall.Kill(-e.daemon.Process.Pid, syscall.SIGKILL)
 		<-e.done
 	}
-	for _, pid := range processesOf(e.agent) {
+	for _, pid := range leftovers.Processes(e.agent) {
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for len(processesOf(e.agent)) > 0 && time.Now().Before(deadline) {
+	for len(leftovers.Processes(e.agent)) > 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	left := mountsUnder(e.dir)
+	left := leftovers.Mounts(e.dir)
 	for i := len(left) - 1; i >= 0; i-- {
 		syscall.Unmount(left[i], syscall.MNT_DETACH)
 	}
 	machines, _ := os.ReadDir(filepath.Join(e.cfg.StateDir, "jail", "machines"))
 	for _, m := range machines {
-		removeCgroups(m.Name())
-	}
-}
-
-// processesOf lists the processes running the executable exe.
-func processesOf(exe string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, ent := range ents {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil {
-			continue
-		}
-		if p, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && strings.TrimSuffix(p, " (deleted)") == exe {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
-// mountsUnder lists the mount points of this mount namespace at or under
-// dir, in the order they were mounted.
-func mountsUnder(dir string) []string {
-	b, _ := os.ReadFile("/proc/self/mountinfo")
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	return out
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for a space) of
-// /proc/self/mountinfo.
-func unescapeMountinfo(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// removeCgroups removes the jail driver's cgroups of machine id, on cgroup
-// v2 or v1, once their processes are gone.
-func removeCgroups(id string) {
-	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", "hearth", id))
-	dirs = append(dirs, filepath.Join("/sys/fs/cgroup", "hearth", id))
-	for _, d := range dirs {
-		for i := 0; i < 50; i++ {
-			if err := os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		leftovers.RemoveCgroups(m.Name())
 	}
 }
 
@@ -422,7 +357,7 @@ func TestCrashDaemonKilledMidExec(t *testing.T) {
 		t.Errorf("sandbox %s still listed after destroy", id)
 	}
 	e.stop()
-	if left := processesOf(e.agent); len(left) > 0 {
+	if left := leftovers.Processes(e.agent); len(left) > 0 {
 		t.Errorf("agent processes left after destroy: %v", left)
 	}
 }
@@ -439,7 +374,7 @@ func TestCrashMachineGoneWhileDaemonDown(t *testing.T) {
 	e.crash()
 	syscall.Kill(pid, syscall.SIGKILL)
 	deadline := time.Now().Add(hangLimit)
-	for len(processesOf(e.agent)) > 0 {
+	for len(leftovers.Processes(e.agent)) > 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("agent %d still running %v after SIGKILL", pid, hangLimit)
 		}

@@ -33,7 +33,7 @@ func TestImportRules(t *testing.T) {
 		t.Fatalf("go list: %v", err)
 	}
 	generated := "hearth/appliance/api"
-	helpers := map[string]bool{"hearth/appliance/appliancetest": true, "hearth/vmm/vmmtest": true, "hearth/agents/modeltest": true, "hearth/scheduler/storetest": true, "hearth/internal/pgtest": true, "hearth/internal/netnstest": true}
+	helpers := map[string]bool{"hearth/appliance/appliancetest": true, "hearth/vmm/vmmtest": true, "hearth/agents/modeltest": true, "hearth/scheduler/storetest": true, "hearth/internal/pgtest": true, "hearth/internal/netnstest": true, "hearth/internal/leftovers": true}
 	scripted := "hearth/agents/scriptedmodel"
 	scriptedUsers := map[string]bool{"hearth/cmd/hearth-scripted-model": true, "hearth/agents/modeltest": true}
 	// The client (hearth/client) links the generated API and nothing else

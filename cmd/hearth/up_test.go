@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"hearth/internal/leftovers"
 	"hearth/vmm/qemu"
 )
 
@@ -84,7 +85,7 @@ func TestUpInterruptedDuringStart(t *testing.T) {
 	if code := cmd.ProcessState.ExitCode(); code != 0 && !strings.Contains(log, "start cancelled: context canceled") {
 		t.Errorf("hearth up exited %d after SIGINT during its start, without saying the start was cancelled:\n%s", code, log)
 	}
-	if left := mountsUnder(e.dir); len(left) > 0 {
+	if left := leftovers.Mounts(e.dir); len(left) > 0 {
 		t.Errorf("mounts left after hearth up stopped: %q", left)
 	}
 	if _, err := os.Lstat(e.cfg.SocketPath()); err == nil {

@@ -3,12 +3,10 @@ package threehost
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +19,7 @@ import (
 	"hearth/appliance/appliancetest"
 	"hearth/client"
 	"hearth/fs/remote"
+	"hearth/internal/leftovers"
 	"hearth/internal/netnstest"
 	"hearth/internal/pgtest"
 )
@@ -387,14 +386,14 @@ func (c *cluster) cleanup() {
 		}
 	}
 	killProcessesOf(c.agent)
-	left := mountsUnder(c.dir)
+	left := leftovers.Mounts(c.dir)
 	for i := len(left) - 1; i >= 0; i-- {
 		syscall.Unmount(left[i], syscall.MNT_DETACH)
 	}
 	for _, nd := range c.nodes {
 		machines, _ := os.ReadDir(filepath.Join(nd.state, "jail", "machines"))
 		for _, m := range machines {
-			removeCgroups(m.Name())
+			leftovers.RemoveCgroups(m.Name())
 		}
 	}
 }
@@ -429,7 +428,7 @@ func (nd *node) mountView(ctx context.Context, session string) *remote.Mount {
 func killProcessesOf(exe string) {
 	deadline := time.Now().Add(killWait)
 	for {
-		pids := processesOf(exe)
+		pids := leftovers.Processes(exe)
 		if len(pids) == 0 || time.Now().After(deadline) {
 			return
 		}
@@ -437,52 +436,5 @@ func killProcessesOf(exe string) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func processesOf(exe string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if target, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && strings.TrimSuffix(target, " (deleted)") == exe {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
-// mountsUnder lists the mount points under dir, outermost first.
-func mountsUnder(dir string) []string {
-	b, _ := os.ReadFile("/proc/self/mountinfo")
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := strings.ReplaceAll(f[4], `\040`, " ")
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	return out
-}
-
-// removeCgroups removes a jail machine's cgroups (v1 controllers and
-// the v2 tree), which a killed daemon leaves behind.
-func removeCgroups(id string) {
-	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", "hearth", id))
-	dirs = append(dirs, filepath.Join("/sys/fs/cgroup", "hearth", id))
-	for _, d := range dirs {
-		for i := 0; i < 50; i++ {
-			if err := os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
 	}
 }
