@@ -246,14 +246,7 @@ func TestClusterKilledNode(t *testing.T) {
 	if _, err := a.c.AddCredits(ctx, 10, "cluster budget"); err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
-	for i := range 2 {
-		e, err := a.c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: fmt.Sprintf("task %d", i), Limits: Limits{Usd: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, e.Id)
-	}
+	ids := startTasks(t, a.c, 2)
 	st := a.d.agents.store
 	onNode := map[string]string{}
 	for _, id := range ids {
@@ -401,14 +394,7 @@ func TestClusterCancelElsewhere(t *testing.T) {
 	if _, err := a.c.AddCredits(ctx, 10, "budget"); err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
-	for i := range 3 {
-		e, err := a.c.Delegate(ctx, DelegateRequest{Agent: "analyst", Prompt: fmt.Sprintf("task %d", i), Limits: Limits{Usd: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, e.Id)
-	}
+	ids := startTasks(t, a.c, 3)
 	st := a.d.agents.store
 	var running []store.Execution
 	queued := ""
@@ -524,4 +510,19 @@ func TestClusterFencedRejoins(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitExecution(t, st, e2.Id, time.Minute, func(e store.Execution) bool { return e.Status == store.Running })
+}
+
+// startTasks starts n tasks of the analyst agent ($1 each) through c and
+// returns their executions' ids.
+func startTasks(t *testing.T, c *Client, n int) []string {
+	t.Helper()
+	var ids []string
+	for i := range n {
+		e, err := c.Delegate(context.Background(), DelegateRequest{Agent: "analyst", Prompt: fmt.Sprintf("task %d", i), Limits: Limits{Usd: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, e.Id)
+	}
+	return ids
 }
