@@ -20,6 +20,7 @@ import (
 	"hearth/agents/store"
 	"hearth/internal/duration"
 	"hearth/internal/ids"
+	"hearth/internal/tomlerr"
 )
 
 // Definition is an agent: what it runs, how it is told its task, and what
@@ -227,7 +228,7 @@ func LoadDefinition(file string) (*Definition, error) {
 	if err != nil {
 		var perr toml.ParseError
 		if errors.As(err, &perr) {
-			return nil, fmt.Errorf("agent file %s: %s", file, perr.ErrorWithPosition())
+			return nil, fmt.Errorf("agent file %s: %s", file, tomlerr.Describe(perr))
 		}
 		return nil, fmt.Errorf("agent file %s: %w", file, err)
 	}

@@ -22,6 +22,7 @@ import (
 	"hearth/agents/gateway"
 	"hearth/fs"
 	"hearth/internal/duration"
+	"hearth/internal/tomlerr"
 )
 
 // Config is hearth.toml.
@@ -415,7 +416,7 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		var perr toml.ParseError
 		if errors.As(err, &perr) {
-			return cfg, fmt.Errorf("config %s: %s", path, perr.ErrorWithPosition())
+			return cfg, fmt.Errorf("config %s: %s", path, tomlerr.Describe(perr))
 		}
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}

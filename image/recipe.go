@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"hearth/internal/tomlerr"
 )
 
 // Recipe says how to build one image. Parse and Load fill it and check it;
@@ -113,7 +115,7 @@ func Parse(file string, data []byte, src fs.FS) (*Recipe, error) {
 	if err != nil {
 		var perr toml.ParseError
 		if errors.As(err, &perr) {
-			return nil, fmt.Errorf("recipe %s: %s", file, withPosition(perr))
+			return nil, fmt.Errorf("recipe %s: %s", file, tomlerr.Describe(perr))
 		}
 		return nil, fmt.Errorf("recipe %s: %w", file, err)
 	}
@@ -128,18 +130,6 @@ func Parse(file string, data []byte, src fs.FS) (*Recipe, error) {
 		return nil, fmt.Errorf("recipe %s: %w", file, err)
 	}
 	return r, nil
-}
-
-// withPosition is the error with the line it is on, or without when the
-// TOML library cannot say: its ErrorWithPosition panics on some inputs
-// (a lone `"\` indexes a line before the first).
-func withPosition(perr toml.ParseError) (msg string) {
-	defer func() {
-		if recover() != nil {
-			msg = perr.Error()
-		}
-	}()
-	return perr.ErrorWithPosition()
 }
 
 func (r *Recipe) validate() error {
