@@ -65,6 +65,18 @@ func (m *sandboxManager) rows(node string) ([]cluster.Sandbox, map[string]bool) 
 	return out, recorded
 }
 
+// withMember runs fn with this node's membership and ctx bounded by
+// clusterTimeout: every read or write of the cluster's sandbox record.
+func (c *clusterNode) withMember(ctx context.Context, fn func(context.Context, *cluster.Member) error) error {
+	mem, err := c.current()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, clusterTimeout)
+	defer cancel()
+	return fn(ctx, mem)
+}
+
 // checkClusterID refuses, before a create boots anything, an id another
 // node's sandbox has.
 func (m *sandboxManager) checkClusterID(ctx context.Context, id string) error {
@@ -72,13 +84,11 @@ func (m *sandboxManager) checkClusterID(ctx context.Context, id string) error {
 	if c == nil {
 		return nil
 	}
-	mem, err := c.current()
-	if err != nil {
+	var s cluster.SandboxStatus
+	err := c.withMember(ctx, func(ctx context.Context, mem *cluster.Member) (err error) {
+		s, err = mem.Sandbox(ctx, id)
 		return err
-	}
-	cctx, cancel := context.WithTimeout(ctx, clusterTimeout)
-	defer cancel()
-	s, err := mem.Sandbox(cctx, id)
+	})
 	switch {
 	case errors.Is(err, cluster.ErrSandboxNotFound):
 		return nil
@@ -97,15 +107,12 @@ func (m *sandboxManager) recordCreated(ctx context.Context, s *sandbox) error {
 	m.syncMu.Lock()
 	defer m.syncMu.Unlock()
 	if c := m.clustered(); c != nil {
-		mem, err := c.current()
-		if err == nil {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), clusterTimeout)
-			s.mu.Lock()
-			r := row(s)
-			s.mu.Unlock()
-			err = mem.PutSandbox(cctx, r)
-			cancel()
-		}
+		s.mu.Lock()
+		r := row(s)
+		s.mu.Unlock()
+		err := c.withMember(context.WithoutCancel(ctx), func(ctx context.Context, mem *cluster.Member) error {
+			return mem.PutSandbox(ctx, r)
+		})
 		if errors.Is(err, cluster.ErrSandboxTaken) {
 			return conflictf("sandbox %s already exists on another node of the cluster: pick another id", s.rec.ID)
 		}
@@ -126,12 +133,9 @@ func (m *sandboxManager) forgetDestroyed(ctx context.Context, id string) {
 	if c == nil {
 		return
 	}
-	mem, err := c.current()
-	if err == nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), clusterTimeout)
-		err = mem.ForgetSandbox(cctx, id)
-		cancel()
-	}
+	err := c.withMember(context.WithoutCancel(ctx), func(ctx context.Context, mem *cluster.Member) error {
+		return mem.ForgetSandbox(ctx, id)
+	})
 	if err != nil {
 		m.log.Warn("sandbox: forget it in the cluster (the next sync does)", "id", id, "err", err)
 	}
@@ -145,14 +149,16 @@ func (m *sandboxManager) elsewhere(id string) error {
 	if c == nil {
 		return nil
 	}
-	mem, err := c.current()
+	var s cluster.SandboxStatus
+	var read error
+	err := c.withMember(context.Background(), func(ctx context.Context, mem *cluster.Member) error {
+		s, read = mem.Sandbox(ctx, id)
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
-	defer cancel()
-	s, err := mem.Sandbox(ctx, id)
-	switch {
+	switch err := read; {
 	case errors.Is(err, cluster.ErrSandboxNotFound):
 		return nil
 	case err != nil:
@@ -183,14 +189,16 @@ func (m *sandboxManager) removeRecorded(ctx context.Context, id string) error {
 	if c == nil {
 		return notFoundf("no sandbox %s: list them with `hearth sandboxes ls`", id)
 	}
-	mem, err := c.current()
+	var s cluster.SandboxStatus
+	var removed error
+	err := c.withMember(ctx, func(ctx context.Context, mem *cluster.Member) error {
+		s, removed = mem.RemoveSandbox(ctx, id)
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, clusterTimeout)
-	defer cancel()
-	s, err := mem.RemoveSandbox(cctx, id)
-	switch {
+	switch err := removed; {
 	case errors.Is(err, cluster.ErrSandboxNotFound):
 		return notFoundf("no sandbox %s in the cluster: list them with `hearth sandboxes ls`", id)
 	case errors.Is(err, cluster.ErrSandboxLive):
@@ -211,14 +219,15 @@ func (m *sandboxManager) ListCluster(ctx context.Context) ([]SandboxInfo, error)
 	if c == nil {
 		return local, nil
 	}
-	mem, err := c.current()
-	if err != nil {
+	var rows []cluster.SandboxStatus
+	var listed error
+	if err := c.withMember(ctx, func(ctx context.Context, mem *cluster.Member) error {
+		rows, listed = mem.Sandboxes(ctx)
+		return nil
+	}); err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, clusterTimeout)
-	defer cancel()
-	rows, err := mem.Sandboxes(cctx)
-	if err != nil {
+	if err := listed; err != nil {
 		return nil, unavailablef("list the cluster's sandboxes: %v", err)
 	}
 	here := map[string]bool{}
