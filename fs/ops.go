@@ -375,7 +375,27 @@ func (s *Store) setattr(origin *View, sess *session, ino uint64, ch attrChange) 
 		}
 	}
 	s.changedInode(origin, sess, ino)
+	if c.isDir() && searchable(n) && !searchable(c) {
+		s.changedSearch(sess, ino, c)
+	}
 	return c, 0
+}
+
+// changedSearch tells every view, the one that made the change too, to
+// drop the cached entries of directory ino, which not everyone may search
+// any more: the kernel checks no search permission on an entry it has
+// (see perm.go). Cost: one notice per entry and view.
+func (s *Store) changedSearch(sess *session, ino uint64, d *node) {
+	if d.entries == nil {
+		return
+	}
+	for _, v := range s.views {
+		it := d.entries.Iterator()
+		for !it.Done() {
+			name, _, _ := it.Next()
+			v.enqueue(notice{sess: sess, gen: sess.gen, ino: ino, name: name})
+		}
+	}
 }
 
 // ownBlob makes sure ino has a blob of its own that no snapshot or other

@@ -58,9 +58,10 @@ func (m IDShift) in(id uint32) uint32 {
 	return id
 }
 
-// cacheTTL is how long the kernel may trust an entry or attributes without
-// asking again. Changes made through another view or the Go API are pushed
-// to every view as invalidations, so this only bounds how late a change
+// cacheTTL is how long the kernel may trust attributes (and an entry in a
+// directory not everyone may search, or an absent name) without asking
+// again. Changes made through another view or the Go API are pushed to
+// every view as invalidations, so this only bounds how late a change
 // nobody announced (a passthrough write still in progress) is seen.
 const cacheTTL = time.Second
 
@@ -82,6 +83,8 @@ type View struct {
 	handles map[uint64]*handle
 	nextFh  uint64
 	noPass  bool // the kernel refused passthrough once: stop asking
+
+	protectedLinks bool // fs.protected_hardlinks, applied by mayLink
 
 	lastLookup atomic.Int64 // unix ns of the last name resolved (LastLookup)
 
@@ -173,14 +176,15 @@ func (s *Store) Mount(dir string, opts ViewOptions) (*View, error) {
 	}
 	v := &View{RawFileSystem: fuse.NewDefaultRawFileSystem(), s: s, opts: opts, dir: dir,
 		nodes: map[uint64]*kref{}, ids: map[nodeKey]uint64{}, nextID: 2, handles: map[uint64]*handle{},
-		nextFh: 1, qsignal: make(chan struct{}, 1), done: make(chan struct{}), mounted: time.Now()}
+		nextFh: 1, qsignal: make(chan struct{}, 1), done: make(chan struct{}), mounted: time.Now(),
+		protectedLinks: protectedHardlinks()}
 	name := "hearth-workspace"
 	mo := &fuse.MountOptions{
-		DirectMount:          true,
-		AllowOther:           !opts.Host || opts.AllowOther,
-		FsName:               name,
-		Name:                 "hearth",
-		Options:              []string{"default_permissions"},
+		DirectMount: true,
+		AllowOther:  !opts.Host || opts.AllowOther,
+		FsName:      name,
+		Name:        "hearth",
+		// No default_permissions: the view checks permissions (perm.go).
 		MaxWrite:             1 << 20,
 		DisableReadDirPlus:   true,
 		EnableSymlinkCaching: true,
@@ -563,18 +567,23 @@ func ptrTime(ns int64) *time.Time {
 	return &t
 }
 
-func setTTL(out *fuse.EntryOut) {
-	out.SetEntryTimeout(cacheTTL)
-	out.SetAttrTimeout(cacheTTL)
-}
-
-// entry fills out for ino, found as name in dir of sess, and counts a
-// kernel lookup.
+// entry fills out for ino, found as name in dir of sess (0: the session
+// directory itself, in the mount's root), and counts a kernel lookup.
 func (v *View) entry(out *fuse.EntryOut, sess *session, dir uint64, name string, ino uint64, n *node) {
 	id := v.nodeID(nodeKey{sess, sess.gen, ino}, dir, name)
 	out.NodeId = id
 	v.fillAttr(&out.Attr, id, sess, ino, n)
-	setTTL(out)
+	out.SetAttrTimeout(cacheTTL)
+	out.SetEntryTimeout(v.entryTimeout(sess, dir))
+}
+
+// entryTimeout is how long the kernel may keep an entry of dir (see
+// perm.go): long where everyone may search dir, else not at all.
+func (v *View) entryTimeout(sess *session, dir uint64) time.Duration {
+	if dir == 0 || searchable(sess.t.get(dir)) {
+		return entryTTL
+	}
+	return 0
 }
 
 func (v *View) rootAttr(out *fuse.Attr) {

@@ -22,6 +22,10 @@ func (v *View) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, ou
 	if errno != 0 {
 		return st(errno)
 	}
+	if e := v.mayCreate(&in.Caller, sess, dir); e != 0 {
+		done()
+		return st(e)
+	}
 	mode := syscall.S_IFREG | (in.Mode &^ in.Umask & 0o7777)
 	// The file and its blob are one commit (openLocked's): a create the
 	// journal cannot take leaves no empty file behind.
@@ -49,13 +53,21 @@ func (v *View) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) 
 	if !ok {
 		return fuse.Status(syscall.ESTALE)
 	}
-	if write && in.Flags&syscall.O_TRUNC == 0 {
+	w := v.who(&in.Caller)
+	if write && in.Flags&syscall.O_TRUNC == 0 && v.mayOpen(w, k, in.Flags) == 0 {
 		v.s.copyUp(k) // the slow part of copy-on-write, without the lock
 	}
 	v.s.mu.Lock()
 	sess, errno := v.live(k)
 	if errno == 0 && write && !v.writable(sess) {
 		errno = syscall.EROFS
+	}
+	if errno == 0 {
+		if n := sess.t.get(k.ino); n == nil {
+			errno = syscall.ENOENT
+		} else {
+			errno = v.may(w, n, openMask(in.Flags))
+		}
 	}
 	if errno != 0 {
 		v.s.mu.Unlock()

@@ -63,10 +63,19 @@ func (v *View) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out
 		return st(errno)
 	}
 	defer done()
+	d := sess.t.get(dir)
+	if d == nil {
+		return fuse.ENOENT
+	}
+	if e := v.may(v.who(&h.Caller), d, mayExec); e != 0 {
+		return st(e)
+	}
 	ino, n := sess.t.lookup(dir, name)
 	if n == nil || v.hidden(sess, dir, name) {
 		out.NodeId = 0 // cache the absence; creations elsewhere invalidate it
-		out.SetEntryTimeout(cacheTTL)
+		if searchable(d) {
+			out.SetEntryTimeout(cacheTTL)
+		}
 		return fuse.ENOENT
 	}
 	v.entry(out, sess, dir, name, ino, n)
@@ -101,9 +110,14 @@ func (v *View) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.Att
 		return st(errno)
 	}
 	defer done()
+	n := sess.t.get(ino)
+	if n == nil {
+		return fuse.ENOENT
+	}
 	var ch attrChange
-	if m, ok := in.GetMode(); ok {
-		ch.mode = &m
+	ch.mode, errno = v.maySetattr(v.who(&in.Caller), n, in)
+	if errno != 0 {
+		return st(errno)
 	}
 	if u, ok := in.GetUID(); ok {
 		u = v.opts.IDs.in(u)
@@ -132,7 +146,7 @@ func (v *View) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.Att
 		}
 		ch.mtime = &m
 	}
-	n, errno := v.s.setattr(v, sess, ino, ch)
+	n, errno = v.s.setattr(v, sess, ino, ch)
 	if errno != 0 {
 		return st(errno)
 	}
@@ -151,6 +165,9 @@ func (v *View) mk(parent uint64, name string, mode uint32, c fuse.Caller, rdev u
 		return st(errno)
 	}
 	defer done()
+	if e := v.mayCreate(&c, sess, dir); e != 0 {
+		return st(e)
+	}
 	ino, n, errno := v.s.mknod(v, sess, dir, name, mode, v.opts.IDs.in(c.Uid), v.opts.IDs.in(c.Gid), rdev, target)
 	if errno != 0 {
 		return st(errno)
@@ -201,6 +218,9 @@ func (v *View) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fus
 		return st(errno)
 	}
 	defer done()
+	if e := v.mayRemove(&h.Caller, sess, dir, name); e != 0 {
+		return st(e)
+	}
 	return st(v.s.unlink(v, sess, dir, name))
 }
 
@@ -213,6 +233,9 @@ func (v *View) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse
 		return st(errno)
 	}
 	defer done()
+	if e := v.mayRemove(&h.Caller, sess, dir, name); e != 0 {
+		return st(e)
+	}
 	return st(v.s.rmdir(v, sess, dir, name))
 }
 
@@ -231,6 +254,9 @@ func (v *View) Rename(cancel <-chan struct{}, in *fuse.RenameIn, name, newName s
 	defer done()
 	if k2.sess != sess || k2.gen != sess.gen {
 		return fuse.Status(syscall.EXDEV) // sessions are separate trees
+	}
+	if e := v.mayRename(&in.Caller, sess, dir, name, k2.ino, newName, in.Flags); e != 0 {
+		return st(e)
 	}
 	return st(v.s.rename(v, sess, dir, name, k2.ino, newName, in.Flags))
 }
@@ -251,6 +277,15 @@ func (v *View) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *f
 	if src.sess != sess || src.gen != sess.gen {
 		return fuse.Status(syscall.EXDEV)
 	}
+	// As the kernel does: the hard link rule first, then the directory.
+	if sn := sess.t.get(src.ino); sn != nil {
+		if e := v.mayLink(v.who(&in.Caller), sn); e != 0 {
+			return st(e)
+		}
+	}
+	if e := v.mayCreate(&in.Caller, sess, dir); e != 0 {
+		return st(e)
+	}
 	n, errno := v.s.link(v, sess, src.ino, dir, name)
 	if errno != 0 {
 		return st(errno)
@@ -260,7 +295,25 @@ func (v *View) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *f
 }
 
 func (v *View) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status {
-	return fuse.OK // default_permissions: the kernel checks mode bits
+	if in.NodeId == fuse.FUSE_ROOT_ID {
+		if in.Mask&mayWrite != 0 && in.Uid != 0 {
+			return fuse.EACCES
+		}
+		return fuse.OK
+	}
+	sess, ino, done, errno := v.at(in.NodeId, false)
+	if errno != 0 {
+		return st(errno)
+	}
+	defer done()
+	n := sess.t.get(ino)
+	if n == nil {
+		return fuse.ENOENT
+	}
+	if in.Mask&mayWrite != 0 && !v.writable(sess) {
+		return fuse.Status(syscall.EROFS)
+	}
+	return st(v.may(v.who(&in.Caller), n, in.Mask&(mayRead|mayWrite|mayExec)))
 }
 
 func (v *View) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
@@ -293,6 +346,10 @@ func (v *View) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOu
 		if d == nil || !d.isDir() {
 			done()
 			return fuse.ENOTDIR
+		}
+		if e := v.may(v.who(&in.Caller), d, mayRead); e != 0 {
+			done()
+			return st(e)
 		}
 		// The directory node is immutable: listing it is a consistent
 		// snapshot however the directory changes meanwhile.
@@ -377,7 +434,14 @@ func (v *View) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string, d
 		return 0, st(errno)
 	}
 	defer done()
-	val, ok := sess.t.get(ino).xattrs[attr]
+	n := sess.t.get(ino)
+	if n == nil {
+		return 0, fuse.ENOENT
+	}
+	if e := v.mayXattr(v.who(&h.Caller), n, attr, mayRead); e != 0 {
+		return 0, st(e)
+	}
+	val, ok := n.xattrs[attr]
 	if !ok {
 		return 0, fuse.ENOATTR
 	}
@@ -410,14 +474,14 @@ func (v *View) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string
 	if len(data) > maxXattrSize {
 		return fuse.Status(syscall.E2BIG)
 	}
-	return v.xattr(in.NodeId, attr, data, in.Flags)
+	return v.xattr(&in.Caller, in.NodeId, attr, data, in.Flags)
 }
 
 func (v *View) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string) fuse.Status {
-	return v.xattr(h.NodeId, attr, nil, 0)
+	return v.xattr(&h.Caller, h.NodeId, attr, nil, 0)
 }
 
-func (v *View) xattr(nodeid uint64, attr string, data []byte, flags uint32) fuse.Status {
+func (v *View) xattr(c *fuse.Caller, nodeid uint64, attr string, data []byte, flags uint32) fuse.Status {
 	if nodeid == fuse.FUSE_ROOT_ID {
 		return fuse.EPERM
 	}
@@ -427,6 +491,12 @@ func (v *View) xattr(nodeid uint64, attr string, data []byte, flags uint32) fuse
 	}
 	defer done()
 	n := sess.t.get(ino)
+	if n == nil {
+		return fuse.ENOENT
+	}
+	if e := v.mayXattr(v.who(c), n, attr, mayWrite); e != 0 {
+		return st(e)
+	}
 	_, exists := n.xattrs[attr]
 	switch {
 	case data == nil && !exists:
