@@ -460,6 +460,16 @@ func (s *Store) dropFresh() {
 	}
 }
 
+// statFrom is statInto through f, a descriptor of n's blob, if not nil.
+func (s *Store) statFrom(n *node, f *os.File) {
+	var st syscall.Stat_t
+	if f == nil || syscall.Fstat(int(f.Fd()), &st) != nil {
+		s.statInto(n)
+		return
+	}
+	n.size, n.mtime = st.Size, st.Mtim.Nano()
+}
+
 // statInto sets n's size and mtime from its blob, which passthrough
 // writers change without telling the store.
 func (s *Store) statInto(n *node) {
@@ -480,13 +490,13 @@ func (s *Store) newBlob() (uint64, *os.File, error) {
 		if n <= poolLow {
 			s.wakeMaker()
 		}
-		f, err := os.OpenFile(s.blobPath(id), os.O_RDWR, 0)
+		f, err := openBlobFile(s.blobPath(id), os.O_RDWR, 0)
 		return id, f, err
 	}
 	s.wakeMaker()
 	id := s.nextBlob
 	s.nextBlob++
-	f, err := os.OpenFile(s.blobPath(id), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	f, err := openBlobFile(s.blobPath(id), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	return id, f, err
 }
 
@@ -523,7 +533,7 @@ func (s *Store) blobMaker() {
 			}
 			id := s.reserve()
 			s.mu.Unlock()
-			f, err := os.OpenFile(s.blobPath(id), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+			f, err := openBlobFile(s.blobPath(id), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 			if err != nil {
 				s.mu.Lock()
 				delete(s.reserved, id)

@@ -663,11 +663,11 @@ const recycleMax = 1 << 15
 // that rewrite a file in place), and closing it here, empty, clears the
 // mark cheaply, so the new file's close does not wait for writeback.
 func empty(p string) error {
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+	fd, err := openFd(p, os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
 		return err
 	}
-	return f.Close()
+	return closeFd(fd)
 }
 
 // recycle empties dead blobs into the pool of blobs for new files, which

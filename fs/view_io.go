@@ -152,7 +152,7 @@ func (v *View) openLocked(sess *session, ino uint64, flags uint32) (*handle, *no
 		// passthrough file, which later writers share.
 		h.f = v.s.takeFresh(h.blob)
 		if h.f == nil {
-			f, err := os.OpenFile(v.s.blobPath(h.blob), os.O_RDWR, 0)
+			f, err := openBlobFile(v.s.blobPath(h.blob), os.O_RDWR, 0)
 			if err != nil {
 				return nil, nil, errnoOf(err)
 			}
@@ -345,7 +345,11 @@ func (v *View) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 // settle records the size and mtime a writable handle left in its blob.
 // It reads them with the store locked: releases run concurrently, and a
 // size read before another handle truncated the file must not land after.
-func (v *View) settle(h *handle) bool {
+func (v *View) settle(h *handle) bool { return v.settleFrom(h, nil) }
+
+// settleFrom is settle reading the blob through f, an open descriptor of
+// it, when there is one: cheaper than finding it by name.
+func (v *View) settleFrom(h *handle, f *os.File) bool {
 	if !h.write || h.blob == 0 {
 		return false
 	}
@@ -360,7 +364,7 @@ func (v *View) settle(h *handle) bool {
 		return false
 	}
 	c := n.clone()
-	v.s.statInto(c)
+	v.s.statFrom(c, f)
 	if c.size == n.size && c.mtime == n.mtime {
 		return h.wrote.Load()
 	}
@@ -378,12 +382,13 @@ func (v *View) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 		v.mu.Unlock()
 		return
 	}
+	f := h.f // the blob's descriptor, for settle; closed after it
 	if k := v.nodes[h.nodeid]; k != nil {
 		switch h.mode {
 		case ioPass:
 			if k.bk.pass--; k.bk.pass == 0 {
 				v.srv.UnregisterBackingFd(k.bk.id)
-				k.bk.file.Close()
+				f = k.bk.file
 				k.bk = backing{cached: k.bk.cached}
 			}
 		case ioCached:
@@ -395,10 +400,13 @@ func (v *View) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 		}
 	}
 	v.mu.Unlock()
-	if h.f != nil {
+	changed := v.settleFrom(h, f)
+	if f != nil {
+		f.Close()
+	}
+	if h.f != nil && h.f != f {
 		h.f.Close()
 	}
-	changed := v.settle(h)
 	sess, n := v.s.releaseCounts(h)
 	if h.write && n != nil {
 		v.s.mu.Lock()
@@ -446,7 +454,7 @@ func (v *View) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Stat
 	f := h.f
 	if f == nil { // passthrough: the kernel holds the descriptor
 		var err error
-		if f, err = os.OpenFile(v.s.blobPath(h.blob), os.O_RDWR, 0); err != nil {
+		if f, err = openBlobFile(v.s.blobPath(h.blob), os.O_RDWR, 0); err != nil {
 			return fuse.ToStatus(err)
 		}
 		defer f.Close()
