@@ -345,16 +345,22 @@ func (v *View) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 // settle records the size and mtime a writable handle left in its blob.
 // It reads them with the store locked: releases run concurrently, and a
 // size read before another handle truncated the file must not land after.
-func (v *View) settle(h *handle) bool { return v.settleFrom(h, nil) }
-
-// settleFrom is settle reading the blob through f, an open descriptor of
-// it, when there is one: cheaper than finding it by name.
-func (v *View) settleFrom(h *handle, f *os.File) bool {
+func (v *View) settle(h *handle) bool {
 	if !h.write || h.blob == 0 {
 		return false
 	}
 	v.s.mu.Lock()
 	defer v.s.mu.Unlock()
+	return v.settleLocked(h, nil)
+}
+
+// settleLocked is settle with the store locked, reading the blob through
+// f, an open descriptor of it, when there is one: cheaper than finding it
+// by name.
+func (v *View) settleLocked(h *handle, f *os.File) bool {
+	if !h.write || h.blob == 0 {
+		return false
+	}
 	sess, errno := v.live(h.key)
 	if errno != 0 {
 		return false
@@ -400,24 +406,25 @@ func (v *View) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 		}
 	}
 	v.mu.Unlock()
-	changed := v.settleFrom(h, f)
+	// One hold of the store lock for all of it: a release runs beside
+	// the machine's next requests, which wait for the lock.
+	v.s.mu.Lock()
+	changed := v.settleLocked(h, f)
+	sess, n := v.s.releaseCountsLocked(h)
+	if h.write && n != nil {
+		p := v.s.relPath(sess, h.dir, h.name)
+		if changed {
+			v.s.events.publish(Event{Session: sess.name, Path: p, Op: OpWritten})
+			v.s.changedInode(v, sess, h.key.ino)
+		}
+		v.s.events.publish(Event{Session: sess.name, Path: p, Op: OpClosed})
+	}
+	v.s.mu.Unlock()
 	if f != nil {
 		f.Close()
 	}
 	if h.f != nil && h.f != f {
 		h.f.Close()
-	}
-	sess, n := v.s.releaseCounts(h)
-	if h.write && n != nil {
-		v.s.mu.Lock()
-		defer v.s.mu.Unlock()
-		ino := h.key.ino
-		p := v.s.relPath(sess, h.dir, h.name)
-		if changed {
-			v.s.events.publish(Event{Session: sess.name, Path: p, Op: OpWritten})
-			v.s.changedInode(v, sess, ino)
-		}
-		v.s.events.publish(Event{Session: sess.name, Path: p, Op: OpClosed})
 	}
 }
 
@@ -427,6 +434,11 @@ func (v *View) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 func (s *Store) releaseCounts(h *handle) (*session, *node) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.releaseCountsLocked(h)
+}
+
+// releaseCountsLocked is releaseCounts with the store locked.
+func (s *Store) releaseCountsLocked(h *handle) (*session, *node) {
 	sess := s.sessions[h.key.sess.name]
 	if sess != h.key.sess || sess.gen != h.key.gen || s.closed {
 		return nil, nil
