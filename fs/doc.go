@@ -27,6 +27,14 @@
 // through a view goes through the kernel's FUSE passthrough where the
 // kernel allows it, so bulk I/O runs at the backing filesystem's speed.
 //
+// A process that serves views must not start a process whose start
+// touches one of them: a working directory, root or executable in a view.
+// Go's child, between its fork and its exec, shares the parent's memory
+// and holds up its garbage collector; a FUSE request it makes then waits
+// forever for a server stopped in that collection. (A view checks
+// permissions itself, so entering a directory always asks the server.)
+// The child enters the view after its exec instead (cd in a shell).
+//
 // Importers: the appliance, and tests. Machine drivers receive a mounted
 // view's path, never this package.
 package fs

@@ -56,15 +56,16 @@ func TestUnmountBoundedWhileHeld(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(mnt, "s1", "outputs", "held")); err != nil {
 				t.Fatalf("re-attached view: %v", err)
 			}
-			cmd := exec.Command("sleep", "1000")
-			cmd.Dir = filepath.Join(mnt, "s1", "outputs")
+			// The shell enters the view after its exec (see doc.go).
+			cmd := exec.Command("sh", "-c", `cd "$0" && exec sleep 1000`, filepath.Join(mnt, "s1", "outputs"))
 			if c.open {
 				f, err := os.Open(filepath.Join(mnt, "s1", "outputs", "held"))
 				if err != nil {
 					t.Fatal(err)
 				}
 				cmd.ExtraFiles = []*os.File{f}
-				cmd.Dir = "/"
+				cmd.Args = []string{"sleep", "1000"}
+				cmd.Path, _ = exec.LookPath("sleep")
 				defer f.Close()
 			}
 			if c.otherNS {

@@ -59,8 +59,9 @@ func command(b *testing.B, dir string, env []string, name string, args ...string
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir = dir
+	// Not cmd.Dir: the child would enter the view between fork and exec,
+	// where a FUSE request to this process can wait forever (doc.go).
+	cmd := exec.CommandContext(ctx, "sh", append([]string{"-c", `cd "$0" && exec "$@"`, dir, name}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
