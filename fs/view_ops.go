@@ -43,6 +43,21 @@ func (v *View) at(nodeid uint64, write bool) (sess *session, ino uint64, done fu
 	return sess, k.ino, done, 0
 }
 
+// atNode is at that also returns the inode's node, or ENOENT if it is
+// gone.
+func (v *View) atNode(nodeid uint64, write bool) (*session, uint64, *node, func(), syscall.Errno) {
+	sess, ino, done, errno := v.at(nodeid, write)
+	if errno != 0 {
+		return nil, 0, nil, nil, errno
+	}
+	n := sess.t.get(ino)
+	if n == nil {
+		done()
+		return nil, 0, nil, nil, syscall.ENOENT
+	}
+	return sess, ino, n, done, 0
+}
+
 func (v *View) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
 	defer func() { v.lastLookup.Store(time.Now().UnixNano()) }() // as the answer goes out: see LastLookup
 	if len(name) > MaxNameLen {
@@ -58,15 +73,11 @@ func (v *View) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out
 		v.entry(out, sess, 0, "", rootIno, sess.t.get(rootIno))
 		return fuse.OK
 	}
-	sess, dir, done, errno := v.at(h.NodeId, false)
+	sess, dir, d, done, errno := v.atNode(h.NodeId, false)
 	if errno != 0 {
 		return st(errno)
 	}
 	defer done()
-	d := sess.t.get(dir)
-	if d == nil {
-		return fuse.ENOENT
-	}
 	if e := v.may(v.who(&h.Caller), d, mayExec); e != 0 {
 		return st(e)
 	}
@@ -88,15 +99,11 @@ func (v *View) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.Att
 		v.rootAttr(&out.Attr)
 		return fuse.OK
 	}
-	sess, ino, done, errno := v.at(in.NodeId, false)
+	sess, ino, n, done, errno := v.atNode(in.NodeId, false)
 	if errno != 0 {
 		return st(errno)
 	}
 	defer done()
-	n := sess.t.get(ino)
-	if n == nil {
-		return fuse.ENOENT
-	}
 	v.fillAttr(&out.Attr, in.NodeId, sess, ino, n)
 	return fuse.OK
 }
@@ -105,15 +112,11 @@ func (v *View) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.Att
 	if in.NodeId == fuse.FUSE_ROOT_ID {
 		return fuse.EPERM
 	}
-	sess, ino, done, errno := v.at(in.NodeId, true)
+	sess, ino, n, done, errno := v.atNode(in.NodeId, true)
 	if errno != 0 {
 		return st(errno)
 	}
 	defer done()
-	n := sess.t.get(ino)
-	if n == nil {
-		return fuse.ENOENT
-	}
 	var ch attrChange
 	ch.mode, errno = v.maySetattr(v.who(&in.Caller), n, in)
 	if errno != 0 {
@@ -301,15 +304,11 @@ func (v *View) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status {
 		}
 		return fuse.OK
 	}
-	sess, ino, done, errno := v.at(in.NodeId, false)
+	sess, _, n, done, errno := v.atNode(in.NodeId, false)
 	if errno != 0 {
 		return st(errno)
 	}
 	defer done()
-	n := sess.t.get(ino)
-	if n == nil {
-		return fuse.ENOENT
-	}
 	if in.Mask&mayWrite != 0 && !v.writable(sess) {
 		return fuse.Status(syscall.EROFS)
 	}
@@ -429,15 +428,11 @@ func (v *View) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string, d
 	if h.NodeId == fuse.FUSE_ROOT_ID {
 		return 0, fuse.ENOATTR
 	}
-	sess, ino, done, errno := v.at(h.NodeId, false)
+	_, _, n, done, errno := v.atNode(h.NodeId, false)
 	if errno != 0 {
 		return 0, st(errno)
 	}
 	defer done()
-	n := sess.t.get(ino)
-	if n == nil {
-		return 0, fuse.ENOENT
-	}
 	if e := v.mayXattr(v.who(&h.Caller), n, attr, mayRead); e != 0 {
 		return 0, st(e)
 	}
@@ -485,15 +480,11 @@ func (v *View) xattr(c *fuse.Caller, nodeid uint64, attr string, data []byte, fl
 	if nodeid == fuse.FUSE_ROOT_ID {
 		return fuse.EPERM
 	}
-	sess, ino, done, errno := v.at(nodeid, true)
+	sess, ino, n, done, errno := v.atNode(nodeid, true)
 	if errno != 0 {
 		return st(errno)
 	}
 	defer done()
-	n := sess.t.get(ino)
-	if n == nil {
-		return fuse.ENOENT
-	}
 	if e := v.mayXattr(v.who(c), n, attr, mayWrite); e != 0 {
 		return st(e)
 	}
