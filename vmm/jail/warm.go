@@ -145,7 +145,10 @@ func (d *Driver) prepareSpare(ctx context.Context, s shape) (*machine, *os.File,
 	id := "spare-" + randomHex(6)
 	dir := filepath.Join(d.sparesDir(), id)
 	spec := vmm.Spec{ID: id, RootFS: s.rootFS, Disk: s.disk}
-	l, cg, err := d.makeSpareParts(dir, spec)
+	var l *layer
+	var cg *cgroup
+	var err error
+	inBackground(func() { l, cg, err = d.makeSpareParts(dir, spec) })
 	if err != nil {
 		return nil, nil, err
 	}
@@ -172,7 +175,7 @@ func (d *Driver) prepareSpare(ctx context.Context, s shape) (*machine, *os.File,
 }
 
 // makeSpareParts makes a spare's directory, writable layer and cgroup
-// or nothing.
+// (at the spare's CPU weight), or nothing.
 func (d *Driver) makeSpareParts(dir string, spec vmm.Spec) (*layer, *cgroup, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, err
@@ -183,6 +186,11 @@ func (d *Driver) makeSpareParts(dir string, spec vmm.Spec) (*layer, *cgroup, err
 		return nil, nil, err
 	}
 	cg, err := newCgroup(d.cgroups, spec.ID)
+	if err == nil {
+		if err = cg.setBackground(true); err != nil {
+			cg.remove()
+		}
+	}
 	if err != nil {
 		l.Remove()
 		os.RemoveAll(dir)
@@ -191,6 +199,23 @@ func (d *Driver) makeSpareParts(dir string, spec vmm.Spec) (*layer, *cgroup, err
 	return l, cg, nil
 }
 
+// inBackground runs fn on a thread of its own at the lowest CPU priority
+// (nice 19), so that the host work of preparing a spare (copying and
+// mounting its layer, making its cgroups), which the kernel does on the
+// calling thread, yields to the machines and the daemon's own requests.
+// The thread is never unlocked: Go ends it with fn's goroutine rather
+// than run other goroutines at its priority, and makes new threads from
+// a thread of its own, not from this one.
+func inBackground(fn func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		unix.Setpriority(unix.PRIO_PROCESS, 0, 19) // 0: this thread (Linux priorities are per thread)
+		fn()
+	}()
+	<-done
+}
 
 // awaitReady waits for the agent's byte saying its root is ready.
 func awaitReady(ctx context.Context, ctrl *os.File, p *agentProc) error {
@@ -267,7 +292,8 @@ func (d *Driver) takeSpare(ctx context.Context, sp *prepared, spec vmm.Spec, dir
 	}
 	side := make(chan error, 1)
 	go func() {
-		side <- errors.Join(old.cg.limit(spec.Memory, spec.CPUs, spec.Pids), setHostname(p.pid, hostname))
+		side <- errors.Join(old.cg.limit(spec.Memory, spec.CPUs, spec.Pids), old.cg.setBackground(false),
+			setHostname(p.pid, hostname))
 	}()
 	if err := d.moveIDs(old.id, spec.ID); err != nil {
 		<-side
