@@ -130,7 +130,7 @@ func buildPerm(t *testing.T, root string, own func(uint32) uint32, exe []byte) {
 	}
 }
 
-// permResult is what one op did: 0, or the errno.
+// permCall is one op, on the objects of one scenario's directory.
 type permCall struct {
 	Op, Dir string
 }
