@@ -96,37 +96,6 @@ func (cg *cgroup) lowerCPUWeight(parent string) error {
 	return nil
 }
 
-// A spare's CPU weight while it is prepared (warm.go), against the
-// machines beside it at the default: a jail prepared in the background
-// yields the CPU to the machines that run, the one just claimed first
-// of all, whose first commands come at once and would otherwise wait
-// behind its replacement's setup on a small host. A claim gives the
-// spare the default weight back, the weight every machine started cold
-// has.
-const (
-	spareCPUShares   = 2 // cgroup v1 cpu.shares: the least it takes
-	spareCPUWeight   = 1 // cgroup v2 cpu.weight: the least it takes
-	defaultCPUShares = 1024
-	defaultCPUWeight = 100
-)
-
-// setBackground gives the machine's cgroup the spare's CPU weight
-// (background) or the default one. Without the cpu controller there is
-// no weight to set.
-func (cg *cgroup) setBackground(background bool) error {
-	shares, weight := defaultCPUShares, defaultCPUWeight
-	if background {
-		shares, weight = spareCPUShares, spareCPUWeight
-	}
-	switch {
-	case cg.v2 && cg.enabled("cpu"):
-		return cg.write("cpu", "cpu.weight", strconv.Itoa(weight))
-	case !cg.v2 && cg.dirs["cpu"] != "":
-		return cg.write("cpu", "cpu.shares", strconv.Itoa(shares))
-	}
-	return nil
-}
-
 // writeExisting writes value to a control file that exists (never
 // creating one: a missing file is ErrNotExist).
 func writeExisting(file, value string) error {

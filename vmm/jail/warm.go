@@ -144,12 +144,19 @@ func (sp *prepared) destroy(why string) {
 func (d *Driver) prepareSpare(ctx context.Context, s shape) (*machine, *os.File, error) {
 	id := "spare-" + randomHex(6)
 	dir := filepath.Join(d.sparesDir(), id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
 	spec := vmm.Spec{ID: id, RootFS: s.rootFS, Disk: s.disk}
-	var l *layer
-	var cg *cgroup
-	var err error
-	inBackground(func() { l, cg, err = d.makeSpareParts(dir, spec) })
+	l, err := newLayer(dir, spec.Disk, d.templates())
 	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	cg, err := newCgroup(d.cgroups, id)
+	if err != nil {
+		l.Remove()
+		os.RemoveAll(dir)
 		return nil, nil, err
 	}
 	m := newMachine(d, spec, dir, cg, l)
@@ -157,12 +164,6 @@ func (d *Driver) prepareSpare(ctx context.Context, s shape) (*machine, *os.File,
 	if err == nil {
 		m.cur.Store(p)
 		err = awaitReady(ctx, ctrl, p)
-	}
-	if err == nil {
-		// Connected now, the claim has no connection to make: the
-		// agent accepts this one once claimed, the first in its
-		// listener's queue.
-		err = m.dial()
 	}
 	if err != nil {
 		if ctrl != nil {
@@ -172,49 +173,6 @@ func (d *Driver) prepareSpare(ctx context.Context, s shape) (*machine, *os.File,
 		return nil, nil, err
 	}
 	return m, ctrl, nil
-}
-
-// makeSpareParts makes a spare's directory, writable layer and cgroup
-// (at the spare's CPU weight), or nothing.
-func (d *Driver) makeSpareParts(dir string, spec vmm.Spec) (*layer, *cgroup, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, nil, err
-	}
-	l, err := newLayer(dir, spec.Disk, d.templates())
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	cg, err := newCgroup(d.cgroups, spec.ID)
-	if err == nil {
-		if err = cg.setBackground(true); err != nil {
-			cg.remove()
-		}
-	}
-	if err != nil {
-		l.Remove()
-		os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	return l, cg, nil
-}
-
-// inBackground runs fn on a thread of its own at the lowest CPU priority
-// (nice 19), so that the host work of preparing a spare (copying and
-// mounting its layer, making its cgroups), which the kernel does on the
-// calling thread, yields to the machines and the daemon's own requests.
-// The thread is never unlocked: Go ends it with fn's goroutine rather
-// than run other goroutines at its priority, and makes new threads from
-// a thread of its own, not from this one.
-func inBackground(fn func()) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		unix.Setpriority(unix.PRIO_PROCESS, 0, 19) // 0: this thread (Linux priorities are per thread)
-		fn()
-	}()
-	<-done
 }
 
 // awaitReady waits for the agent's byte saying its root is ready.
@@ -273,60 +231,29 @@ func (d *Driver) claimSpare(ctx context.Context, spec vmm.Spec, dir string) (*ma
 	return nil, os.Mkdir(dir, 0o700)
 }
 
-// takeSpare turns spare sp into machine spec. Its limits come first:
-// the agent serves once claimed, and what it starts then (its threads
-// count against the pids limit) must be inside them. Then the claim
-// goes to the agent, so that it takes it (its /etc/hosts, its listener)
-// while the host moves the spare to the machine: hostname on the side,
-// id range, records and directory here. Nothing runs in the machine
-// before Create returns, so none of these has to come before the claim;
-// its answer is awaited last.
+// takeSpare turns spare sp into machine spec.
 func (d *Driver) takeSpare(ctx context.Context, sp *prepared, spec vmm.Spec, dir string) (*machine, error) {
 	old := sp.m
 	p := old.agent()
-	if err := errors.Join(old.cg.limit(spec.Memory, spec.CPUs, spec.Pids), old.cg.setBackground(false)); err != nil {
+	if err := old.cg.limit(spec.Memory, spec.CPUs, spec.Pids); err != nil {
 		sp.destroy("its limits could not be set")
 		return nil, err
 	}
-	hostname := spec.Hostname
-	if hostname == "" {
-		hostname = spec.ID
-	}
-	if err := sendClaim(sp.ctrl, p, jailClaim{Hostname: hostname, UID: spec.UID, GID: spec.GID}); err != nil {
-		sp.destroy("its claim could not be sent")
-		return nil, err
-	}
-	side := make(chan error, 1)
-	go func() { side <- setHostname(p.pid, hostname) }()
 	if err := d.moveIDs(old.id, spec.ID); err != nil {
-		<-side
 		sp.destroy("its ids could not be moved")
 		return nil, err
 	}
-	// The records are written in the spare's directory, and rename(2)
-	// moves them with it, the agent's socket and the layer's mount, over
-	// the empty dir.
-	err := writeRecords(old.dir, spec, old.id)
-	if err == nil {
-		if err = syscall.Rename(old.dir, dir); err != nil {
-			err = fmt.Errorf("move the prepared jail: %w", err)
-		}
-	}
-	if err != nil {
-		<-side
+	// rename(2) replaces the empty dir; the agent's socket and the
+	// layer's mount move with the directory.
+	if err := syscall.Rename(old.dir, dir); err != nil {
 		d.moveIDs(spec.ID, old.id)
 		sp.destroy("it could not be moved")
-		return nil, err
+		return nil, fmt.Errorf("move the prepared jail: %w", err)
 	}
 	m := newMachine(d, spec, dir, old.cg, old.layer.movedTo(dir))
 	m.cur.Store(p)
-	m.gc.Store(old.gc.Load())
 	p.owner.Store(m)
-	err = <-side
-	if err == nil {
-		err = m.awaitClaimed(ctx, sp.ctrl)
-	}
-	if err != nil {
+	if err := m.claim(ctx, sp.ctrl, old.id); err != nil {
 		sp.ctrl.Close()
 		m.Destroy(context.Background())
 		return nil, err
@@ -335,42 +262,38 @@ func (d *Driver) takeSpare(ctx context.Context, sp *prepared, spec vmm.Spec, dir
 	return m, nil
 }
 
-// writeRecords writes, in dir, what Recover reads of a claimed spare:
-// the machine's spec and its cgroup's name (the spare's).
-func writeRecords(dir string, spec vmm.Spec, cgroupName string) error {
-	b, _ := json.Marshal(spec)
-	if err := os.WriteFile(filepath.Join(dir, "spec.json"), b, 0o600); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, cgroupFile), []byte(cgroupName), 0o600)
-}
-
-// sendClaim sends the waiting agent p its claim.
-func sendClaim(ctrl *os.File, p *agentProc, c jailClaim) error {
+// claim writes the machine's records, sends the agent its claim and
+// connects.
+func (m *machine) claim(ctx context.Context, ctrl *os.File, cgroupName string) error {
 	select {
-	case <-p.exited:
+	case <-m.agent().exited:
 		return errors.New("the prepared agent has ended")
 	default:
 	}
-	b, _ := json.Marshal(c)
-	if _, err := ctrl.Write(b); err != nil {
+	b, _ := json.Marshal(m.spec)
+	if err := os.WriteFile(filepath.Join(m.dir, "spec.json"), b, 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(m.dir, cgroupFile), []byte(cgroupName), 0o600); err != nil {
+		return err
+	}
+	hostname := m.spec.Hostname
+	if hostname == "" {
+		hostname = m.id
+	}
+	if err := setHostname(m.agent().pid, hostname); err != nil {
+		return err
+	}
+	c, _ := json.Marshal(jailClaim{Hostname: hostname, UID: m.spec.UID, GID: m.spec.GID})
+	defer ctrl.Close()
+	if _, err := ctrl.Write(c); err != nil {
 		return fmt.Errorf("send the claim: %w", err)
 	}
-	return nil
-}
-
-// awaitClaimed waits for the agent's answer to its claim, and connects
-// if the spare was not connected already.
-func (m *machine) awaitClaimed(ctx context.Context, ctrl *os.File) error {
-	defer ctrl.Close()
 	// The agent answers the claim once it has taken it and serves: that
 	// answer, not a health request over the session, says it is ready,
 	// one round trip through the agent fewer before the first exec.
 	if err := claimAnswer(ctx, ctrl); err != nil {
 		return err
-	}
-	if m.gc.Load() != nil {
-		return nil // connected while the spare was prepared
 	}
 	return m.dial()
 }
