@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"hearth/agents/adapter"
@@ -139,8 +140,21 @@ func (ru *run) connect(ctx context.Context, gc *guest.Client) (listen, proxy, to
 		revokeEgress()
 		return "", "", "", nil, err
 	}
-	return listen, proxy, token, func() { cfg.Gateway.Unregister(token); revokeEgress(); revokeInside() }, nil
+	ru.disconnect = sync.OnceFunc(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), revokeWait)
+		defer cancel()
+		if err := cfg.Gateway.Revoke(ctx, token); err != nil {
+			ru.emit(stream.New("", "", stream.Error, map[string]string{"message": err.Error() + "; their events may follow the execution's end"}))
+		}
+		revokeEgress()
+		revokeInside()
+	})
+	return listen, proxy, token, ru.disconnect, nil
 }
+
+// revokeWait bounds how long an ending execution waits for its model
+// calls in flight (whose agent is gone) to be metered.
+const revokeWait = 10 * time.Second
 
 // fileEvents turns the session's file events into the execution's.
 func (ru *run) fileEvents(files <-chan FileEvent) {
@@ -273,6 +287,14 @@ func (ru *run) follow(ctx context.Context, gc *guest.Client, job agentJob) (Resu
 			followed <- err
 		}()
 	}
+	// abandon lets go of an agent whose machine stopped answering: the
+	// followers are told to stop, and its output ends where it is, so
+	// that parsing it ends too.
+	abandon := func() {
+		unfollow()
+		outW.Close()
+		errW.Close()
+	}
 	exited := make(chan guest.ExitStatus, 1)
 	go func() {
 		var ferr error
@@ -291,7 +313,9 @@ func (ru *run) follow(ctx context.Context, gc *guest.Client, job agentJob) (Resu
 		errGate.flush()
 		outW.Close()
 		errW.Close()
-		st, err := gc.Job(context.Background(), job.ID)
+		jctx, cancel := context.WithTimeout(context.Background(), ru.r.cfg.KillWait)
+		st, err := gc.Job(jctx, job.ID)
+		cancel()
 		switch {
 		case err != nil:
 			st.Exit = guest.ExitStatus{Code: -1, Error: "the agent's machine stopped answering: " + err.Error()}
@@ -332,11 +356,11 @@ func (ru *run) follow(ctx context.Context, gc *guest.Client, job agentJob) (Resu
 			return ru.detach(job, <-parsed)
 		}
 		ru.wake()
-		st = ru.terminate(gc, job.PID, exited)
+		st = ru.terminate(gc, job.PID, exited, abandon)
 	case <-ctx.Done():
 		ru.wake()
 		why = stopCancel
-		st = ru.terminate(gc, job.PID, exited)
+		st = ru.terminate(gc, job.PID, exited, abandon)
 	}
 	sum := <-parsed
 	return ru.finish(why, st, sum)
@@ -372,23 +396,43 @@ func (g *lineGate) flush() {
 }
 
 // terminate stops the agent gracefully: TERM, then KILL after the grace
-// period. Its partial outputs stay in the workspace.
-func (ru *run) terminate(gc *guest.Client, pid int, exited chan guest.ExitStatus) guest.ExitStatus {
-	ctx := context.Background()
-	gc.Signal(ctx, pid, "TERM")
+// period. Its partial outputs stay in the workspace. An agent still not
+// ended KillWait after KILL is in a machine that stopped answering: it is
+// given up on (abandon stops following its output) and the machine is
+// destroyed with the run, so that no wait here is unbounded.
+func (ru *run) terminate(gc *guest.Client, pid int, exited chan guest.ExitStatus, abandon func()) guest.ExitStatus {
+	killWait := ru.r.cfg.KillWait
+	signal := func(sig string) {
+		ctx, cancel := context.WithTimeout(context.Background(), killWait)
+		defer cancel()
+		gc.Signal(ctx, pid, sig)
+	}
+	signal("TERM")
 	select {
 	case st := <-exited:
 		return st
 	case <-time.After(ru.r.cfg.Grace):
 	}
-	gc.Signal(ctx, pid, "KILL")
-	return <-exited
+	signal("KILL")
+	select {
+	case st := <-exited:
+		return st
+	case <-time.After(killWait):
+	}
+	abandon()
+	return guest.ExitStatus{Code: -1, Signal: "KILL", Error: fmt.Sprintf(
+		"the agent had not ended %v after SIGKILL: its machine stopped answering, and is destroyed", killWait)}
 }
 
 // finish records how the execution ended.
 func (ru *run) finish(why stopReason, st guest.ExitStatus, sum adapter.Summary) (Result, error) {
 	cfg := ru.r.cfg
 	ctx := context.Background()
+	if ru.disconnect != nil {
+		// The agent is gone: its last calls are metered and their events
+		// written before the totals and the end.
+		ru.disconnect()
+	}
 	status, errText := store.Completed, ""
 	storeErr := ru.storeError()
 	switch {
@@ -416,6 +460,9 @@ func (ru *run) finish(why stopReason, st guest.ExitStatus, sum adapter.Summary) 
 	}
 	if status == store.Failed && sum.Result != "" {
 		errText += ": " + sum.Result
+	}
+	if why != 0 && st.Error != "" { // how the stop itself went
+		errText += " (" + st.Error + ")"
 	}
 	// Its children end first: their spend is then in its totals.
 	ru.endChildren("ended " + string(status))

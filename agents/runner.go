@@ -118,6 +118,11 @@ type RunnerConfig struct {
 	Agents map[string]*Definition
 	// Grace is how long a stopped agent has between TERM and KILL.
 	Grace time.Duration // default 10s
+	// KillWait bounds each wait on the machine of an agent being stopped:
+	// for a signal to be delivered, and for the agent to end after KILL.
+	// An agent still running past it is in a machine that stopped
+	// answering, and is given up on with its machine.
+	KillWait time.Duration // default 30s
 	// Memory for each machine; default 2 GiB (claude alone keeps about
 	// 200 MiB resident).
 	Memory int64
@@ -177,6 +182,9 @@ func NewRunner(cfg RunnerConfig) *Runner {
 	}
 	if cfg.Grace == 0 {
 		cfg.Grace = 10 * time.Second
+	}
+	if cfg.KillWait == 0 {
+		cfg.KillWait = 30 * time.Second
 	}
 	if cfg.Memory == 0 {
 		cfg.Memory = 2 << 30
@@ -555,6 +563,7 @@ type run struct {
 	tree         tree   // delegation: its children and its parent
 	detached     bool   // set by detach, in the run's own goroutine
 	insideToken  string // the execution's token for the hearth MCP server, if any
+	disconnect   func() // revokes the execution's tokens, once: set by connect
 
 	clock wallClock // the wall-time limit, suspended while paused
 	hold  holdState

@@ -140,9 +140,10 @@ func (w fsWorkspace) FileEvents(session string) (<-chan FileEvent, func()) {
 // (agents/modeltest) upstream, and web hosts (see site) that the egress
 // proxy finds through a fake resolver.
 type harness struct {
-	runner *Runner
-	model  *modeltest.Server
-	store  *store.Store
+	runner   *Runner
+	model    *modeltest.Server
+	store    *store.Store
+	machines chan vmm.Machine // each machine the runner creates, while there is room
 
 	mu     sync.Mutex
 	names  map[string]netip.Addr
@@ -226,6 +227,8 @@ type harnessOptions struct {
 	// agentModel is the model the agent runs with (and the one price
 	// prices); "" means claude-sonnet-4-5.
 	agentModel string
+	// killWait is the runner's KillWait; 0 for its default.
+	killWait time.Duration
 	// image is the agent's image, which names its CLI; "" means
 	// claude-code. The gateway serves the scripted model as every
 	// provider, each pricing agentModel at price.
@@ -311,8 +314,9 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 	if err := def.validate(); err != nil {
 		t.Fatal(err)
 	}
+	h.machines = make(chan vmm.Machine, 16)
 	runner = NewRunner(RunnerConfig{
-		Driver: drv, Store: st, Gateway: gw,
+		Driver: recordingDriver{drv, h.machines}, Store: st, Gateway: gw, KillWait: o.killWait,
 		Workspace:   fsWorkspace{s: ws, views: filepath.Join(dir, "views"), driver: drv},
 		GatewayDial: func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) },
 		Egress:      eg, EgressDial: egressDial,
@@ -325,6 +329,24 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 	})
 	h.runner = runner
 	return h
+}
+
+// recordingDriver passes on each machine it creates, for tests that act
+// on an agent's machine from outside.
+type recordingDriver struct {
+	vmm.Driver
+	created chan vmm.Machine
+}
+
+func (d recordingDriver) Create(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) {
+	m, err := d.Driver.Create(ctx, spec)
+	if err == nil {
+		select {
+		case d.created <- m:
+		default: // no test is looking
+		}
+	}
+	return m, err
 }
 
 var (

@@ -86,3 +86,74 @@ func TestDrainBound(t *testing.T) {
 		t.Errorf("Drain with a call in flight past its bound: %v after %v", err, time.Since(t0))
 	}
 }
+
+// TestRevoke: Revoke refuses the token's new calls at once, waits for
+// its call in flight to be metered, so its events come before what the
+// caller writes next, and gives up at its bound, saying so.
+func TestRevoke(t *testing.T) {
+	const delay = 60 * time.Millisecond
+	usage := modeltest.Usage{InputTokens: 1000, OutputTokens: 102}
+	slow := modeltest.Turn{Blocks: []modeltest.Block{modeltest.Text("a slow answer in pieces")}, Usage: usage, Delay: delay}
+	verySlow := modeltest.Turn{Blocks: []modeltest.Block{modeltest.Text("very slow")}, Delay: time.Second}
+	h := newHarness(t, []modeltest.Turn{slow, verySlow})
+	token := h.gw.Register(Execution{Session: "s", ID: "e"})
+	resp := h.post(t, token, request(true, hello))
+	r := bufio.NewReader(resp.Body)
+	if line, err := r.ReadString('\n'); err != nil || line != "event: message_start\n" {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	revoked := make(chan error, 1)
+	go func() { revoked <- h.gw.Revoke(context.Background(), token) }()
+	// Until Revoke has taken the token out, a new call may still get in.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		h.gw.mu.RLock()
+		_, in := h.gw.execs[token]
+		h.gw.mu.RUnlock()
+		if !in {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Revoke did not take the token out in 10s")
+		}
+	}
+	if refused := h.post(t, token, request(true, hello)); refused.StatusCode != 401 {
+		t.Errorf("a call after Revoke: %d, want 401", refused.StatusCode)
+	}
+	select {
+	case err := <-revoked:
+		t.Fatalf("Revoke returned (%v) with a call in flight", err)
+	default:
+	}
+	if _, err := io.ReadAll(r); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-revoked:
+		if err != nil {
+			t.Fatalf("Revoke: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Revoke did not return once the call in flight ended")
+	}
+	// Revoke returned: the call's end is already among the events.
+	if calls := h.modelCalls(t); len(calls) != 1 || calls[0].OutputTokens != 102 {
+		t.Errorf("model_call events when Revoke returned: %+v, want the one call, metered", calls)
+	}
+	if err := h.gw.Revoke(context.Background(), token); err != nil {
+		t.Errorf("Revoke again: %v, want nothing to do", err)
+	}
+
+	stuck := h.gw.Register(Execution{Session: "s", ID: "e2"})
+	resp = h.post(t, stuck, request(true, hello))
+	defer resp.Body.Close()
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	err := h.gw.Revoke(ctx, stuck)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "in flight") || time.Since(t0) > 5*time.Second {
+		t.Errorf("Revoke with a call in flight past its bound: %v after %v", err, time.Since(t0))
+	}
+}

@@ -162,6 +162,32 @@ type execution struct {
 	// priceWarnings counts the models warned of as priced by a fallback.
 	priceWarnings int
 	counts        []counted // the last calls' bodies and counted input, newest last
+
+	requests int           // requests being served, under mu
+	revoked  bool          // by Revoke: no more requests are taken
+	idle     chan struct{} // closed when requests drop to 0 after Revoke
+}
+
+// begin counts a request of the execution in, unless it was revoked.
+func (ex *execution) begin() bool {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if ex.revoked {
+		return false
+	}
+	ex.requests++
+	return true
+}
+
+// end counts a request out.
+func (ex *execution) end() {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	ex.requests--
+	if ex.requests == 0 && ex.idle != nil {
+		close(ex.idle)
+		ex.idle = nil
+	}
 }
 
 // recent returns the last calls' counted bodies.
@@ -276,6 +302,38 @@ func (g *Gateway) Unregister(token string) {
 	g.mu.Unlock()
 }
 
+// Revoke unregisters a token, then waits until ctx ends for its requests
+// in flight to finish, so that every event they write is in the stream
+// before whatever the caller writes next (an execution's final status).
+// It returns an error wrapping ctx's if some did not finish in time.
+func (g *Gateway) Revoke(ctx context.Context, token string) error {
+	g.mu.Lock()
+	ex := g.execs[token]
+	delete(g.execs, token)
+	g.mu.Unlock()
+	if ex == nil {
+		return nil
+	}
+	ex.mu.Lock()
+	ex.revoked = true
+	if ex.requests == 0 {
+		ex.mu.Unlock()
+		return nil
+	}
+	if ex.idle == nil {
+		ex.idle = make(chan struct{})
+	}
+	idle := ex.idle
+	n := ex.requests
+	ex.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("gateway: %d request(s) of execution %s still in flight: %w", n, ex.ID, ctx.Err())
+	}
+}
+
 // lookup finds the execution whose token r carries, admitted on the
 // channel r came through.
 func (g *Gateway) lookup(r *http.Request) *execution {
@@ -334,10 +392,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ex := g.lookup(r)
-	if ex == nil {
+	if ex == nil || !ex.begin() {
 		writeAPIError(w, http.StatusUnauthorized, "authentication_error", "invalid API key: not a token of a running execution")
 		return
 	}
+	defer ex.end()
 	r = r.WithContext(context.WithValue(r.Context(), providerKey{}, prov))
 	if !metered {
 		g.proxy.ServeHTTP(w, r)
