@@ -163,7 +163,7 @@ func TestAgentInQEMU(t *testing.T) {
 			}
 		}
 		if e.Status != "completed" || e.Turns != 2 || !slices.Contains(e.Outputs, "outputs/who.md") {
-			t.Fatalf("execution %d in a VM = %+v\n%s", i, e, eventDump(allEvents(t, env.c, e.Id)))
+			t.Fatalf("execution %d in a VM = %+v\n%s\n%s", i, e, eventDump(allEvents(t, env.c, e.Id)), qemuState(env.cfg.StateDir))
 		}
 		var who strings.Builder
 		if _, err := env.c.DownloadOutput(ctx, e.Id, "outputs/who.md", &who); err != nil {
@@ -177,4 +177,19 @@ func TestAgentInQEMU(t *testing.T) {
 	if n := strings.Count(string(audit), "took warm machine"); n != 1 {
 		t.Errorf("%d executions took a warm VM, want the second; the qemu audit log:\n%s", n, audit)
 	}
+}
+
+// qemuState is what the QEMU driver's state says of its machines, for a
+// failure: its audit log and the end of each live machine's console.
+func qemuState(stateDir string) string {
+	dir := filepath.Join(stateDir, "qemu")
+	var b strings.Builder
+	audit, _ := os.ReadFile(filepath.Join(dir, "audit.jsonl"))
+	b.WriteString("qemu audit log:\n" + string(audit))
+	logs, _ := filepath.Glob(filepath.Join(dir, "*", "*", "serial.log"))
+	for _, l := range logs { // machines/<id>/ and spares/<id>/
+		data, _ := os.ReadFile(l)
+		b.WriteString("\n" + l + ", its last 4 kB:\n" + string(data[max(0, len(data)-4096):]))
+	}
+	return b.String()
 }

@@ -89,7 +89,11 @@ func TestUnmountBoundedWhileHeld(t *testing.T) {
 			}()
 			if c.kill == before {
 				cmd.Process.Kill()
-				<-waited
+				select {
+				case <-waited:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the holding process did not end in 10s after SIGKILL")
+				}
 			}
 			if c.kill == during {
 				time.AfterFunc(500*time.Millisecond, func() { cmd.Process.Kill() })
