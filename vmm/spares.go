@@ -5,6 +5,8 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Spares is the bookkeeping of machines a driver prepares ahead of time
@@ -18,6 +20,7 @@ type Spares[S comparable, M any] struct {
 	keep, shapes int
 	prepare      func(ctx context.Context, s S) (M, error)
 	discard      func(m M, why string)
+	settle       time.Duration // see SetSettle
 
 	ctx    context.Context // ends at Close, and with it the preparations
 	cancel context.CancelFunc
@@ -35,7 +38,13 @@ type Spare[S comparable, M any] struct {
 	M     M     // valid once Ready is closed and Err is nil
 	Err   error // valid once Ready is closed
 	ready chan struct{}
+	hurry chan struct{} // closed by hurryUp: the settle time ends
+	once  sync.Once
+	drop  atomic.Bool // discarded while it settled: not prepared at all
 }
+
+// hurryUp ends sp's settle time, if it still settles.
+func (sp *Spare[S, M]) hurryUp() { sp.once.Do(func() { close(sp.hurry) }) }
 
 // Ready is closed when preparing the spare has ended; Err says how.
 func (sp *Spare[S, M]) Ready() <-chan struct{} { return sp.ready }
@@ -52,6 +61,13 @@ func NewSpares[S comparable, M any](keep, shapes int, prepare func(ctx context.C
 	return &Spares[S, M]{keep: keep, shapes: shapes, prepare: prepare, discard: discard, ctx: ctx, cancel: cancel}
 }
 
+// SetSettle makes each spare wait d before it is prepared: the machine
+// whose Create asked for it (the one that took its predecessor, most
+// often) then does its first work without a preparation competing for
+// the host's cores. A spare taken or waited for while it settles is
+// prepared at once. Call it before the pool is used.
+func (p *Spares[S, M]) SetSettle(d time.Duration) { p.settle = d }
+
 // Take removes a spare of shape s from the pool and returns it (maybe
 // still being prepared: wait for Ready); nil if there is none.
 func (p *Spares[S, M]) Take(s S) *Spare[S, M] {
@@ -60,6 +76,7 @@ func (p *Spares[S, M]) Take(s S) *Spare[S, M] {
 	for i, sp := range p.spares {
 		if sp.Shape == s {
 			p.spares = slices.Delete(p.spares, i, i+1)
+			sp.hurryUp()
 			return sp
 		}
 	}
@@ -103,19 +120,38 @@ func (p *Spares[S, M]) Used(s S) {
 
 // start starts preparing a spare of shape s. Called with p.mu held.
 func (p *Spares[S, M]) start(s S) *Spare[S, M] {
-	sp := &Spare[S, M]{Shape: s, ready: make(chan struct{})}
+	sp := &Spare[S, M]{Shape: s, ready: make(chan struct{}), hurry: make(chan struct{})}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		defer close(sp.ready)
+		if p.settle > 0 {
+			t := time.NewTimer(p.settle)
+			select {
+			case <-t.C:
+			case <-sp.hurry:
+			case <-p.ctx.Done():
+			}
+			t.Stop()
+			if err := p.ctx.Err(); err != nil {
+				sp.Err = err
+				return
+			}
+			if sp.drop.Load() {
+				sp.Err = errors.New("discarded before it was prepared")
+				return
+			}
+		}
 		sp.M, sp.Err = p.prepare(p.ctx, s)
 	}()
 	return sp
 }
 
 // Discard discards a spare, taken or not, once it is prepared (a failed
-// one has nothing to discard).
+// one has nothing to discard; one still settling is never prepared).
 func (p *Spares[S, M]) Discard(sp *Spare[S, M], why string) {
+	sp.drop.Store(true)
+	sp.hurryUp()
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -144,6 +180,9 @@ func (p *Spares[S, M]) WaitReady(ctx context.Context, s S) error {
 			default:
 				pending = sp
 			}
+		}
+		if pending != nil {
+			pending.hurryUp()
 		}
 		p.mu.Unlock()
 		if pending == nil {

@@ -82,3 +82,64 @@ func TestSpares(t *testing.T) {
 		t.Fatalf("discarded %v, want %v (taken: %d)", discarded, want, sp.M)
 	}
 }
+
+// TestSparesSettle: a spare waits its settle time before it is prepared,
+// unless it is taken or waited for first; one discarded while it
+// settles is never prepared; Close ends the wait.
+func TestSparesSettle(t *testing.T) {
+	var mu sync.Mutex
+	var prepared []time.Time
+	prepare := func(ctx context.Context, s string) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		prepared = append(prepared, time.Now())
+		return len(prepared), nil
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(prepared)
+	}
+	const settle = time.Hour // only hurrying gets anything prepared
+	p := NewSpares(1, 2, prepare, func(int, string) {})
+	p.SetSettle(settle)
+	p.Used("a")
+	time.Sleep(50 * time.Millisecond)
+	if n := count(); n != 0 {
+		t.Fatalf("%d spares prepared during the settle time, want none", n)
+	}
+	sp := p.Take("a")
+	select {
+	case <-sp.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a spare taken while it settled was not prepared at once")
+	}
+	if sp.Err != nil || count() != 1 {
+		t.Fatalf("taken spare: %v, %d prepared; want it prepared", sp.Err, count())
+	}
+
+	p.Used("b") // a's replacement, and one of b, both settle
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.WaitReady(ctx, "b"); err != nil {
+		t.Fatalf("WaitReady(b) while it settled = %v, want it hurried", err)
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("%d prepared after WaitReady(b), want 2 (a's replacement still settles)", n)
+	}
+	p.Used("c") // a's settling spare is no longer among the recent shapes
+	time.Sleep(50 * time.Millisecond)
+	if n := count(); n != 2 {
+		t.Fatalf("%d prepared: a spare discarded while it settled was prepared", n)
+	}
+	done := make(chan struct{})
+	go func() { p.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end the settle time")
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("%d prepared after Close, want 2", n)
+	}
+}
