@@ -185,9 +185,13 @@ func (c *Client) Start(ctx context.Context, req ExecRequest, stdin io.Reader, st
 	if err != nil {
 		return nil, err
 	}
-	body := io.MultiReader(bytes.NewReader(append(line, '\n')))
+	// Without stdin the body is the line alone, of a length known: sent
+	// with the request's headers, with no chunks and no probe of the
+	// body (net/http reads a body of unknown length ahead, on a goroutine
+	// and a timer of its own).
+	var body io.Reader = bytes.NewReader(append(line, '\n'))
 	if req.Stdin && stdin != nil {
-		body = io.MultiReader(bytes.NewReader(append(line, '\n')), stdin)
+		body = io.MultiReader(body, stdin)
 	}
 	hreq, err := http.NewRequestWithContext(ctx, "POST", c.url("/v1/exec", nil), body)
 	if err != nil {
