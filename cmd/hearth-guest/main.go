@@ -162,6 +162,13 @@ func run(args []string) error {
 	// (vmm/jail's claim), so that once claimed it has only /etc/hosts to
 	// write before it serves.
 	if jailCfg != nil && jailCfg.AwaitClaim {
+		// The image's /etc/hosts, or ours made now without the
+		// hostname, which only the claim brings: then the claim has
+		// only the file's content to write, not its copy up the overlay.
+		ours, err := placeHosts()
+		if err != nil {
+			return err
+		}
 		if err := lockDown(); err != nil {
 			return err
 		}
@@ -170,8 +177,10 @@ func run(args []string) error {
 			return err
 		}
 		*uid, *gid = uint(c.UID), uint(c.GID)
-		if err := writeHosts(c.Hostname); err != nil {
-			return err
+		if ours {
+			if err := os.WriteFile(hostsPath, []byte(hostsFor(c.Hostname)), 0o644); err != nil {
+				return fmt.Errorf("write %s: %w", hostsPath, err)
+			}
 		}
 		answerJailClaim(*jailFD)
 	} else {
@@ -317,16 +326,43 @@ func lockDown() error {
 // "localhost" resolves for the servers and tools an agent runs. An
 // image's own file is left alone.
 func writeHosts(hostname string) error {
-	const path = "/etc/hosts"
-	if _, err := os.Lstat(path); err == nil || !errors.Is(err, os.ErrNotExist) {
+	if !hostsMissing() {
 		return nil
 	}
-	if _, err := os.Stat("/etc"); err != nil {
-		return nil // a root with no /etc at all (a bare test root)
-	}
-	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname + "\n"
-	if err := os.WriteFile(path, []byte(hosts), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	if err := os.WriteFile(hostsPath, []byte(hostsFor(hostname)), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", hostsPath, err)
 	}
 	return nil
+}
+
+const hostsPath = "/etc/hosts"
+
+// hostsMissing reports whether the image has no /etc/hosts but an /etc
+// to put one in (not a bare test root).
+func hostsMissing() bool {
+	if _, err := os.Lstat(hostsPath); err == nil || !errors.Is(err, os.ErrNotExist) {
+		return false
+	}
+	_, err := os.Stat("/etc")
+	return err == nil
+}
+
+// placeHosts is writeHosts for a machine not named yet (a jail prepared
+// ahead of time): it reports whether it wrote the file, which the claim
+// then fills in.
+func placeHosts() (ours bool, err error) {
+	if !hostsMissing() {
+		return false, nil
+	}
+	return true, writeHosts("")
+}
+
+// hostsFor is the /etc/hosts of a machine named hostname ("": not yet
+// named).
+func hostsFor(hostname string) string {
+	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+	if hostname != "" {
+		hosts += "127.0.1.1\t" + hostname + "\n"
+	}
+	return hosts
 }
