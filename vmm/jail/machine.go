@@ -95,23 +95,24 @@ func (m *machine) agentExited(p *agentProc, err error) {
 	m.doneOnce.Do(func() { close(m.done) })
 }
 
-// connect dials the agent's socket until it answers a health check.
-// dial connects to an agent known to serve (it answered its claim):
-// no health round trip; if it ended since, the first call fails.
+// dial connects to an agent that serves, or will once claimed (a
+// spare's, whose listener queues the connection until then): no health
+// round trip; if it ended since, the first call fails.
 func (m *machine) dial() error {
 	conn, err := net.Dial("unix", filepath.Join(m.dir, "agent.sock"))
 	if err != nil {
-		return fmt.Errorf("connect to the claimed agent: %w", err)
+		return fmt.Errorf("connect to the agent: %w", err)
 	}
 	gc, err := guest.NewClient(conn)
 	if err != nil {
 		conn.Close()
-		return fmt.Errorf("connect to the claimed agent: %w", err)
+		return fmt.Errorf("connect to the agent: %w", err)
 	}
 	m.gc.Store(gc)
 	return nil
 }
 
+// connect dials the agent's socket until it answers a health check.
 func (m *machine) connect(ctx context.Context) error {
 	sock := filepath.Join(m.dir, "agent.sock")
 	p := m.agent()

@@ -152,19 +152,9 @@ func (sp *prepared) destroy(why string) {
 func (d *Driver) prepareSpare(ctx context.Context, s shape) (*machine, *os.File, error) {
 	id := "spare-" + randomHex(6)
 	dir := filepath.Join(d.sparesDir(), id)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, nil, err
-	}
 	spec := vmm.Spec{ID: id, RootFS: s.rootFS, Disk: s.disk}
-	l, err := newLayer(dir, spec.Disk, d.templates())
+	l, cg, err := d.makeSpareParts(dir, spec)
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	cg, err := newCgroup(d.cgroups, id)
-	if err != nil {
-		l.Remove()
-		os.RemoveAll(dir)
 		return nil, nil, err
 	}
 	m := newMachine(d, spec, dir, cg, l)
@@ -172,6 +162,12 @@ func (d *Driver) prepareSpare(ctx context.Context, s shape) (*machine, *os.File,
 	if err == nil {
 		m.cur.Store(p)
 		err = awaitReady(ctx, ctrl, p)
+	}
+	if err == nil {
+		// Connected now, the claim has no connection to make: the
+		// agent accepts this one once claimed, the first in its
+		// listener's queue.
+		err = m.dial()
 	}
 	if err != nil {
 		if ctrl != nil {
@@ -182,6 +178,27 @@ func (d *Driver) prepareSpare(ctx context.Context, s shape) (*machine, *os.File,
 	}
 	return m, ctrl, nil
 }
+
+// makeSpareParts makes a spare's directory, writable layer and cgroup
+// or nothing.
+func (d *Driver) makeSpareParts(dir string, spec vmm.Spec) (*layer, *cgroup, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	l, err := newLayer(dir, spec.Disk, d.templates())
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	cg, err := newCgroup(d.cgroups, spec.ID)
+	if err != nil {
+		l.Remove()
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return l, cg, nil
+}
+
 
 // awaitReady waits for the agent's byte saying its root is ready.
 func awaitReady(ctx context.Context, ctrl *os.File, p *agentProc) error {
@@ -239,29 +256,56 @@ func (d *Driver) claimSpare(ctx context.Context, spec vmm.Spec, dir string) (*ma
 	return nil, os.Mkdir(dir, 0o700)
 }
 
-// takeSpare turns spare sp into machine spec.
+// takeSpare turns spare sp into machine spec. The claim goes to the
+// agent first, so that it takes it (its /etc/hosts, its listener) while
+// the host moves the spare to the machine: limits and hostname on the
+// side, id range, records and directory here. Nothing runs in the
+// machine before Create returns, so none of these has to come before
+// the claim; its answer is awaited last.
 func (d *Driver) takeSpare(ctx context.Context, sp *prepared, spec vmm.Spec, dir string) (*machine, error) {
 	old := sp.m
 	p := old.agent()
-	if err := old.cg.limit(spec.Memory, spec.CPUs, spec.Pids); err != nil {
-		sp.destroy("its limits could not be set")
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = spec.ID
+	}
+	if err := sendClaim(sp.ctrl, p, jailClaim{Hostname: hostname, UID: spec.UID, GID: spec.GID}); err != nil {
+		sp.destroy("its claim could not be sent")
 		return nil, err
 	}
+	side := make(chan error, 1)
+	go func() {
+		side <- errors.Join(old.cg.limit(spec.Memory, spec.CPUs, spec.Pids), setHostname(p.pid, hostname))
+	}()
 	if err := d.moveIDs(old.id, spec.ID); err != nil {
+		<-side
 		sp.destroy("its ids could not be moved")
 		return nil, err
 	}
-	// rename(2) replaces the empty dir; the agent's socket and the
-	// layer's mount move with the directory.
-	if err := syscall.Rename(old.dir, dir); err != nil {
+	// The records are written in the spare's directory, and rename(2)
+	// moves them with it, the agent's socket and the layer's mount, over
+	// the empty dir.
+	err := writeRecords(old.dir, spec, old.id)
+	if err == nil {
+		if err = syscall.Rename(old.dir, dir); err != nil {
+			err = fmt.Errorf("move the prepared jail: %w", err)
+		}
+	}
+	if err != nil {
+		<-side
 		d.moveIDs(spec.ID, old.id)
 		sp.destroy("it could not be moved")
-		return nil, fmt.Errorf("move the prepared jail: %w", err)
+		return nil, err
 	}
 	m := newMachine(d, spec, dir, old.cg, old.layer.movedTo(dir))
 	m.cur.Store(p)
+	m.gc.Store(old.gc.Load())
 	p.owner.Store(m)
-	if err := m.claim(ctx, sp.ctrl, old.id); err != nil {
+	err = <-side
+	if err == nil {
+		err = m.awaitClaimed(ctx, sp.ctrl)
+	}
+	if err != nil {
 		sp.ctrl.Close()
 		m.Destroy(context.Background())
 		return nil, err
@@ -270,38 +314,42 @@ func (d *Driver) takeSpare(ctx context.Context, sp *prepared, spec vmm.Spec, dir
 	return m, nil
 }
 
-// claim writes the machine's records, sends the agent its claim and
-// connects.
-func (m *machine) claim(ctx context.Context, ctrl *os.File, cgroupName string) error {
+// writeRecords writes, in dir, what Recover reads of a claimed spare:
+// the machine's spec and its cgroup's name (the spare's).
+func writeRecords(dir string, spec vmm.Spec, cgroupName string) error {
+	b, _ := json.Marshal(spec)
+	if err := os.WriteFile(filepath.Join(dir, "spec.json"), b, 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, cgroupFile), []byte(cgroupName), 0o600)
+}
+
+// sendClaim sends the waiting agent p its claim.
+func sendClaim(ctrl *os.File, p *agentProc, c jailClaim) error {
 	select {
-	case <-m.agent().exited:
+	case <-p.exited:
 		return errors.New("the prepared agent has ended")
 	default:
 	}
-	b, _ := json.Marshal(m.spec)
-	if err := os.WriteFile(filepath.Join(m.dir, "spec.json"), b, 0o600); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(m.dir, cgroupFile), []byte(cgroupName), 0o600); err != nil {
-		return err
-	}
-	hostname := m.spec.Hostname
-	if hostname == "" {
-		hostname = m.id
-	}
-	if err := setHostname(m.agent().pid, hostname); err != nil {
-		return err
-	}
-	c, _ := json.Marshal(jailClaim{Hostname: hostname, UID: m.spec.UID, GID: m.spec.GID})
-	defer ctrl.Close()
-	if _, err := ctrl.Write(c); err != nil {
+	b, _ := json.Marshal(c)
+	if _, err := ctrl.Write(b); err != nil {
 		return fmt.Errorf("send the claim: %w", err)
 	}
+	return nil
+}
+
+// awaitClaimed waits for the agent's answer to its claim, and connects
+// if the spare was not connected already.
+func (m *machine) awaitClaimed(ctx context.Context, ctrl *os.File) error {
+	defer ctrl.Close()
 	// The agent answers the claim once it has taken it and serves: that
 	// answer, not a health request over the session, says it is ready,
 	// one round trip through the agent fewer before the first exec.
 	if err := claimAnswer(ctx, ctrl); err != nil {
 		return err
+	}
+	if m.gc.Load() != nil {
+		return nil // connected while the spare was prepared
 	}
 	return m.dial()
 }
