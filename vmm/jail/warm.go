@@ -199,7 +199,6 @@ func (d *Driver) makeSpareParts(dir string, spec vmm.Spec) (*layer, *cgroup, err
 	return l, cg, nil
 }
 
-
 // awaitReady waits for the agent's byte saying its root is ready.
 func awaitReady(ctx context.Context, ctrl *os.File, p *agentProc) error {
 	got := make(chan error, 1)
@@ -256,15 +255,21 @@ func (d *Driver) claimSpare(ctx context.Context, spec vmm.Spec, dir string) (*ma
 	return nil, os.Mkdir(dir, 0o700)
 }
 
-// takeSpare turns spare sp into machine spec. The claim goes to the
-// agent first, so that it takes it (its /etc/hosts, its listener) while
-// the host moves the spare to the machine: limits and hostname on the
-// side, id range, records and directory here. Nothing runs in the
-// machine before Create returns, so none of these has to come before
-// the claim; its answer is awaited last.
+// takeSpare turns spare sp into machine spec. Its limits come first:
+// the agent serves once claimed, and what it starts then (its threads
+// count against the pids limit) must be inside them. Then the claim
+// goes to the agent, so that it takes it (its /etc/hosts, its listener)
+// while the host moves the spare to the machine: hostname on the side,
+// id range, records and directory here. Nothing runs in the machine
+// before Create returns, so none of these has to come before the claim;
+// its answer is awaited last.
 func (d *Driver) takeSpare(ctx context.Context, sp *prepared, spec vmm.Spec, dir string) (*machine, error) {
 	old := sp.m
 	p := old.agent()
+	if err := old.cg.limit(spec.Memory, spec.CPUs, spec.Pids); err != nil {
+		sp.destroy("its limits could not be set")
+		return nil, err
+	}
 	hostname := spec.Hostname
 	if hostname == "" {
 		hostname = spec.ID
@@ -274,9 +279,7 @@ func (d *Driver) takeSpare(ctx context.Context, sp *prepared, spec vmm.Spec, dir
 		return nil, err
 	}
 	side := make(chan error, 1)
-	go func() {
-		side <- errors.Join(old.cg.limit(spec.Memory, spec.CPUs, spec.Pids), setHostname(p.pid, hostname))
-	}()
+	go func() { side <- setHostname(p.pid, hostname) }()
 	if err := d.moveIDs(old.id, spec.ID); err != nil {
 		<-side
 		sp.destroy("its ids could not be moved")
