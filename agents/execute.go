@@ -79,11 +79,11 @@ func (ru *run) run(ctx context.Context, req TaskRequest) (Result, error) {
 	}
 	defer cleanup()
 	gc := m.Guest()
-	listen, proxy, token, disconnect, err := ru.connect(ctx, gc)
+	listen, proxy, token, err := ru.connect(ctx, gc)
 	if err != nil {
 		return ru.fail(err)
 	}
-	defer disconnect()
+	defer ru.disconnect()
 	return ru.agent(ctx, gc, token, listen, proxy)
 }
 
@@ -111,8 +111,9 @@ const promptFile = ".home/.hearth-prompt"
 // connect admits the execution to the gateway (and the egress proxy, if
 // its agent may reach any domain) and forwards them into the machine. It
 // returns the gateway's address inside the machine, the proxy URL ("" for
-// none), the agent's gateway token, and how to revoke both tokens.
-func (ru *run) connect(ctx context.Context, gc *guest.Client) (listen, proxy, token string, revoke func(), err error) {
+// none) and the agent's gateway token; ru.disconnect revokes the
+// execution's tokens.
+func (ru *run) connect(ctx context.Context, gc *guest.Client) (listen, proxy, token string, err error) {
 	cfg := ru.r.cfg
 	var budget gateway.Budget = ru.budget
 	if cfg.Credits {
@@ -127,18 +128,18 @@ func (ru *run) connect(ctx context.Context, gc *guest.Client) (listen, proxy, to
 	listen = "127.0.0.1:" + strconv.Itoa(cfg.GatewayPort)
 	if _, err := gc.Forward(ctx, listen, "gateway"); err != nil {
 		cfg.Gateway.Unregister(token)
-		return "", "", "", nil, fmt.Errorf("forward the model gateway into the machine: %w", err)
+		return "", "", "", fmt.Errorf("forward the model gateway into the machine: %w", err)
 	}
 	proxy, revokeEgress, err := ru.egress(ctx, gc)
 	if err != nil {
 		cfg.Gateway.Unregister(token)
-		return "", "", "", nil, err
+		return "", "", "", err
 	}
 	revokeInside, err := ru.inside(ctx, gc)
 	if err != nil {
 		cfg.Gateway.Unregister(token)
 		revokeEgress()
-		return "", "", "", nil, err
+		return "", "", "", err
 	}
 	ru.disconnect = sync.OnceFunc(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), revokeWait)
@@ -149,7 +150,7 @@ func (ru *run) connect(ctx context.Context, gc *guest.Client) (listen, proxy, to
 		revokeEgress()
 		revokeInside()
 	})
-	return listen, proxy, token, ru.disconnect, nil
+	return listen, proxy, token, nil
 }
 
 // revokeWait bounds how long an ending execution waits for its model

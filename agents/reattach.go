@@ -187,11 +187,10 @@ func (ru *run) reattach(ctx context.Context, m vmm.Machine, job agentJob) (Resul
 	go ru.fileEvents(files)
 	ru.resumeCallCount(ctx)
 	gc := m.Guest()
-	_, _, _, disconnect, err := ru.connect(ctx, gc)
-	if err != nil {
+	if _, _, _, err := ru.connect(ctx, gc); err != nil {
 		return ru.fail(err)
 	}
-	defer disconnect()
+	defer ru.disconnect()
 	ru.status("running", map[string]any{"agent": ru.def.Name, "model": ru.def.Model, "reattached": true})
 	return ru.follow(ctx, gc, job)
 }

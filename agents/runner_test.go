@@ -706,17 +706,7 @@ func TestRunDetachReattach(t *testing.T) {
 		{Blocks: []modeltest.Block{modeltest.Text("all done")}, Usage: modeltest.Usage{InputTokens: 400, OutputTokens: 20}},
 	}, Limits{USD: 1000, Turns: 10})
 	ctx := context.Background()
-	accepted := make(chan store.Execution, 1)
-	type outcome struct {
-		res Result
-		err error
-	}
-	ran := make(chan outcome, 1)
-	go func() {
-		res, err := h.runner.Run(WithAccepted(ctx, func(e store.Execution) { accepted <- e }), TaskRequest{Agent: "analyst", Prompt: "work"})
-		ran <- outcome{res, err}
-	}()
-	e := <-accepted
+	e, done := h.start(t, TaskRequest{Agent: "analyst", Prompt: "work"})
 	deadline := time.Now().Add(60 * time.Second)
 	for countType(h.eventsOf(t, e.ID), stream.ToolCall, "sleep 2") == 0 {
 		if time.Now().After(deadline) {
@@ -725,7 +715,12 @@ func TestRunDetachReattach(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	h.runner.Detach()
-	o := <-ran
+	var o ran
+	select {
+	case o = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("Run had not returned 60s after Detach")
+	}
 	if !errors.Is(o.err, ErrDetached) || o.res.Execution.Status != store.Running {
 		t.Fatalf("Run after Detach = %+v, %v; want ErrDetached and still running", o.res.Execution, o.err)
 	}

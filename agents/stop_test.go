@@ -21,25 +21,7 @@ func TestStopUnansweringMachine(t *testing.T) {
 	h := newHarnessWith(t, harnessOptions{model: modeltest.Config{Turns: []modeltest.Turn{
 		{Blocks: []modeltest.Block{bash(busy(300))}},
 	}}, limits: Limits{USD: 500, WallTime: Duration(time.Hour)}, killWait: killWait})
-	accepted := make(chan store.Execution, 1)
-	type ran struct {
-		res Result
-		err error
-	}
-	done := make(chan ran, 1)
-	go func() {
-		res, err := h.runner.Run(WithAccepted(context.Background(), func(e store.Execution) { accepted <- e }),
-			TaskRequest{Agent: "analyst", Prompt: "go"})
-		done <- ran{res, err}
-	}()
-	var e store.Execution
-	select {
-	case e = <-accepted:
-	case r := <-done:
-		t.Fatalf("Run ended before it was accepted: %+v, %v", r.res.Execution, r.err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("the execution was not accepted in 60s")
-	}
+	e, done := h.start(t, TaskRequest{Agent: "analyst", Prompt: "go"})
 	var m vmm.Machine
 	select {
 	case m = <-h.machines:

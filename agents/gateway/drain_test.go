@@ -22,11 +22,7 @@ func TestDrain(t *testing.T) {
 	h := newHarness(t, []modeltest.Turn{{Blocks: []modeltest.Block{modeltest.Text("a slow answer in pieces")}, Usage: usage, Delay: delay}})
 	token := h.gw.Register(Execution{Session: "s", ID: "e"})
 	other := h.gw.Register(Execution{Session: "s", ID: "e2"})
-	resp := h.post(t, token, request(true, hello))
-	r := bufio.NewReader(resp.Body)
-	if line, err := r.ReadString('\n'); err != nil || line != "event: message_start\n" {
-		t.Fatalf("first line %q, %v", line, err)
-	}
+	r := startStream(t, h, token)
 	drained := make(chan error, 1)
 	go func() { drained <- h.gw.Drain(context.Background()) }()
 	for !h.gw.isDraining() {
@@ -74,10 +70,7 @@ func TestDrain(t *testing.T) {
 func TestDrainBound(t *testing.T) {
 	h := newHarness(t, []modeltest.Turn{{Blocks: []modeltest.Block{modeltest.Text("very slow")}, Delay: time.Second}})
 	token := h.gw.Register(Execution{Session: "s", ID: "e"})
-	resp := h.post(t, token, request(true, hello))
-	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
-		t.Fatal(err)
-	}
+	startStream(t, h, token)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	t0 := time.Now()
@@ -97,11 +90,7 @@ func TestRevoke(t *testing.T) {
 	verySlow := modeltest.Turn{Blocks: []modeltest.Block{modeltest.Text("very slow")}, Delay: time.Second}
 	h := newHarness(t, []modeltest.Turn{slow, verySlow})
 	token := h.gw.Register(Execution{Session: "s", ID: "e"})
-	resp := h.post(t, token, request(true, hello))
-	r := bufio.NewReader(resp.Body)
-	if line, err := r.ReadString('\n'); err != nil || line != "event: message_start\n" {
-		t.Fatalf("first line %q, %v", line, err)
-	}
+	r := startStream(t, h, token)
 	revoked := make(chan error, 1)
 	go func() { revoked <- h.gw.Revoke(context.Background(), token) }()
 	// Until Revoke has taken the token out, a new call may still get in.
@@ -144,11 +133,7 @@ func TestRevoke(t *testing.T) {
 	}
 
 	stuck := h.gw.Register(Execution{Session: "s", ID: "e2"})
-	resp = h.post(t, stuck, request(true, hello))
-	defer resp.Body.Close()
-	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
-		t.Fatal(err)
-	}
+	startStream(t, h, stuck)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	t0 := time.Now()
@@ -156,4 +141,17 @@ func TestRevoke(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "in flight") || time.Since(t0) > 5*time.Second {
 		t.Errorf("Revoke with a call in flight past its bound: %v after %v", err, time.Since(t0))
 	}
+}
+
+// startStream starts a streamed call with token and returns its body
+// once its first line, message_start, has come: the call is in flight.
+func startStream(t *testing.T, h *harness, token string) *bufio.Reader {
+	t.Helper()
+	resp := h.post(t, token, request(true, hello))
+	t.Cleanup(func() { resp.Body.Close() })
+	r := bufio.NewReader(resp.Body)
+	if line, err := r.ReadString('\n'); err != nil || line != "event: message_start\n" {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	return r
 }

@@ -320,10 +320,8 @@ func (g *Gateway) Revoke(ctx context.Context, token string) error {
 		ex.mu.Unlock()
 		return nil
 	}
-	if ex.idle == nil {
-		ex.idle = make(chan struct{})
-	}
-	idle := ex.idle
+	idle := make(chan struct{}) // the token is out of the map: one Revoke per execution
+	ex.idle = idle
 	n := ex.requests
 	ex.mu.Unlock()
 	select {
