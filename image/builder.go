@@ -294,7 +294,8 @@ func statID(f *os.File) (fileID, error) {
 }
 
 // cachedRead returns the image in dir, parsing its manifest only when it
-// is not the one parsed last time.
+// is not the one parsed last time. The image is the cached one, shared:
+// clone it before it leaves the Builder.
 func (b *Builder) cachedRead(dir string) (Image, error) {
 	var st syscall.Stat_t
 	if err := syscall.Stat(filepath.Join(dir, "manifest.json"), &st); err != nil {
@@ -305,7 +306,7 @@ func (b *Builder) cachedRead(dir string) (Image, error) {
 	c, ok := b.read[dir]
 	b.readMu.Unlock()
 	if ok && c.id == id {
-		return c.img.clone(), nil
+		return c.img, nil
 	}
 	img, id, err := readImageID(dir)
 	if err != nil {
@@ -361,6 +362,16 @@ func (b *Builder) forget(ents []os.DirEntry) {
 
 // List returns the built images, sorted by name then newest first.
 func (b *Builder) List() ([]Image, error) {
+	all, err := b.scan()
+	for i := range all {
+		all[i] = all[i].clone()
+	}
+	return all, err
+}
+
+// scan is List with the cached images themselves, not copies: only what
+// a caller returns is cloned (an image's package lists are long).
+func (b *Builder) scan() ([]Image, error) {
 	ents, err := os.ReadDir(b.dir)
 	if err != nil {
 		return nil, fmt.Errorf("image cache %s: %w", b.dir, err)
@@ -395,11 +406,11 @@ func (b *Builder) Get(name string) (Image, error) {
 	if hash, err := b.recipes.Hash(name); err == nil {
 		for _, img := range imgs {
 			if img.Hash == hash {
-				return img, nil
+				return img.clone(), nil
 			}
 		}
 	}
-	return imgs[0], nil
+	return imgs[0].clone(), nil
 }
 
 // Inspect returns the manifest of the image Get returns.
@@ -429,9 +440,10 @@ func (b *Builder) Remove(name string) error {
 	return nil
 }
 
-// images lists the built versions of name, newest first.
+// images lists the built versions of name, newest first: the cached
+// images, see scan.
 func (b *Builder) images(name string) ([]Image, error) {
-	all, err := b.List()
+	all, err := b.scan()
 	if err != nil {
 		return nil, err
 	}
