@@ -157,11 +157,22 @@ func run(args []string) error {
 			}
 		}
 	}
+	opts := guest.ServerOptions{Roots: allowed, DefaultUID: uint32(*uid), DefaultGID: uint32(*gid),
+		BaseEnv:          []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"},
+		RemountWorkspace: remountWorkspace}
+	if vm {
+		opts.SetClock = setClock
+	}
+	stop := make(chan struct{})
+	defer close(stop)
 	// A jail prepared ahead of time is ready up to here too. It locks
-	// itself down before its claim, the host setting its hostname
-	// (vmm/jail's claim), so that once claimed it has only /etc/hosts to
-	// write before it serves.
+	// itself down and serves its host before its claim, the host setting
+	// its hostname (vmm/jail's claim), so that once claimed it has only
+	// /etc/hosts to write before its requests go on.
 	if jailCfg != nil && jailCfg.AwaitClaim {
+		if ln == nil {
+			return errors.New("a prepared jail needs a channel to accept its host on (listen:PATH or listen-fd:N)")
+		}
 		// The image's /etc/hosts, or ours made now without the
 		// hostname, which only the claim brings: then the claim has
 		// only the file's content to write, not its copy up the overlay.
@@ -172,52 +183,43 @@ func run(args []string) error {
 		if err := lockDown(); err != nil {
 			return err
 		}
+		opts.AwaitClaim = true
+		srv := guest.NewServer(opts)
+		if os.Getpid() == 1 {
+			go srv.ReapOrphans(stop)
+		}
+		served := make(chan error, 1)
+		go func() { served <- acceptHosts(ln, srv) }()
 		c, err := awaitJailClaim(*jailFD)
 		if err != nil {
 			return err
 		}
-		*uid, *gid = uint(c.UID), uint(c.GID)
 		if ours {
 			if err := os.WriteFile(hostsPath, []byte(hostsFor(c.Hostname)), 0o644); err != nil {
 				return fmt.Errorf("write %s: %w", hostsPath, err)
 			}
 		}
+		srv.Claim(c.UID, c.GID)
 		answerJailClaim(*jailFD)
-	} else {
-		if *hostname != "" && os.Getpid() == 1 {
-			if err := syscall.Sethostname([]byte(*hostname)); err != nil {
-				return fmt.Errorf("set hostname: %w", err)
-			}
-			if err := writeHosts(*hostname); err != nil {
-				return err
-			}
+		return <-served
+	}
+	if *hostname != "" && os.Getpid() == 1 {
+		if err := syscall.Sethostname([]byte(*hostname)); err != nil {
+			return fmt.Errorf("set hostname: %w", err)
 		}
-		if err := lockDown(); err != nil {
+		if err := writeHosts(*hostname); err != nil {
 			return err
 		}
 	}
-	opts := guest.ServerOptions{Roots: allowed, DefaultUID: uint32(*uid), DefaultGID: uint32(*gid),
-		BaseEnv:          []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"},
-		RemountWorkspace: remountWorkspace}
-	if vm {
-		opts.SetClock = setClock
+	if err := lockDown(); err != nil {
+		return err
 	}
-	stop := make(chan struct{})
-	defer close(stop)
 	if ln != nil {
-		// One host at a time; a host that restarts connects again.
 		srv := guest.NewServer(opts)
 		if os.Getpid() == 1 {
 			go srv.ReapOrphans(stop)
 		}
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return err
-			}
-			srv.Serve(conn)
-			conn.Close()
-		}
+		return acceptHosts(ln, srv)
 	}
 	if port != nil {
 		srv := guest.NewServer(opts)
@@ -238,6 +240,19 @@ func run(args []string) error {
 		return nil // the host hung up: a normal end
 	}
 	return err
+}
+
+// acceptHosts serves the hosts that connect on ln, one at a time: a
+// host that restarts connects again.
+func acceptHosts(ln net.Listener, srv *guest.Server) error {
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		srv.Serve(conn)
+		conn.Close()
+	}
 }
 
 func flagSet(fl *flag.FlagSet, name string) bool {

@@ -49,6 +49,13 @@ type ServerOptions struct {
 	// with the world. Nil where the clock is the host's own (the jail
 	// tier): the host's request is then refused as not supported.
 	SetClock func(time.Time) error
+	// AwaitClaim makes an agent prepared ahead of time serve its host
+	// before a sandbox claims it: the session, its first connection and
+	// the code that serves are set up then, not in the sandbox's first
+	// request. Until Claim, every request but a health check waits
+	// (nothing runs in the machine), and DefaultUID and DefaultGID are
+	// the claim's.
+	AwaitClaim bool
 }
 
 // Server is the guest agent's side of the protocol.
@@ -60,6 +67,7 @@ type Server struct {
 	procs   map[int]*exec.Cmd
 	ptys    map[int]*os.File // terminal of each PTY exec, by pid
 	jobs    jobTable
+	claimed chan struct{} // closed by Claim, or at once without AwaitClaim
 }
 
 // NewServer returns an agent with opts.
@@ -70,7 +78,20 @@ func NewServer(opts ServerOptions) *Server {
 	if len(opts.Roots) == 0 {
 		opts.Roots = []string{"/"}
 	}
-	return &Server{opts: opts, started: time.Now(), procs: map[int]*exec.Cmd{}, ptys: map[int]*os.File{}, jobs: jobTable{jobs: map[string]*job{}}}
+	s := &Server{opts: opts, started: time.Now(), procs: map[int]*exec.Cmd{}, ptys: map[int]*os.File{},
+		jobs: jobTable{jobs: map[string]*job{}}, claimed: make(chan struct{})}
+	if !opts.AwaitClaim {
+		close(s.claimed)
+	}
+	return s
+}
+
+// Claim gives an agent made with AwaitClaim the user its processes run
+// as by default, and lets the requests waiting for it go on. Call it
+// once.
+func (s *Server) Claim(uid, gid uint32) {
+	s.opts.DefaultUID, s.opts.DefaultGID = uid, gid // read only after claimed is closed
+	close(s.claimed)
 }
 
 // Serve runs an agent with opts on conn; see Server.Serve.
@@ -153,7 +174,16 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/workspace/remount", s.remountWorkspace)
 	mux.HandleFunc("POST /v1/clock", s.setClock)
 	s.jobRoutes(mux)
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/health" {
+			select {
+			case <-s.claimed:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 func fail(w http.ResponseWriter, status int, code, format string, args ...any) {

@@ -164,10 +164,15 @@ func (d *Driver) prepareSpare(ctx context.Context, s shape) (*machine, *os.File,
 		err = awaitReady(ctx, ctrl, p)
 	}
 	if err == nil {
-		// Connected now, the claim has no connection to make: the
-		// agent accepts this one once claimed, the first in its
-		// listener's queue.
+		// Connected now, the claim has no connection to make, and one
+		// health check sets the session up on both sides and leaves
+		// the connection the sandbox's first request takes: the agent
+		// serves its host before its claim (nothing but health checks
+		// until then).
 		err = m.dial()
+	}
+	if err == nil {
+		_, err = m.gc.Load().Health(ctx)
 	}
 	if err != nil {
 		if ctrl != nil {
