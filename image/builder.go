@@ -167,6 +167,23 @@ func (b *Builder) imageDir(name, hash string) string {
 	return filepath.Join(b.dir, name+"-"+hash[:12])
 }
 
+// dirImageName is the image name an image directory's name gives
+// (imageDir), false if it is not one of those.
+func dirImageName(dir string) (string, bool) {
+	name, hash, ok := cutLast(dir, "-")
+	if !ok || name == "" || len(hash) != 12 || strings.Trim(hash, "0123456789abcdef") != "" {
+		return "", false
+	}
+	return name, true
+}
+
+func cutLast(s, sep string) (before, after string, found bool) {
+	if i := strings.LastIndex(s, sep); i >= 0 {
+		return s[:i], s[i+len(sep):], true
+	}
+	return s, "", false
+}
+
 // buildNew builds recipe r's image.
 func (b *Builder) buildNew(ctx context.Context, r *Recipe, hash string, parent Image) (Image, error) {
 	return b.make(ctx, r, hash, parent, func(bd *build) []step { return bd.steps() })
@@ -362,7 +379,7 @@ func (b *Builder) forget(ents []os.DirEntry) {
 
 // List returns the built images, sorted by name then newest first.
 func (b *Builder) List() ([]Image, error) {
-	all, err := b.scan()
+	all, err := b.scan("")
 	for i := range all {
 		all[i] = all[i].clone()
 	}
@@ -370,8 +387,10 @@ func (b *Builder) List() ([]Image, error) {
 }
 
 // scan is List with the cached images themselves, not copies: only what
-// a caller returns is cloned (an image's package lists are long).
-func (b *Builder) scan() ([]Image, error) {
+// a caller returns is cloned (an image's package lists are long). With
+// a name, only that image's versions are read and returned: the
+// directories named for another image (imageDir) are passed over.
+func (b *Builder) scan(name string) ([]Image, error) {
 	ents, err := os.ReadDir(b.dir)
 	if err != nil {
 		return nil, fmt.Errorf("image cache %s: %w", b.dir, err)
@@ -381,11 +400,16 @@ func (b *Builder) scan() ([]Image, error) {
 		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		if img, err := b.cachedRead(filepath.Join(b.dir, e.Name())); err == nil {
+		if n, ok := dirImageName(e.Name()); name != "" && ok && n != name {
+			continue
+		}
+		if img, err := b.cachedRead(filepath.Join(b.dir, e.Name())); err == nil && (name == "" || img.Name == name) {
 			out = append(out, img)
 		}
 	}
-	b.forget(ents)
+	if name == "" {
+		b.forget(ents)
+	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Name != out[j].Name {
 			return out[i].Name < out[j].Name
@@ -443,15 +467,9 @@ func (b *Builder) Remove(name string) error {
 // images lists the built versions of name, newest first: the cached
 // images, see scan.
 func (b *Builder) images(name string) ([]Image, error) {
-	all, err := b.scan()
+	out, err := b.scan(name)
 	if err != nil {
 		return nil, err
-	}
-	var out []Image
-	for _, img := range all {
-		if img.Name == name {
-			out = append(out, img)
-		}
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("image %s: %w", name, ErrNotFound)
