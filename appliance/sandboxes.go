@@ -815,6 +815,9 @@ func (m *sandboxManager) info(s *sandbox) SandboxInfo {
 		return out
 	}
 	out.Usage = &u
+	if out.Session == "" {
+		return out
+	}
 	for _, ws := range m.store.Sessions() {
 		if ws.ID == out.Session {
 			out.Workspace = &ws
