@@ -78,6 +78,11 @@ func NewServer(opts ServerOptions) *Server {
 	if len(opts.Roots) == 0 {
 		opts.Roots = []string{"/"}
 	}
+	// os probes once whether pidfds work, with a clone of its own, at
+	// the first process started or found: here, not in the first exec.
+	if p, err := os.FindProcess(os.Getpid()); err == nil {
+		p.Release()
+	}
 	s := &Server{opts: opts, started: time.Now(), procs: map[int]*exec.Cmd{}, ptys: map[int]*os.File{},
 		jobs: jobTable{jobs: map[string]*job{}}, claimed: make(chan struct{})}
 	if !opts.AwaitClaim {
