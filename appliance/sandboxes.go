@@ -160,6 +160,10 @@ type sandboxManager struct {
 	dirty  chan struct{}
 	syncMu sync.Mutex
 
+	// slots are files made ahead of time for new records
+	// (sandboxes_slots.go); nil if none could be.
+	slots *slotPool
+
 	tick      time.Duration
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -200,14 +204,18 @@ func newSandboxManager(deps SandboxDeps) (*sandboxManager, error) {
 		}
 	}
 	os.RemoveAll(m.forksDir()) // captures a crashed fork left
+	if err := m.recoverSlots(); err != nil {
+		return nil, fmt.Errorf("sandbox records: %w", err)
+	}
 	if m.driverErr != nil {
 		m.log.Warn("sandboxes are unavailable", "err", m.driverErr)
 	} else {
 		m.recoverAll()
 		m.log.Info("sandboxes ready", "driver", m.driver.Name(), "known", len(m.boxes))
 	}
-	m.wg.Add(1)
+	m.wg.Add(2)
 	go m.idleLoop()
+	go m.fillSlots()
 	return m, nil
 }
 
@@ -465,7 +473,7 @@ func (m *sandboxManager) boot(ctx context.Context, spec createSpec, img image.Im
 	// done. A daemon that dies in between leaves a record whose machine
 	// is gone, shown stopped after the restart.
 	saved := make(chan error, 1)
-	go func() { saved <- m.save(&s.rec) }()
+	go func() { saved <- m.saveNew(&s.rec) }()
 	undo = append(undo, func() { os.Remove(filepath.Join(m.dir, spec.ID+".json")) })
 	s.m, err = m.driver.Create(ctx, vspec)
 	if serr := <-saved; err == nil && serr != nil {
