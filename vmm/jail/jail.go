@@ -113,21 +113,27 @@ func (d *Driver) Create(ctx context.Context, spec vmm.Spec) (vmm.Machine, error)
 		return nil, err
 	}
 	dir := d.machineDir(spec.ID)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		if os.IsExist(err) {
-			return nil, fmt.Errorf("create machine %s: %w", spec.ID, vmm.ErrExists)
-		}
-		return nil, err
+	exists := fmt.Errorf("create machine %s: %w", spec.ID, vmm.ErrExists)
+	if _, err := os.Lstat(dir); err == nil {
+		return nil, exists
 	}
 	d.record(spec.ID, "create", fmt.Sprintf("rootfs=%s workspace=%s memory=%d cpus=%g pids=%d disk=%d",
 		spec.RootFS, spec.Workspace, spec.Memory, spec.CPUs, spec.Pids, spec.Disk))
+	// A claimed spare's directory is renamed to dir, which must not
+	// exist (the rename fails if it does): no directory is made and
+	// removed again, each of which costs a claim more than its other
+	// steps together on some hosts' ext4 (0.35-0.6 ms an inode).
 	if m, err := d.claimSpare(ctx, spec, dir); m != nil || err != nil {
 		if err != nil {
-			os.RemoveAll(dir)
-			d.releaseIDs(spec.ID)
 			return nil, fmt.Errorf("create machine %s: %w", spec.ID, err)
 		}
 		return m, nil
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if os.IsExist(err) {
+			return nil, exists
+		}
+		return nil, err
 	}
 	start := time.Now()
 	m, err := d.start(ctx, spec, dir)

@@ -158,6 +158,10 @@ func (d *Driver) prepareSpare(ctx context.Context, s shape) (*machine, *os.File,
 		return nil, nil, err
 	}
 	m := newMachine(d, spec, dir, cg, l)
+	if err := writeRecords(dir, spec, id); err != nil {
+		m.Destroy(context.Background())
+		return nil, nil, err
+	}
 	p, ctrl, err := m.spawnAgent(true)
 	if err == nil {
 		m.cur.Store(p)
@@ -225,10 +229,10 @@ func awaitReady(ctx context.Context, ctrl *os.File, p *agentProc) error {
 	}
 }
 
-// claimSpare gives machine spec a spare of its shape, moved to dir (made
-// empty by Create to hold the id). It returns nil, nil with dir empty
-// again if there is none, or the one there fails: Create starts a jail
-// instead.
+// claimSpare gives machine spec a spare of its shape, moved to dir
+// (which does not exist). It returns nil, nil, with dir left as it was,
+// if there is none or the one there fails: Create starts a jail
+// instead. Another machine of that id made meanwhile is vmm.ErrExists.
 func (d *Driver) claimSpare(ctx context.Context, spec vmm.Spec, dir string) (*machine, error) {
 	s, ok := shapeOf(spec)
 	if !ok || d.warm == nil {
@@ -252,12 +256,13 @@ func (d *Driver) claimSpare(ctx context.Context, spec vmm.Spec, dir string) (*ma
 		return nil, nil
 	}
 	m, err := d.takeSpare(ctx, sp.M, spec, dir)
-	if err == nil || ctx.Err() != nil {
+	if err == nil || ctx.Err() != nil || errors.Is(err, vmm.ErrExists) {
 		return m, err
 	}
+	// takeSpare undid what it did: the machine it made is destroyed,
+	// its directory with it.
 	d.record(spec.ID, "start", "the prepared jail failed, starting one: "+err.Error())
-	os.RemoveAll(dir)
-	return nil, os.Mkdir(dir, 0o700)
+	return nil, nil
 }
 
 // takeSpare turns spare sp into machine spec. Its limits come first:
@@ -290,12 +295,16 @@ func (d *Driver) takeSpare(ctx context.Context, sp *prepared, spec vmm.Spec, dir
 		sp.destroy("its ids could not be moved")
 		return nil, err
 	}
-	// The records are written in the spare's directory, and rename(2)
-	// moves them with it, the agent's socket and the layer's mount, over
-	// the empty dir.
-	err := writeRecords(old.dir, spec, old.id)
+	// The spec is written over the spare's own, in its directory, and
+	// rename(2) moves it with the directory, the agent's socket and the
+	// layer's mount, to dir, which must not exist.
+	err := writeSpec(old.dir, spec)
 	if err == nil {
-		if err = syscall.Rename(old.dir, dir); err != nil {
+		err = unix.Renameat2(unix.AT_FDCWD, old.dir, unix.AT_FDCWD, dir, unix.RENAME_NOREPLACE)
+		if errors.Is(err, unix.EEXIST) {
+			err = vmm.ErrExists
+		}
+		if err != nil {
 			err = fmt.Errorf("move the prepared jail: %w", err)
 		}
 	}
@@ -322,14 +331,21 @@ func (d *Driver) takeSpare(ctx context.Context, sp *prepared, spec vmm.Spec, dir
 	return m, nil
 }
 
-// writeRecords writes, in dir, what Recover reads of a claimed spare:
-// the machine's spec and its cgroup's name (the spare's).
+// writeRecords writes, in a spare's directory dir, what Recover reads of
+// it once claimed: its spec (the spare's own until then, rewritten by
+// the claim with writeSpec) and its cgroup's name (the spare's, for
+// good). Made while the spare is prepared, the claim makes no file.
 func writeRecords(dir string, spec vmm.Spec, cgroupName string) error {
-	b, _ := json.Marshal(spec)
-	if err := os.WriteFile(filepath.Join(dir, "spec.json"), b, 0o600); err != nil {
+	if err := writeSpec(dir, spec); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, cgroupFile), []byte(cgroupName), 0o600)
+}
+
+// writeSpec writes a machine's spec in its directory dir.
+func writeSpec(dir string, spec vmm.Spec) error {
+	b, _ := json.Marshal(spec)
+	return os.WriteFile(filepath.Join(dir, "spec.json"), b, 0o600)
 }
 
 // sendClaim sends the waiting agent p its claim.

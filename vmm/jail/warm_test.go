@@ -2,6 +2,7 @@ package jail
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -284,4 +285,54 @@ func checkLockedDown(t *testing.T, what string, pid int) {
 			t.Errorf("%s, thread %s:\n%s\nwant\n%s", what, task.Name(), got, want)
 		}
 	}
+}
+
+// TestWarmClaimNeverReplaces: a claim moves its prepared jail to the
+// machine's directory only if none is there: one made by another create
+// since Create looked is left whole, the claim fails with ErrExists, and
+// the prepared jail is destroyed, not leaked or reused.
+func TestWarmClaimNeverReplaces(t *testing.T) {
+	d := warmDriver(t, 1)
+	root := busyboxRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	spec := vmm.Spec{ID: "taken", RootFS: root, UID: 1000, GID: 1000}
+	if err := d.Warm(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	dir := d.machineDir(spec.ID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(dir, "theirs")
+	if err := os.WriteFile(marker, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, err := d.claimSpare(ctx, spec, dir)
+	if !errors.Is(err, vmm.ErrExists) || m != nil {
+		t.Fatalf("claim onto an existing directory = %v, %v; want ErrExists", m, err)
+	}
+	if b, err := os.ReadFile(marker); err != nil || string(b) != "x" {
+		t.Errorf("the directory there was changed: %q, %v", b, err)
+	}
+	if _, reserved := d.readIDs(spec.ID); reserved {
+		t.Errorf("ids are reserved for %s after its claim failed", spec.ID)
+	}
+	if ents, _ := os.ReadDir(d.sparesDir()); len(ents) > 1 {
+		t.Errorf("spares left: %v (the failed one and at most its replacement)", ents)
+	}
+	for _, e := range mustReadDir(t, d.sparesDir()) {
+		if b, _ := os.ReadFile(filepath.Join(d.sparesDir(), e.Name(), "spec.json")); strings.Contains(string(b), `"taken"`) {
+			t.Errorf("the failed claim's spare %s is still there", e.Name())
+		}
+	}
+}
+
+func mustReadDir(t *testing.T, dir string) []os.DirEntry {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return ents
 }
