@@ -76,7 +76,7 @@ func rights(oob []byte) ([]int, error) {
 
 // awaitJailClaim tells the host the prepared jail is ready and waits for
 // its claim; a host that goes away (EOF) ends the agent. The caller
-// answers the claim (answerJailClaim) once it serves.
+// answers the claim (answerJailClaim) once it has taken it.
 func awaitJailClaim(fd int) (JailClaim, error) {
 	var c JailClaim
 	if _, err := unix.Write(fd, []byte{1}); err != nil {
@@ -93,8 +93,8 @@ func awaitJailClaim(fd int) (JailClaim, error) {
 	return c, nil
 }
 
-// answerJailClaim tells the host the claim is taken and the agent about
-// to accept on its listener: the host connects without a health check.
+// answerJailClaim tells the host the claim is taken, and the requests
+// that waited for it go on: the host needs no health check.
 // A host that did not wait for the answer (one from before it, which
 // closed the socket after its claim) makes the write fail: the agent
 // serves all the same, as that host expects.
