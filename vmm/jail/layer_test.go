@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -492,13 +493,89 @@ func TestLayerRemove(t *testing.T) {
 			if mounts := mountsUnder(t, l.dir); len(mounts) != 0 {
 				t.Errorf("mounts left under %s: %v", l.dir, mounts)
 			}
-			if loops := loopsBackedBy(t, img); len(loops) != 0 {
-				t.Errorf("loop devices left bound to %s: %v", img, loops)
-			}
+			waitLoopsReleased(t, img)
 			if ents, err := os.ReadDir(l.dir); err != nil || len(ents) != 0 {
 				t.Errorf("left in %s: %v, %v; want nothing", l.dir, ents, err)
 			}
 		})
+	}
+}
+
+// TestLayerRemoveBesideAnotherNamespace removes a layer while another
+// mount namespace, made while it was mounted, holds a copy of its mount,
+// as an image build's chroot or any `unshare -m` on the host does. The
+// unmount here does not reach a private copy, and the copy keeps the
+// loop device: Remove must not wait for that (it waited a minute, then
+// failed the destroy, in CI). Removing the mount point detaches the
+// copies in every namespace, so the device goes then, with the holder
+// still running.
+func TestLayerRemoveBesideAnotherNamespace(t *testing.T) {
+	requireLayer(t)
+	l := newTestLayer(t, 32<<20)
+	img := filepath.Join(l.dir, layerImage)
+	holder := exec.Command("sleep", "120")
+	holder.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS} // Go makes its mounts private
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	if !slices.Contains(mountPointsOf(t, holder.Process.Pid), l.root) {
+		t.Fatalf("the holder's namespace has no copy of %s: the test proves nothing", l.root)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Remove() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Remove() beside a namespace holding the layer = %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Remove() still waiting after 20s for a namespace it does not own")
+	}
+	if _, err := os.Lstat(img); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("image after Remove: %v, want it gone", err)
+	}
+	waitLoopsReleased(t, img)
+	if slices.Contains(mountPointsOf(t, holder.Process.Pid), l.root) {
+		t.Errorf("the holder's namespace still has %s mounted", l.root)
+	}
+}
+
+// waitLoopsReleased fails unless the loop devices bound to file detach
+// within a minute: autoclear runs after the unmount returns, and takes
+// seconds on a loaded host.
+func waitLoopsReleased(t *testing.T, file string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for len(loopsBackedBy(t, file)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if loops := loopsBackedBy(t, file); len(loops) != 0 {
+		t.Errorf("loop devices left bound to %s after a minute: %v", file, loops)
+	}
+}
+
+// mountPointsOf lists the mount points in process pid's namespace.
+func mountPointsOf(t *testing.T, pid int) []string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The child unshares before it execs sleep: until then its
+		// mountinfo is ours.
+		ns, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+		self, _ := os.Readlink("/proc/self/ns/mnt")
+		if ns != self || time.Now().After(deadline) {
+			var out []string
+			for _, line := range strings.Split(string(data), "\n") {
+				if f := strings.Fields(line); len(f) > 4 {
+					out = append(out, f[4])
+				}
+			}
+			return out
+		}
 	}
 }
 
