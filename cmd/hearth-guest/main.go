@@ -148,8 +148,13 @@ func run(args []string) error {
 	}
 	// A VM booted ahead of time is ready up to here; the rest waits for
 	// the session that takes it.
+	var first io.Reader // the session after the claim's handshake
 	if vmc.await {
-		c := awaitClaim(port)
+		c, r, err := awaitClaim(port)
+		if err != nil {
+			return err
+		}
+		first = r
 		*hostname, *uid, *gid = c.Hostname, uint(c.UID), uint(c.GID)
 		if c.Time != 0 {
 			if err := setClock(time.Unix(0, c.Time)); err != nil {
@@ -224,7 +229,7 @@ func run(args []string) error {
 	if port != nil {
 		srv := guest.NewServer(opts)
 		go srv.ReapOrphans(stop)
-		return servePort(port, srv)
+		return servePort(port, srv, first)
 	}
 	conn, err := openChannel(*channel)
 	if err != nil {

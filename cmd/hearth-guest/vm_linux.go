@@ -323,14 +323,15 @@ func switchRoot(newRoot string) error {
 
 // servePort serves the host over a virtio-serial port for as long as the
 // VM runs. The port outlives host connections: a daemon that restarts
-// connects again, and each connection gets a fresh protocol session. While
-// no host is connected, the port reads as end of file, and poll says
-// POLLHUP.
-func servePort(f *os.File, srv *guest.Server) error {
-	for {
-		waitHost(f)
-		srv.Serve(portConn{f})
-	}
+// connects again, and each connection starts with the port handshake
+// (see vmm/guest's link.go) and gets a fresh protocol session. first,
+// if not nil, is the session reader of the claim's connection.
+func servePort(f *os.File, srv *guest.Server, first io.Reader) error {
+	return srv.ServePort(f, func() { waitHost(f) }, first, logf)
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "hearth-guest: "+format+"\n", args...)
 }
 
 // setClock sets the VM's wall clock.
@@ -351,18 +352,20 @@ func openPort(path string) (*os.File, error) {
 	return f, nil
 }
 
-// awaitClaim waits for a host to connect to the port and send the claim.
-// A host that hangs up before it has sent the whole line is waited for
-// again.
-func awaitClaim(f *os.File) guest.Claim {
+// awaitClaim waits for a host to connect to the port and send the claim,
+// and returns it with the reader of the session that follows it. A host
+// that hangs up before it has sent the whole line is waited for again.
+func awaitClaim(f *os.File) (guest.Claim, io.Reader, error) {
 	for {
-		waitHost(f)
-		c, err := guest.ReadClaim(f)
-		if err == nil {
-			return c
+		r, err := guest.AcceptHost(f, func() { waitHost(f) })
+		if err != nil {
+			return guest.Claim{}, nil, fmt.Errorf("host port: %w", err)
 		}
-		fmt.Fprintf(os.Stderr, "hearth-guest: %v; waiting for the host again\n", err)
-		time.Sleep(20 * time.Millisecond)
+		c, err := guest.ReadClaim(r)
+		if err == nil {
+			return c, r, nil
+		}
+		logf("%v; waiting for the host again", err)
 	}
 }
 
@@ -380,17 +383,3 @@ func waitHost(f *os.File) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
-// portConn is one session's view of the port: Close ends the session
-// without closing the port, which the next session reuses.
-type portConn struct{ f *os.File }
-
-func (p portConn) Read(b []byte) (int, error) {
-	n, err := p.f.Read(b)
-	if n == 0 && err == nil {
-		err = io.EOF
-	}
-	return n, err
-}
-func (p portConn) Write(b []byte) (int, error) { return p.f.Write(b) }
-func (p portConn) Close() error                { return nil }

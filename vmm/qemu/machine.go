@@ -170,9 +170,13 @@ func (m *machine) start(ctx context.Context, accel, disk string) error {
 // hostname and user, and returns once the agent answers.
 func (m *machine) claim(ctx context.Context) error {
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", m.path(agentSock))
+	sock, err := d.DialContext(ctx, "unix", m.path(agentSock))
 	if err != nil {
 		return m.bootError(fmt.Sprintf("connect to the agent: %v", err))
+	}
+	conn, err := guest.HostHandshake(ctx, sock, m.d.cfg.BootTimeout)
+	if err != nil {
+		return m.bootError(fmt.Sprintf("the agent's port: %v", err))
 	}
 	hostname := m.spec.Hostname
 	if hostname == "" {
@@ -397,8 +401,8 @@ func lastLines(b []byte, n int) string {
 }
 
 // connect dials the agent's port until the agent answers a health check.
-// A try may fail while bytes of an earlier connection are still in
-// flight; the next starts a fresh session.
+// Each try starts with the port handshake (guest.HostHandshake), which
+// sets it apart from what earlier connections left in the port.
 func (m *machine) connect(ctx context.Context) error {
 	exited := m.proc.Load().exited
 	var last error
@@ -421,7 +425,11 @@ func (m *machine) connect(ctx context.Context) error {
 
 func (m *machine) dialAgent(ctx context.Context) (*guest.Client, error) {
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", m.path(agentSock))
+	sock, err := d.DialContext(ctx, "unix", m.path(agentSock))
+	if err != nil {
+		return nil, err
+	}
+	conn, err := guest.HostHandshake(ctx, sock, 3*time.Second)
 	if err != nil {
 		return nil, err
 	}
