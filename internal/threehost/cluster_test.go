@@ -112,7 +112,10 @@ func newCluster(t testing.TB, n int, script modeltest.Config, opts options) *clu
 	requirements(t)
 	c := &cluster{t: t, opts: opts, dir: t.TempDir()} // removed last: registered first
 	images := appliancetest.ClaudeCodeImages(t)
-	c.agent = appliancetest.Agent(t)
+	// A copy of its own: cleanup kills every process running it, and
+	// the shared build is every other package's machines' agent too
+	// (killed mid-test in CI: "its machine stopped by itself").
+	c.agent = ownCopy(t, appliancetest.Agent(t), filepath.Join(c.dir, "hearth-guest"))
 	c.bin = buildHearth(t, c.dir)
 	began := time.Now()
 	c.lan = netnstest.New(t, n)
@@ -422,8 +425,21 @@ func (nd *node) mountView(ctx context.Context, session string) *remote.Mount {
 	return m
 }
 
+// ownCopy copies the executable src to dst.
+func ownCopy(t testing.TB, src, dst string) string {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err == nil {
+		err = os.WriteFile(dst, b, 0o755)
+	}
+	if err != nil {
+		t.Fatalf("copy %s: %v", src, err)
+	}
+	return dst
+}
+
 // killProcessesOf kills the processes running the executable exe (the
-// machines' agent, built for this test) and waits up to killWait for
+// machines' agent, this test's own copy) and waits up to killWait for
 // them to go.
 func killProcessesOf(exe string) {
 	deadline := time.Now().Add(killWait)
