@@ -172,16 +172,14 @@ type byteReader struct{ r io.Reader }
 
 func (b byteReader) ReadByte() (byte, error) {
 	var one [1]byte
-	for {
-		n, err := b.r.Read(one[:])
-		if n == 1 {
-			return one[0], nil
-		}
-		if err == nil || errors.Is(err, io.EOF) {
-			return 0, ErrHostGone
-		}
-		return 0, err
+	n, err := b.r.Read(one[:])
+	switch {
+	case n == 1:
+		return one[0], nil
+	case err == nil || errors.Is(err, io.EOF):
+		return 0, ErrHostGone
 	}
+	return 0, err
 }
 
 // afterHello is the port after the handshake: repeats of the hello that
