@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -25,20 +24,7 @@ func pair(t testing.TB, opts ServerOptions) *Client {
 // serveOn connects a new client to srv over a fresh socket pair.
 func serveOn(t testing.TB, srv *Server) *Client {
 	t.Helper()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func(fd int) net.Conn {
-		f := os.NewFile(uintptr(fd), "sock")
-		c, err := net.FileConn(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	hostEnd, guestEnd := conn(fds[0]), conn(fds[1])
+	hostEnd, guestEnd := socketPair(t)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(guestEnd) }()
 	c, err := NewClient(hostEnd)

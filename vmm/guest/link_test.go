@@ -68,7 +68,8 @@ func (p *sharedPort) connect(t *testing.T) net.Conn {
 	return host
 }
 
-func socketPair(t *testing.T) (net.Conn, net.Conn) {
+// socketPair is a connected pair of unix sockets, closed at cleanup.
+func socketPair(t testing.TB) (net.Conn, net.Conn) {
 	t.Helper()
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"os"
@@ -169,14 +170,9 @@ func (m *machine) start(ctx context.Context, accel, disk string) error {
 // claim connects to the agent, which waits for its claim, sends it the
 // hostname and user, and returns once the agent answers.
 func (m *machine) claim(ctx context.Context) error {
-	var d net.Dialer
-	sock, err := d.DialContext(ctx, "unix", m.path(agentSock))
+	conn, err := m.dialPort(ctx, m.d.cfg.BootTimeout)
 	if err != nil {
 		return m.bootError(fmt.Sprintf("connect to the agent: %v", err))
-	}
-	conn, err := guest.HostHandshake(ctx, sock, m.d.cfg.BootTimeout)
-	if err != nil {
-		return m.bootError(fmt.Sprintf("the agent's port: %v", err))
 	}
 	hostname := m.spec.Hostname
 	if hostname == "" {
@@ -423,13 +419,19 @@ func (m *machine) connect(ctx context.Context) error {
 	}
 }
 
-func (m *machine) dialAgent(ctx context.Context) (*guest.Client, error) {
+// dialPort connects to the agent's port and makes the port handshake
+// (guest.HostHandshake) within timeout.
+func (m *machine) dialPort(ctx context.Context, timeout time.Duration) (io.ReadWriteCloser, error) {
 	var d net.Dialer
 	sock, err := d.DialContext(ctx, "unix", m.path(agentSock))
 	if err != nil {
 		return nil, err
 	}
-	conn, err := guest.HostHandshake(ctx, sock, 3*time.Second)
+	return guest.HostHandshake(ctx, sock, timeout)
+}
+
+func (m *machine) dialAgent(ctx context.Context) (*guest.Client, error) {
+	conn, err := m.dialPort(ctx, 3*time.Second)
 	if err != nil {
 		return nil, err
 	}
