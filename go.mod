@@ -90,3 +90,5 @@ tool (
 	github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen
 	honnef.co/go/tools/cmd/staticcheck
 )
+
+replace github.com/hanwen/go-fuse/v2 => ./third_party/go-fuse

@@ -33,6 +33,10 @@ type ViewOptions struct {
 	IDs IDShift
 	// Debug logs every FUSE request.
 	Debug bool
+
+	// upstreamReaders serves the view with go-fuse's own reader policy
+	// instead of quickRequest's, for tests that compare the two.
+	upstreamReaders bool
 }
 
 // IDShift maps a range of ids: the store's From..From+Size-1 are the
@@ -190,6 +194,9 @@ func (s *Store) Mount(dir string, opts ViewOptions) (*View, error) {
 		EnableSymlinkCaching: true,
 		Debug:                opts.Debug,
 	}
+	if !opts.upstreamReaders {
+		mo.QuickRequest = quickRequest
+	}
 	// go-fuse opens /dev/fuse without O_CLOEXEC. A child that inherited it
 	// would keep the connection alive after this process dies, so the
 	// mount would hang instead of going stale. Hold off forks (ForkLock,
@@ -224,6 +231,27 @@ func (s *Store) Mount(dir string, opts ViewOptions) (*View, error) {
 		v.conn = uint64(unix.Major(uint64(st.Dev)))<<20 | uint64(unix.Minor(uint64(st.Dev)))
 	}
 	return v, nil
+}
+
+// quickRequest reports whether this package answers a FUSE request (an
+// opcode of linux/fuse.h) quickly: in memory, with at most an append to
+// the journal, a file descriptor opened or closed, or a backing file
+// registered. The goroutine that reads such a request answers it
+// without starting another reader (fuse.MountOptions.QuickRequest, a
+// patch of ours: third_party/go-fuse), so a process's serial requests
+// stay on one warm thread. Those that may copy or sync file data (open
+// with its copy-up, setattr with a truncate, read and write off the
+// passthrough path, fsync, fallocate, lseek) start another reader
+// first, so that a long copy does not hold up the machine's other
+// requests (TestSlowRequestLeavesOthersAnswered).
+func quickRequest(op uint32) bool {
+	switch op {
+	case 1, 2, 3, 5, 6, 8, 9, 10, 11, 12, 13, // lookup, forget, getattr, readlink, symlink, mknod, mkdir, unlink, rmdir, rename, link
+		17, 18, 21, 22, 23, 24, 25, // statfs, release, setxattr, getxattr, listxattr, removexattr, flush
+		27, 28, 29, 34, 35, 36, 42, 44, 45: // opendir, readdir, releasedir, access, create, interrupt, batch_forget, readdirplus, rename2
+		return true
+	}
+	return false
 }
 
 // Unmount waits this long for the view's FUSE connection to end before it

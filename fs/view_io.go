@@ -2,6 +2,7 @@ package fs
 
 import (
 	"os"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -81,6 +82,9 @@ func (v *View) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) 
 	return st(v.finishOpen(in.NodeId, h, out))
 }
 
+// copyUpHook, when set (by tests), runs before copyUp copies a blob.
+var copyUpHook atomic.Pointer[func()]
+
 // copyUp copies the shared blob of k for its live tree outside the store
 // lock, so a large copy does not stall other operations. If the tree
 // changed meanwhile the copy is thrown away and ownBlob decides again.
@@ -99,6 +103,9 @@ func (s *Store) copyUp(k nodeKey) {
 	src, id := n.blob, s.reserve()
 	s.mu.Unlock()
 
+	if hook := copyUpHook.Load(); hook != nil {
+		(*hook)()
+	}
 	err := s.copyInto(id, src)
 	s.mu.Lock()
 	defer s.mu.Unlock()
