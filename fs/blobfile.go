@@ -2,6 +2,7 @@ package fs
 
 import (
 	"os"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,3 +33,14 @@ func openBlobFile(p string, flags int, perm uint32) (*os.File, error) {
 }
 
 func closeFd(fd int) error { return unix.Close(fd) }
+
+// setMtime dates the file open as fd modified at mtime (unix ns), leaving
+// its access time: futimens(3), which x/sys does not wrap.
+func setMtime(fd uintptr, mtime int64) error {
+	ts := [2]unix.Timespec{{Nsec: unix.UTIME_OMIT}, unix.NsecToTimespec(mtime)}
+	_, _, e := unix.Syscall6(unix.SYS_UTIMENSAT, fd, 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}

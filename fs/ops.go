@@ -376,7 +376,8 @@ func (s *Store) setattr(origin *View, sess *session, ino uint64, ch attrChange) 
 			return nil, errnoOf(err)
 		}
 	}
-	// Times set explicitly go on the blob too. A writer's release takes
+	// Times set explicitly, and a size change's, go on the blob too (a
+	// truncate to the size a blob has already does not date it). A writer's release takes
 	// the mtime from the blob (passthrough writes change it without
 	// telling the store), and the kernel sends the release after close(2)
 	// has returned, so a release handled after these times were set
@@ -384,7 +385,7 @@ func (s *Store) setattr(origin *View, sess *session, ino uint64, ch attrChange) 
 	// close, set the times). A later write moves the blob's mtime again,
 	// and the release takes that. Should this fail, the journal still
 	// holds the times set.
-	if ch.mtime != nil && c.isRegular() && c.blob != 0 {
+	if (ch.mtime != nil || ch.size != nil) && c.isRegular() && c.blob != 0 {
 		unix.UtimesNanoAt(unix.AT_FDCWD, s.blobPath(c.blob),
 			[]unix.Timespec{{Nsec: unix.UTIME_OMIT}, unix.NsecToTimespec(c.mtime)}, 0)
 	}
@@ -437,6 +438,15 @@ func (s *Store) ownBlob(sess *session, ino uint64, empty bool) (*node, syscall.E
 	c := n.clone()
 	if n.blob == 0 || empty {
 		id, f, err := s.newBlob()
+		if err == nil {
+			// A writer's release takes the mtime from the blob, which
+			// is dated when it was made or emptied for reuse, not when
+			// the file was: date it as the file, so a file created or
+			// emptied and closed unwritten keeps its own time.
+			if err = setMtime(f.Fd(), c.mtime); err != nil {
+				f.Close()
+			}
+		}
 		if err != nil {
 			return nil, errnoOf(err)
 		}
@@ -589,6 +599,16 @@ func (s *Store) copyInto(id, src uint64) error {
 	in, err := os.Open(s.blobPath(src))
 	if err == nil {
 		err = copyBlob(dst, in, s.reflink)
+		// The copy is dated as its source: the mtime of the file a
+		// writer opened and did not write stays (a release takes it
+		// from the blob), and so does a snapshot's.
+		var st unix.Stat_t
+		if err == nil {
+			err = unix.Fstat(int(in.Fd()), &st)
+		}
+		if err == nil {
+			err = setMtime(dst.Fd(), st.Mtim.Nano())
+		}
 		in.Close()
 	}
 	if err != nil {

@@ -31,19 +31,22 @@ func (v *View) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, ou
 	// The file and its blob are one commit (openLocked's): a create the
 	// journal cannot take leaves no empty file behind.
 	v.s.nest++
-	ino, _, errno := v.s.mknod(v, sess, dir, name, mode, v.opts.IDs.in(in.Caller.Uid), v.opts.IDs.in(in.Caller.Gid), 0, "")
+	ino, n, errno := v.s.mknod(v, sess, dir, name, mode, v.opts.IDs.in(in.Caller.Uid), v.opts.IDs.in(in.Caller.Gid), 0, "")
 	v.s.nest--
 	if errno != 0 {
 		v.s.abort()
 		done()
 		return st(errno)
 	}
-	h, n, errno := v.openLocked(sess, ino, in.Flags|syscall.O_TRUNC)
+	// The new file's attributes are the node's: filled before the open
+	// counts a writer, they need no look at its (empty) blob.
+	v.entry(&out.EntryOut, sess, dir, name, ino, n)
+	h, _, errno := v.openLocked(sess, ino, in.Flags|syscall.O_TRUNC)
 	if errno != 0 {
 		done()
+		v.Forget(out.EntryOut.NodeId, 1) // the kernel never hears of it
 		return st(errno)
 	}
-	v.entry(&out.EntryOut, sess, dir, name, ino, n)
 	done()
 	return st(v.finishOpen(out.EntryOut.NodeId, h, &out.OpenOut))
 }
