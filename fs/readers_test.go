@@ -1,7 +1,9 @@
 package fs
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -92,55 +95,111 @@ func TestSlowRequestLeavesOthersAnswered(t *testing.T) {
 	wantFile(t, s, "s", "snap", "outputs/shared", "before the snapshot")
 }
 
-// BenchmarkRoundTrip measures one FUSE request's round trip (a getxattr
-// the view answers from memory) from a process of its own, through two
-// host views of one store: one with this package's reader policy
-// (quickRequest) and one with go-fuse's own, interleaved, and reports
-// the median round of each (us/request-quick, us/request-upstream) and
-// their ratio (x-upstream; above 1 is faster than upstream's policy).
+// TestQuickRequest: which requests one reader answers itself. A request
+// that may copy data is slow; so is one whose body is too short to say.
+func TestQuickRequest(t *testing.T) {
+	le := func(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
+	cases := []struct {
+		name string
+		op   uint32
+		in   []byte
+		want bool
+	}{
+		{"lookup", 1, []byte("name\x00"), true},
+		{"create", 35, make([]byte, 16), true},
+		{"unlink", 10, []byte("name\x00"), true},
+		{"release", 18, make([]byte, 24), true},
+		{"open for reading", 14, le(syscall.O_RDONLY), true},
+		{"open emptying", 14, le(syscall.O_WRONLY | syscall.O_TRUNC), true},
+		{"open for writing (may copy up)", 14, le(syscall.O_WRONLY), false},
+		{"open read-write (may copy up)", 14, le(syscall.O_RDWR | syscall.O_APPEND), false},
+		{"open, body cut short", 14, []byte{0}, false},
+		{"chmod", 4, le(1 << 0), true},
+		{"times", 4, le(1<<4 | 1<<5), true},
+		{"truncate (may copy)", 4, le(1<<3 | 1<<5), false},
+		{"setattr, no body", 4, nil, false},
+		{"read off passthrough", 15, make([]byte, 40), false},
+		{"write off passthrough", 16, make([]byte, 40), false},
+		{"fsync", 20, make([]byte, 16), false},
+		{"fallocate", 43, make([]byte, 32), false},
+		{"unknown", 4096, nil, false},
+	}
+	for _, tc := range cases {
+		if got := quickRequest(tc.op, tc.in); got != tc.want {
+			t.Errorf("quickRequest(%d, %x) [%s] = %v, want %v", tc.op, tc.in, tc.name, got, tc.want)
+		}
+	}
+}
+
+// FuzzQuickRequest: any body the reader hands it, however short, is
+// classified without a panic.
+func FuzzQuickRequest(f *testing.F) {
+	f.Add(uint32(14), []byte{1, 0, 0, 0, 0, 0, 0, 0})
+	f.Add(uint32(4), []byte{8})
+	f.Fuzz(func(t *testing.T, op uint32, in []byte) {
+		quickRequest(op, in)
+	})
+}
+
+// BenchmarkRoundTrip measures FUSE round trips from a process of its
+// own through two host views of one store: one with this package's
+// reader policy (quickRequest) and one with go-fuse's own, interleaved,
+// and reports the median round of each and their ratio (x-upstream;
+// above 1 is faster than upstream's policy). getxattr is one request the
+// view answers from memory; open-read is an open, a read and a close of
+// a 100-byte file (open is a request quickRequest calls slow when it is
+// for writing).
 func BenchmarkRoundTrip(b *testing.B) {
+	for _, op := range []string{"getxattr", "open-read"} {
+		b.Run(op, func(b *testing.B) { roundTripPair(b, op) })
+	}
+}
+
+func roundTripPair(b *testing.B, op string) {
 	const requests = 20000
 	s := testStore(b)
 	mustSession(b, s, "bench")
 	file := func(opts ViewOptions) string {
 		p := filepath.Join(mountView(b, s, opts), "bench", "outputs", "f")
-		if err := os.WriteFile(p, nil, 0o644); err != nil && !os.IsExist(err) {
+		if err := os.WriteFile(p, bytes.Repeat([]byte("x"), 100), 0o644); err != nil {
 			b.Fatal(err)
 		}
 		return p
 	}
 	quick, upstream := file(ViewOptions{Host: true}), file(ViewOptions{Host: true, upstreamReaders: true})
-	roundTrips(b, quick, requests) // warm-up
-	roundTrips(b, upstream, requests)
+	roundTrips(b, op, quick, requests) // warm-up
+	roundTrips(b, op, upstream, requests)
 	b.ResetTimer()
 	var tq, tu []time.Duration
 	for i := 0; i < 5*b.N; i++ {
 		if i%2 == 0 {
-			tq, tu = append(tq, roundTrips(b, quick, requests)), append(tu, roundTrips(b, upstream, requests))
+			tq, tu = append(tq, roundTrips(b, op, quick, requests)), append(tu, roundTrips(b, op, upstream, requests))
 		} else {
-			tu, tq = append(tu, roundTrips(b, upstream, requests)), append(tq, roundTrips(b, quick, requests))
+			tu, tq = append(tu, roundTrips(b, op, upstream, requests)), append(tq, roundTrips(b, op, quick, requests))
 		}
 	}
 	q, u := median(tq), median(tu)
-	b.ReportMetric(float64(q.Nanoseconds())/1e3/requests, "us/request-quick")
-	b.ReportMetric(float64(u.Nanoseconds())/1e3/requests, "us/request-upstream")
+	b.ReportMetric(float64(q.Nanoseconds())/1e3/requests, "us/op-quick")
+	b.ReportMetric(float64(u.Nanoseconds())/1e3/requests, "us/op-upstream")
 	b.ReportMetric(u.Seconds()/q.Seconds(), "x-upstream")
 }
 
-// roundTrips runs n getxattr calls on path in TestRoundTripClient's
-// process and returns the time they took there.
-func roundTrips(b *testing.B, path string, n int) time.Duration {
+// roundTrips runs n of op on path in TestRoundTripClient's process and
+// returns the time they took there.
+func roundTrips(b *testing.B, op, path string, n int) time.Duration {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRoundTripClient$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "HEARTH_ROUNDTRIP_FILE="+path, fmt.Sprintf("HEARTH_ROUNDTRIP_N=%d", n))
+	cmd.Env = append(os.Environ(), "HEARTH_ROUNDTRIP_OP="+op, "HEARTH_ROUNDTRIP_FILE="+path, fmt.Sprintf("HEARTH_ROUNDTRIP_N=%d", n))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		b.Fatalf("round trips on %s: %v", path, err)
+		b.Fatalf("%s on %s: %v\n%s", op, path, err, stderr.Bytes())
 	}
 	ns, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
 	if err != nil {
-		b.Fatalf("round trips on %s answered %q: %v", path, out, err)
+		b.Fatalf("%s on %s answered %q: %v", op, path, out, err)
 	}
 	return time.Duration(ns)
 }
@@ -152,17 +211,43 @@ func TestRoundTripClient(t *testing.T) {
 	if path == "" {
 		t.Skip("runs only as BenchmarkRoundTrip's client process")
 	}
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	n, err := strconv.Atoi(os.Getenv("HEARTH_ROUNDTRIP_N"))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
+		fail(err)
 	}
-	buf := make([]byte, 64)
+	buf := make([]byte, 4096)
+	var once func() error
+	switch op := os.Getenv("HEARTH_ROUNDTRIP_OP"); op {
+	case "getxattr":
+		once = func() error {
+			if _, err := unix.Lgetxattr(path, "user.hearth.bench", buf); err != unix.ENODATA {
+				return fmt.Errorf("getxattr %s: %v, want ENODATA", path, err)
+			}
+			return nil
+		}
+	case "open-read":
+		once = func() error {
+			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			if k, err := unix.Read(fd, buf); err != nil || k != 100 {
+				return fmt.Errorf("read %s: %d, %v", path, k, err)
+			}
+			return nil
+		}
+	default:
+		fail(fmt.Errorf("unknown op %q", op))
+	}
 	start := time.Now()
 	for i := 0; i < n; i++ {
-		if _, err := unix.Lgetxattr(path, "user.hearth.bench", buf); err != unix.ENODATA {
-			fmt.Fprintf(os.Stderr, "getxattr %s: %v, want ENODATA\n", path, err)
-			os.Exit(1)
+		if err := once(); err != nil {
+			fail(err)
 		}
 	}
 	fmt.Println(time.Since(start).Nanoseconds())

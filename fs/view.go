@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -233,23 +234,32 @@ func (s *Store) Mount(dir string, opts ViewOptions) (*View, error) {
 	return v, nil
 }
 
-// quickRequest reports whether this package answers a FUSE request (an
-// opcode of linux/fuse.h) quickly: in memory, with at most an append to
-// the journal, a file descriptor opened or closed, or a backing file
-// registered. The goroutine that reads such a request answers it
-// without starting another reader (fuse.MountOptions.QuickRequest, a
-// patch of ours: third_party/go-fuse), so a process's serial requests
-// stay on one warm thread. Those that may copy or sync file data (open
-// with its copy-up, setattr with a truncate, read and write off the
-// passthrough path, fsync, fallocate, lseek) start another reader
-// first, so that a long copy does not hold up the machine's other
-// requests (TestSlowRequestLeavesOthersAnswered).
-func quickRequest(op uint32) bool {
+// quickRequest reports whether this package answers a FUSE request quickly:
+// in memory, with at most an append to the journal, a file descriptor
+// opened or closed, or a backing file registered. op is the request's
+// opcode and in its body (linux/fuse.h). The goroutine that reads such a
+// request answers it without starting another reader
+// (fuse.MountOptions.QuickRequest, a patch of ours: third_party/go-fuse),
+// so a process's serial requests stay on one warm thread. Those that may
+// copy or sync file data (an open for writing, which may copy a shared
+// blob, a truncate, reads and writes off the passthrough path, fsync,
+// fallocate, lseek) start another reader first, so that a long copy does
+// not hold up the machine's other requests
+// (TestSlowRequestLeavesOthersAnswered).
+func quickRequest(op uint32, in []byte) bool {
 	switch op {
 	case 1, 2, 3, 5, 6, 8, 9, 10, 11, 12, 13, // lookup, forget, getattr, readlink, symlink, mknod, mkdir, unlink, rmdir, rename, link
 		17, 18, 21, 22, 23, 24, 25, // statfs, release, setxattr, getxattr, listxattr, removexattr, flush
 		27, 28, 29, 34, 35, 36, 42, 44, 45: // opendir, readdir, releasedir, access, create, interrupt, batch_forget, readdirplus, rename2
 		return true
+	case 4: // setattr: quick unless it sets the size (fuse_setattr_in.valid, FATTR_SIZE)
+		return len(in) >= 4 && binary.LittleEndian.Uint32(in)&(1<<3) == 0
+	case 14: // open: quick for reading, or emptying (fuse_open_in.flags); a writer's open may copy
+		if len(in) < 4 {
+			return false
+		}
+		flags := binary.LittleEndian.Uint32(in)
+		return flags&syscall.O_ACCMODE == syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
 	}
 	return false
 }

@@ -389,18 +389,19 @@ type MountOptions struct {
 	ExtraCapabilities uint64
 
 	// QuickRequest, if set, reports whether this file system always
-	// answers requests with a FUSE opcode (the kernel's FUSE_* number)
-	// quickly. The goroutine that reads such a request handles it
-	// without starting another reader first, and a goroutine goes back
-	// to reading the device only while no other one is reading it. A
-	// client's serial requests are then read and answered by one warm
-	// thread, instead of each waking the longest-waiting of several
-	// blocked readers (the kernel wakes them in FIFO order), which
-	// costs the Go runtime a thread and P handoff per request. Before
-	// a request it calls slow, a reader starts another, as without it,
-	// so slow requests never hold up the others. (Hearth's patch; see
-	// PATCHES.md.)
-	QuickRequest func(opcode uint32) bool
+	// answers a request quickly, given its FUSE opcode (the kernel's
+	// FUSE_* number) and its body as the kernel sent it (the bytes
+	// after the header, valid only during the call). The goroutine that
+	// reads such a request handles it without starting another reader
+	// first, and a goroutine goes back to reading the device only while
+	// no other one is reading it. A client's serial requests are then
+	// read and answered by one warm thread, instead of each waking the
+	// longest-waiting of several blocked readers (the kernel wakes them
+	// in FIFO order), which costs the Go runtime a thread and P handoff
+	// per request. Before a request it calls slow, a reader starts
+	// another, as without it, so slow requests never hold up the
+	// others. (Hearth's patch; see PATCHES.md.)
+	QuickRequest func(opcode uint32, in []byte) bool
 }
 
 // RawFileSystem is an interface close to the FUSE wire protocol.

@@ -148,7 +148,7 @@ func (r *fuseFD) readRequest() (req *requestAlloc, code Status) {
 	   spawning a new reader.
 	*/
 	needsBackPressure := (opCode == _OP_FORGET || opCode == _OP_BATCH_FORGET)
-	if quick != nil && quick(opCode) {
+	if quick != nil && quick(opCode, req.inputBuf[unsafe.Sizeof(InHeader{}):]) {
 		needsBackPressure = true // handled here, by this reader
 	}
 
