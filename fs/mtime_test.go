@@ -33,18 +33,7 @@ func TestTimesSetBeforeReleaseStay(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// The release is handled after close returns: wait until it was.
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		open := 0
-		s.mu.Lock()
-		for _, v := range s.views {
-			open += v.OpenFiles()
-		}
-		s.mu.Unlock()
-		if open == 0 {
-			break
-		}
-	}
+	waitReleased(t, s) // the release is handled after close returns
 	// The writer's view, and another that asks the store afresh.
 	for _, path := range []string{p, other} {
 		fi, err := os.Stat(path)

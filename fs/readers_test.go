@@ -187,21 +187,7 @@ func roundTripPair(b *testing.B, op string) {
 // roundTrips runs n of op on path in TestRoundTripClient's process and
 // returns the time they took there.
 func roundTrips(b *testing.B, op, path string, n int) time.Duration {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRoundTripClient$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "HEARTH_ROUNDTRIP_OP="+op, "HEARTH_ROUNDTRIP_FILE="+path, fmt.Sprintf("HEARTH_ROUNDTRIP_N=%d", n))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		b.Fatalf("%s on %s: %v\n%s", op, path, err, stderr.Bytes())
-	}
-	ns, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
-	if err != nil {
-		b.Fatalf("%s on %s answered %q: %v", op, path, out, err)
-	}
-	return time.Duration(ns)
+	return clientTime(b, "TestRoundTripClient", "HEARTH_ROUNDTRIP_OP="+op, "HEARTH_ROUNDTRIP_FILE="+path, fmt.Sprintf("HEARTH_ROUNDTRIP_N=%d", n))
 }
 
 // TestRoundTripClient is roundTrips' process; it does nothing otherwise.
