@@ -275,6 +275,69 @@ func TestForward(t *testing.T) {
 	}
 }
 
+// TestForwardOutlivesItsHost: a forwarded port stays open while its host
+// is away (a daemon restarting, its agents left running), a connection
+// made meanwhile waits for the next host that asks for the same forward
+// and reaches its service, and the port is not taken from a connected
+// host for another service. Before, the port closed with the session,
+// and an agent CLI's MCP client, reconnecting at once, was refused until
+// it gave the server up (TestAgentsInsideAfterReattach under load).
+func TestForwardOutlivesItsHost(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(conn, conn); conn.Close() }()
+		}
+	}()
+	echo := func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", ln.Addr().String())
+	}
+	srv := NewServer(ServerOptions{})
+	first := serveOn(t, srv)
+	first.Serve("echo", echo)
+	addr, err := first.Forward(context.Background(), "127.0.0.1:0", "echo")
+	if err != nil {
+		t.Fatalf("Forward = %v", err)
+	}
+	first.Close() // the host goes away
+
+	// A client inside connects while no host is there.
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("connect to the forwarded port while its host is away: %v", err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := conn.Write([]byte("still there?")); err != nil {
+		t.Fatal(err)
+	}
+	conn.(*net.TCPConn).CloseWrite()
+	time.Sleep(100 * time.Millisecond) // it waits
+
+	second := serveOn(t, srv)
+	second.Serve("echo", echo)
+	second.Serve("other", echo)
+	if got, err := second.Forward(context.Background(), addr, "echo"); err != nil || got != addr {
+		t.Fatalf("the next host's Forward(%s) = %q, %v; want the same port", addr, got, err)
+	}
+	got, err := io.ReadAll(conn)
+	if err != nil || string(got) != "still there?" {
+		t.Fatalf("through the forward kept for the next host: %q, %v", got, err)
+	}
+	if _, err := second.Forward(context.Background(), addr, "other"); err == nil {
+		t.Errorf("Forward(%s) to another service while its host is connected = nil error, want a conflict", addr)
+	}
+}
+
 func TestHealth(t *testing.T) {
 	c := pair(t, ServerOptions{})
 	h, err := c.Health(context.Background())

@@ -68,6 +68,9 @@ type Server struct {
 	ptys    map[int]*os.File // terminal of each PTY exec, by pid
 	jobs    jobTable
 	claimed chan struct{} // closed by Claim, or at once without AwaitClaim
+
+	fmu      sync.Mutex
+	forwards map[string]*forwardPort // by listening address
 }
 
 // NewServer returns an agent with opts.
@@ -84,7 +87,7 @@ func NewServer(opts ServerOptions) *Server {
 		p.Release()
 	}
 	s := &Server{opts: opts, started: time.Now(), procs: map[int]*exec.Cmd{}, ptys: map[int]*os.File{},
-		jobs: jobTable{jobs: map[string]*job{}}, claimed: make(chan struct{})}
+		jobs: jobTable{jobs: map[string]*job{}}, claimed: make(chan struct{}), forwards: map[string]*forwardPort{}}
 	if !opts.AwaitClaim {
 		close(s.claimed)
 	}
@@ -559,7 +562,12 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 
 // forward listens on a loopback port inside the machine; every connection
 // to it becomes a stream to the host, which connects it to the service
-// named in the request. The listener lives as long as the session.
+// named in the request. The port outlives the session that asked for it:
+// while no host is connected (a daemon restarting, its agents left
+// running), connections to it wait up to forwardWait for the next host
+// that asks for the same forward, instead of being refused, so a client
+// inside that reconnects at once (an agent CLI's MCP client) finds its
+// service again.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Listen string `json:"listen"`
@@ -574,18 +582,96 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, "bad_request", "forward: listen address %q must be on loopback", req.Listen)
 		return
 	}
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if f := s.forwards[req.Listen]; f != nil {
+		if !f.take(s.sess, req.Name) {
+			fail(w, http.StatusConflict, "listen", "forward: %s already forwards to %q for a connected host", req.Listen, f.name)
+			return
+		}
+		reply(w, map[string]string{"listen": req.Listen, "name": req.Name})
+		return
+	}
 	ln, err := net.Listen("tcp", req.Listen)
 	if err != nil {
 		fail(w, http.StatusConflict, "listen", "forward: %v", err)
 		return
 	}
-	sess := s.sess // this request's session; forwards end with it
-	go func() {
-		<-sess.CloseChan()
-		ln.Close()
-	}()
-	go acceptForwarded(sess, ln, req.Name)
+	f := &forwardPort{ln: ln, next: make(chan struct{})}
+	f.take(s.sess, req.Name)
+	s.forwards[ln.Addr().String()] = f
+	go f.accept()
 	reply(w, map[string]string{"listen": ln.Addr().String(), "name": req.Name})
+}
+
+// forwardWait bounds how long a connection to a forwarded port waits for
+// a host: a daemon's restart, with its machines left running.
+const forwardWait = time.Minute
+
+// forwardPort is one forwarded port and the host session it serves.
+type forwardPort struct {
+	ln   net.Listener
+	mu   sync.Mutex
+	sess *yamux.Session
+	name string
+	hdr  []byte        // the stream header naming the service
+	next chan struct{} // closed when a session takes the port
+}
+
+// take gives the port to sess for the service name. A port still served
+// to another connected session, for another service, is not taken.
+func (f *forwardPort) take(sess *yamux.Session, name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sess != nil && !f.sess.IsClosed() && f.name != name {
+		return false
+	}
+	hdr, _ := json.Marshal(Forward{Name: name})
+	f.sess, f.name, f.hdr = sess, name, append(hdr, '\n')
+	close(f.next)
+	f.next = make(chan struct{})
+	return true
+}
+
+func (f *forwardPort) current() (*yamux.Session, []byte, chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sess, f.hdr, f.next
+}
+
+func (f *forwardPort) accept() {
+	for {
+		c, err := f.ln.Accept()
+		if err != nil {
+			return
+		}
+		go f.serve(c)
+	}
+}
+
+// serve connects c to the host's service through the current session, or
+// through the next one to take the port within forwardWait.
+func (f *forwardPort) serve(c net.Conn) {
+	defer c.Close()
+	timeout := time.NewTimer(forwardWait)
+	defer timeout.Stop()
+	for {
+		sess, hdr, next := f.current()
+		if !sess.IsClosed() {
+			if st, err := sess.OpenStream(); err == nil {
+				defer st.Close()
+				if _, err := st.Write(hdr); err == nil {
+					splice(c, st)
+				}
+				return
+			}
+		}
+		select { // no host now: wait for the next
+		case <-next:
+		case <-timeout.C:
+			return
+		}
+	}
 }
 
 // dial connects to 127.0.0.1:port inside the machine (its own network
@@ -626,29 +712,6 @@ func (s *Server) dial(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	splice(c, conn)
-}
-
-func acceptForwarded(sess *yamux.Session, ln net.Listener, name string) {
-	hdr, _ := json.Marshal(Forward{Name: name})
-	hdr = append(hdr, '\n')
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			st, err := sess.OpenStream()
-			if err != nil {
-				return
-			}
-			defer st.Close()
-			if _, err := st.Write(hdr); err != nil {
-				return
-			}
-			splice(c, st)
-		}()
-	}
 }
 
 // splice copies both ways until either side is done.
