@@ -228,13 +228,15 @@ func TestFiles(t *testing.T) {
 	}
 }
 
-func TestForward(t *testing.T) {
-	// The host service: an echo server on the host's loopback.
+// echoService is a host service for forwards: it dials an echo server on
+// the host's loopback, which the test's end closes.
+func echoService(t *testing.T) func(context.Context) (net.Conn, error) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			conn, err := ln.Accept()
@@ -244,11 +246,15 @@ func TestForward(t *testing.T) {
 			go func() { io.Copy(conn, conn); conn.Close() }()
 		}
 	}()
-	c := pair(t, ServerOptions{})
-	c.Serve("echo", func(ctx context.Context) (net.Conn, error) {
+	return func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", ln.Addr().String())
-	})
+	}
+}
+
+func TestForward(t *testing.T) {
+	c := pair(t, ServerOptions{})
+	c.Serve("echo", echoService(t))
 	addr, err := c.Forward(context.Background(), "127.0.0.1:0", "echo")
 	if err != nil {
 		t.Fatalf("Forward = %v", err)
@@ -283,24 +289,7 @@ func TestForward(t *testing.T) {
 // and an agent CLI's MCP client, reconnecting at once, was refused until
 // it gave the server up (TestAgentsInsideAfterReattach under load).
 func TestForwardOutlivesItsHost(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(conn, conn); conn.Close() }()
-		}
-	}()
-	echo := func(ctx context.Context) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "tcp", ln.Addr().String())
-	}
+	echo := echoService(t)
 	srv := NewServer(ServerOptions{})
 	first := serveOn(t, srv)
 	first.Serve("echo", echo)
