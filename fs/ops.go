@@ -377,14 +377,14 @@ func (s *Store) setattr(origin *View, sess *session, ino uint64, ch attrChange) 
 		}
 	}
 	// Times set explicitly, and a size change's, go on the blob too (a
-	// truncate to the size a blob has already does not date it). A writer's release takes
-	// the mtime from the blob (passthrough writes change it without
-	// telling the store), and the kernel sends the release after close(2)
-	// has returned, so a release handled after these times were set
-	// would otherwise put the write's time back (cp -p, tar: write,
-	// close, set the times). A later write moves the blob's mtime again,
-	// and the release takes that. Should this fail, the journal still
-	// holds the times set.
+	// truncate to the size a blob has already does not date it). A
+	// writer's release takes the mtime from the blob (passthrough writes
+	// change it without telling the store), and the kernel sends the
+	// release after close(2) has returned, so a release handled after
+	// these times were set would otherwise put the write's time back
+	// (cp -p, tar: write, close, set the times). A later write moves the
+	// blob's mtime again, and the release takes that. Should this fail,
+	// the journal still holds the times set.
 	if (ch.mtime != nil || ch.size != nil) && c.isRegular() && c.blob != 0 {
 		unix.UtimesNanoAt(unix.AT_FDCWD, s.blobPath(c.blob),
 			[]unix.Timespec{{Nsec: unix.UTIME_OMIT}, unix.NsecToTimespec(c.mtime)}, 0)
