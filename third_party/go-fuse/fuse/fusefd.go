@@ -8,8 +8,12 @@ import (
 	"log"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // fuseFD owns the per-FUSE-fd state: the fd itself, the read-side
@@ -46,6 +50,11 @@ type fuseFD struct {
 	// Accounting constants, set once at server construction.
 	reqAllocBytes int
 	readBufBytes  int
+
+	// spin is set when QuickSpin applies: the fd is non-blocking, and
+	// lastWait is how long the last read waited for its request.
+	spin     bool
+	lastWait atomic.Int64
 }
 
 // newFuseFD returns a fuseFD bound to ms and ready to read from fd.
@@ -59,6 +68,13 @@ func (ms *Server) newFuseFD(fd int) (*fuseFD, error) {
 		return nil, err
 	}
 	_, readBufBytes, reqAllocBytes := requestAccountingSizes(ms.opts.MaxWrite)
+	spin := ms.opts.QuickRequest != nil && ms.opts.QuickSpin > 0
+	if spin {
+		if err := syscall.SetNonblock(fd, true); err != nil {
+			file.Close()
+			return nil, err
+		}
+	}
 	return &fuseFD{
 		server:        ms,
 		file:          file,
@@ -68,6 +84,7 @@ func (ms *Server) newFuseFD(fd int) (*fuseFD, error) {
 		buffers:       &ms.buffers,
 		reqAllocBytes: reqAllocBytes,
 		readBufBytes:  readBufBytes,
+		spin:          spin,
 	}, nil
 }
 
@@ -117,7 +134,11 @@ func (r *fuseFD) readRequest() (req *requestAlloc, code Status) {
 	err := handleEINTR(func() error {
 		var err error
 		if cerr := r.withFD(func(fd int) {
-			n, err = syscall.Read(fd, dest)
+			if r.spin {
+				n, err = r.spinRead(fd, dest)
+			} else {
+				n, err = syscall.Read(fd, dest)
+			}
 		}); cerr != nil {
 			return cerr
 		}
@@ -254,4 +275,36 @@ func (r *fuseFD) writeWithSlice(req *request, ws withSlice) Status {
 	bufs = append(bufs, slices...)
 	_, err := r.writevFD(bufs)
 	return ToStatus(err)
+}
+
+// spinRead reads the next request from the device, which QuickSpin made
+// non-blocking. While requests come quickly (the last one arrived within
+// QuickSpin of the read that waited for it), it polls with non-blocking
+// reads for up to QuickSpin: a request that arrives meanwhile is taken
+// without the kernel waking a sleeping thread, which costs a client on
+// a host where a context switch is dear about a third of its round trip.
+// Otherwise, or when the time is up, it sleeps in poll(2).
+func (r *fuseFD) spinRead(fd int, dest []byte) (int, error) {
+	window := r.server.opts.QuickSpin
+	start := time.Now()
+	spin := time.Duration(r.lastWait.Load()) < window
+	for i := 1; ; i++ {
+		// Raw: the read never blocks, so the runtime need not know.
+		n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&dest[0])), uintptr(len(dest)))
+		if e != syscall.EAGAIN {
+			r.lastWait.Store(int64(time.Since(start)))
+			if e != 0 {
+				return 0, e
+			}
+			return int(n), nil
+		}
+		if spin && (i%16 != 0 || time.Since(start) < window) {
+			continue
+		}
+		spin = false
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if _, err := unix.Poll(pfd, -1); err != nil && err != syscall.EINTR {
+			return 0, err
+		}
+	}
 }
