@@ -327,6 +327,70 @@ func TestForwardOutlivesItsHost(t *testing.T) {
 	}
 }
 
+// TestForwardWaitersCapped: while no host is there, a process inside
+// that opens connections to a forwarded port in a loop gets forwardWaiting
+// of them waiting and the rest closed at once, and those that waited still
+// reach their service when the next host comes.
+func TestForwardWaitersCapped(t *testing.T) {
+	echo := echoService(t)
+	srv := NewServer(ServerOptions{})
+	first := serveOn(t, srv)
+	first.Serve("echo", echo)
+	addr, err := first.Forward(context.Background(), "127.0.0.1:0", "echo")
+	if err != nil {
+		t.Fatalf("Forward = %v", err)
+	}
+	first.Close()
+
+	const extra = 10
+	conns := make([]net.Conn, forwardWaiting+extra)
+	for i := range conns {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		defer c.Close()
+		conns[i] = c
+	}
+	// A closed connection reads EOF at once; a waiting one times out.
+	closed := make([]bool, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, err := c.Read(make([]byte, 1))
+			closed[i] = err == io.EOF
+		}()
+	}
+	wg.Wait()
+	var waiting []net.Conn
+	for i, c := range conns {
+		if !closed[i] {
+			waiting = append(waiting, c)
+		}
+	}
+	if len(waiting) != forwardWaiting {
+		t.Fatalf("%d of %d connections wait for a host, want %d (the rest closed)", len(waiting), len(conns), forwardWaiting)
+	}
+
+	c := waiting[len(waiting)-1]
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := c.Write([]byte("waited")); err != nil {
+		t.Fatal(err)
+	}
+	c.(*net.TCPConn).CloseWrite()
+	second := serveOn(t, srv)
+	second.Serve("echo", echo)
+	if _, err := second.Forward(context.Background(), addr, "echo"); err != nil {
+		t.Fatalf("the next host's Forward(%s) = %v", addr, err)
+	}
+	if got, err := io.ReadAll(c); err != nil || string(got) != "waited" {
+		t.Fatalf("a connection that waited, through the next host: %q, %v", got, err)
+	}
+}
+
 func TestHealth(t *testing.T) {
 	c := pair(t, ServerOptions{})
 	h, err := c.Health(context.Background())

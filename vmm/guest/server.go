@@ -605,8 +605,15 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 }
 
 // forwardWait bounds how long a connection to a forwarded port waits for
-// a host: a daemon's restart, with its machines left running.
-const forwardWait = time.Minute
+// a host: a daemon's restart, with its machines left running. At most
+// forwardWaiting connections wait on one port; more are closed at once,
+// as a refused one would be, so a process inside that opens connections
+// in a loop while no host is there holds a bounded number of descriptors
+// and goroutines, not one per connection for a minute each.
+const (
+	forwardWait    = time.Minute
+	forwardWaiting = 64
+)
 
 // forwardPort is one forwarded port and the host session it serves.
 type forwardPort struct {
@@ -616,6 +623,7 @@ type forwardPort struct {
 	name string
 	hdr  []byte        // the stream header naming the service
 	next chan struct{} // closed when a session takes the port
+	wait int           // connections waiting for a host
 }
 
 // take gives the port to sess for the service name. A port still served
@@ -666,11 +674,33 @@ func (f *forwardPort) serve(c net.Conn) {
 				return
 			}
 		}
-		select { // no host now: wait for the next
-		case <-next:
-		case <-timeout.C:
+		if !f.waitForHost(next, timeout.C) {
 			return
 		}
+	}
+}
+
+// waitForHost waits, while no host serves the port, until next closes (a
+// host took the port) or timeout fires, and reports whether a host came.
+// It refuses to wait (false) when forwardWaiting connections already do.
+func (f *forwardPort) waitForHost(next chan struct{}, timeout <-chan time.Time) bool {
+	f.mu.Lock()
+	if f.wait >= forwardWaiting {
+		f.mu.Unlock()
+		return false
+	}
+	f.wait++
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.wait--
+		f.mu.Unlock()
+	}()
+	select {
+	case <-next:
+		return true
+	case <-timeout:
+		return false
 	}
 }
 
