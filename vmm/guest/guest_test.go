@@ -281,14 +281,11 @@ func TestForward(t *testing.T) {
 	}
 }
 
-// TestForwardOutlivesItsHost: a forwarded port stays open while its host
-// is away (a daemon restarting, its agents left running), a connection
-// made meanwhile waits for the next host that asks for the same forward
-// and reaches its service, and the port is not taken from a connected
-// host for another service. Before, the port closed with the session,
-// and an agent CLI's MCP client, reconnecting at once, was refused until
-// it gave the server up (TestAgentsInsideAfterReattach under load).
-func TestForwardOutlivesItsHost(t *testing.T) {
+// forwardedThenGone starts a guest server whose host forwards a port to
+// an echo service and then goes away (a daemon restarting); it returns
+// the server, the service for the next host to serve, and the port.
+func forwardedThenGone(t *testing.T) (*Server, func(context.Context) (net.Conn, error), string) {
+	t.Helper()
 	echo := echoService(t)
 	srv := NewServer(ServerOptions{})
 	first := serveOn(t, srv)
@@ -297,7 +294,19 @@ func TestForwardOutlivesItsHost(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Forward = %v", err)
 	}
-	first.Close() // the host goes away
+	first.Close()
+	return srv, echo, addr
+}
+
+// TestForwardOutlivesItsHost: a forwarded port stays open while its host
+// is away (a daemon restarting, its agents left running), a connection
+// made meanwhile waits for the next host that asks for the same forward
+// and reaches its service, and the port is not taken from a connected
+// host for another service. Before, the port closed with the session,
+// and an agent CLI's MCP client, reconnecting at once, was refused until
+// it gave the server up (TestAgentsInsideAfterReattach under load).
+func TestForwardOutlivesItsHost(t *testing.T) {
+	srv, echo, addr := forwardedThenGone(t)
 
 	// A client inside connects while no host is there.
 	conn, err := net.Dial("tcp", addr)
@@ -332,15 +341,7 @@ func TestForwardOutlivesItsHost(t *testing.T) {
 // of them waiting and the rest closed at once, and those that waited still
 // reach their service when the next host comes.
 func TestForwardWaitersCapped(t *testing.T) {
-	echo := echoService(t)
-	srv := NewServer(ServerOptions{})
-	first := serveOn(t, srv)
-	first.Serve("echo", echo)
-	addr, err := first.Forward(context.Background(), "127.0.0.1:0", "echo")
-	if err != nil {
-		t.Fatalf("Forward = %v", err)
-	}
-	first.Close()
+	srv, echo, addr := forwardedThenGone(t)
 
 	const extra = 10
 	conns := make([]net.Conn, forwardWaiting+extra)
