@@ -597,7 +597,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusConflict, "listen", "forward: %v", err)
 		return
 	}
-	f := &forwardPort{ln: ln, next: make(chan struct{})}
+	f := &forwardPort{ln: ln, next: make(chan struct{}), waiting: make(chan struct{}, forwardWaiting)}
 	f.take(s.sess, req.Name)
 	s.forwards[ln.Addr().String()] = f
 	go f.accept()
@@ -623,7 +623,8 @@ type forwardPort struct {
 	name string
 	hdr  []byte        // the stream header naming the service
 	next chan struct{} // closed when a session takes the port
-	wait int           // connections waiting for a host
+	// waiting holds a token for each connection waiting for a host.
+	waiting chan struct{}
 }
 
 // take gives the port to sess for the service name. A port still served
@@ -684,18 +685,12 @@ func (f *forwardPort) serve(c net.Conn) {
 // host took the port) or timeout fires, and reports whether a host came.
 // It refuses to wait (false) when forwardWaiting connections already do.
 func (f *forwardPort) waitForHost(next chan struct{}, timeout <-chan time.Time) bool {
-	f.mu.Lock()
-	if f.wait >= forwardWaiting {
-		f.mu.Unlock()
+	select {
+	case f.waiting <- struct{}{}:
+		defer func() { <-f.waiting }()
+	default:
 		return false
 	}
-	f.wait++
-	f.mu.Unlock()
-	defer func() {
-		f.mu.Lock()
-		f.wait--
-		f.mu.Unlock()
-	}()
 	select {
 	case <-next:
 		return true
