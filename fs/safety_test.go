@@ -617,6 +617,51 @@ func TestEvents(t *testing.T) {
 	}
 }
 
+// TestWrittenBeforeCloseReturns: a file's written event is out by the
+// time the writer's close(2) returns, so a wait for changes that starts
+// after it never mistakes the write for a later one; the kernel sends
+// the release that follows on its own time. A write made durable with
+// fsync before the close is announced too.
+func TestWrittenBeforeCloseReturns(t *testing.T) {
+	s := testStore(t)
+	mustSession(t, s, "s")
+	mnt := mountView(t, s, ViewOptions{Session: "s"})
+	sub := s.Events().Subscribe(16)
+	defer sub.Close()
+	written := func() (n int) {
+		for {
+			select {
+			case ev := <-sub.C:
+				if ev.Op == OpWritten {
+					n++
+				}
+			default:
+				return n
+			}
+		}
+	}
+	for i := range 200 {
+		f, err := os.Create(filepath.Join(mnt, "s/outputs", fmt.Sprintf("f%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString("data"); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 1 {
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := written(); n != 1 {
+			t.Fatalf("file %d (fsync: %v): %d written events when its close returned, want 1", i, i%2 == 1, n)
+		}
+	}
+}
+
 func TestEventsSlowSubscriber(t *testing.T) {
 	s := testStore(t)
 	mustSession(t, s, "s")

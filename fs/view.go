@@ -169,9 +169,11 @@ type handle struct {
 	fusePath bool // keep data on the FUSE path (byte-quota sessions)
 	dir      uint64
 	name     string
-	// wrote is set by every write; concurrent writes of one handle set
-	// it together (FUSE serves requests in parallel).
-	wrote atomic.Bool
+	// changed says the handle changed the file since its last written
+	// event: set by every write on the FUSE path (concurrent writes of
+	// one handle set it together, FUSE serves requests in parallel) and
+	// by a settle that found the blob changed; announceLocked clears it.
+	changed atomic.Bool
 
 	// directories
 	entries []fuse.DirEntry

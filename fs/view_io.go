@@ -206,6 +206,9 @@ func (v *View) finishOpen(nodeid uint64, h *handle, out *fuse.OpenOut) syscall.E
 		}
 		return syscall.EBUSY
 	}
+	if !h.write {
+		out.OpenFlags |= fuse.FOPEN_NOFLUSH // see Flush
+	}
 	switch h.mode {
 	case ioPass:
 		k.bk.pass++
@@ -257,7 +260,7 @@ func (v *View) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uin
 	if h == nil || !h.write || h.f == nil {
 		return 0, fuse.EBADF
 	}
-	h.wrote.Store(true)
+	h.changed.Store(true)
 	var n int
 	var err error
 	var before, off int64 // blob size before the write, and where it writes
@@ -325,10 +328,32 @@ func (v *View) grow(h *handle, end int64) syscall.Errno {
 	return v.s.commit()
 }
 
-// Flush is not needed: sizes are settled on release. ENOSYS tells the
-// kernel to stop sending it, which saves a round trip per close.
+// Flush settles a writable handle at each close(2) of it: its size goes
+// to the journal and its written event out before close returns, so
+// whatever the writer does next (tell another agent, which waits for
+// changes) comes after the write is recorded. The release that follows
+// later, when the kernel gets to it, is asynchronous. Read-only handles
+// are opened with FOPEN_NOFLUSH: their closes cost no round trip.
 func (v *View) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
-	return fuse.ENOSYS
+	h := v.handle(in.Fh)
+	if h == nil || !h.write {
+		return fuse.OK
+	}
+	f := h.f
+	if f == nil { // passthrough: the inode's backing file
+		v.mu.Lock()
+		if k := v.nodes[h.nodeid]; k != nil {
+			f = k.bk.file
+		}
+		v.mu.Unlock()
+	}
+	v.s.mu.Lock()
+	defer v.s.mu.Unlock()
+	v.settleLocked(h, f)
+	if sess, errno := v.live(h.key); errno == 0 {
+		v.announceLocked(sess, h)
+	}
+	return fuse.OK
 }
 
 func (v *View) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
@@ -352,42 +377,56 @@ func (v *View) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	return fuse.ToStatus(v.s.Sync())
 }
 
-// settle records the size and mtime a writable handle left in its blob.
+// settle records the size and mtime a writable handle left in its blob,
+// marking the handle changed when they moved.
 // It reads them with the store locked: releases run concurrently, and a
 // size read before another handle truncated the file must not land after.
-func (v *View) settle(h *handle) bool {
+func (v *View) settle(h *handle) {
 	if !h.write || h.blob == 0 {
-		return false
+		return
 	}
 	v.s.mu.Lock()
 	defer v.s.mu.Unlock()
-	return v.settleLocked(h, nil)
+	v.settleLocked(h, nil)
 }
 
 // settleLocked is settle with the store locked, reading the blob through
 // f, an open descriptor of it, when there is one: cheaper than finding it
 // by name.
-func (v *View) settleLocked(h *handle, f *os.File) bool {
+func (v *View) settleLocked(h *handle, f *os.File) {
 	if !h.write || h.blob == 0 {
-		return false
+		return
 	}
 	sess, errno := v.live(h.key)
 	if errno != 0 {
-		return false
+		return
 	}
 	n := sess.t.get(h.key.ino)
 	if n == nil || n.blob != h.blob {
-		return false
+		return
 	}
 	c := n.clone()
 	v.s.statFrom(c, f)
 	if c.size == n.size && c.mtime == n.mtime {
-		return h.wrote.Load()
+		return
 	}
 	v.s.log(&record{op: opPut, sess: sess.name, ino: h.key.ino, n: c})
 	// If the journal cannot take it, the size stays what it was; the next
 	// settle, or a restart (fixSizes), takes it from the blob.
-	return v.s.commit() == 0
+	if v.s.commit() == 0 {
+		h.changed.Store(true)
+	}
+}
+
+// announceLocked tells the session's subscribers that h wrote the file,
+// and the other views to drop what they cached of it, if h changed it
+// since it last did.
+func (v *View) announceLocked(sess *session, h *handle) {
+	if !h.changed.Swap(false) {
+		return
+	}
+	v.s.events.publish(Event{Session: sess.name, Path: v.s.relPath(sess, h.dir, h.name), Op: OpWritten})
+	v.s.changedInode(v, sess, h.key.ino)
 }
 
 func (v *View) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
@@ -419,15 +458,11 @@ func (v *View) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	// One hold of the store lock for all of it: a release runs beside
 	// the machine's next requests, which wait for the lock.
 	v.s.mu.Lock()
-	changed := v.settleLocked(h, f)
+	v.settleLocked(h, f)
 	sess, n := v.s.releaseCountsLocked(h)
 	if h.write && n != nil {
-		p := v.s.relPath(sess, h.dir, h.name)
-		if changed {
-			v.s.events.publish(Event{Session: sess.name, Path: p, Op: OpWritten})
-			v.s.changedInode(v, sess, h.key.ino)
-		}
-		v.s.events.publish(Event{Session: sess.name, Path: p, Op: OpClosed})
+		v.announceLocked(sess, h)
+		v.s.events.publish(Event{Session: sess.name, Path: v.s.relPath(sess, h.dir, h.name), Op: OpClosed})
 	}
 	v.s.mu.Unlock()
 	if f != nil {
@@ -489,7 +524,7 @@ func (v *View) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Stat
 	if err := unix.Fallocate(int(f.Fd()), in.Mode, int64(in.Offset), int64(in.Length)); err != nil {
 		return fuse.ToStatus(err)
 	}
-	h.wrote.Store(true)
+	h.changed.Store(true)
 	v.settle(h)
 	return fuse.OK
 }
