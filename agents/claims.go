@@ -228,7 +228,10 @@ func (r *Runner) WaitForFiles(ctx context.Context, session, pattern string, chan
 	ws := r.cfg.Workspace
 	// Subscribed before the first look: nothing written in between is
 	// missed.
-	events, stop := ws.FileEvents(session)
+	events, stop, err := ws.FileEvents(session)
+	if err != nil {
+		return nil, fmt.Errorf("wait for %s in session %s: %w", pattern, session, err)
+	}
 	defer stop()
 	look := func() ([]string, error) {
 		m, err := ws.Glob(session, pattern)

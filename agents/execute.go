@@ -70,7 +70,10 @@ func (ru *run) run(ctx context.Context, req TaskRequest) (Result, error) {
 		return ru.fail(err)
 	}
 	ru.snapshot("start") // the session as the agent finds it
-	files, stopFiles := cfg.Workspace.FileEvents(sess)
+	files, stopFiles, err := cfg.Workspace.FileEvents(sess)
+	if err != nil {
+		return ru.fail(err)
+	}
 	defer stopFiles()
 	go ru.fileEvents(files)
 	m, cleanup, err := ru.boot(ctx)

@@ -182,7 +182,10 @@ func (ru *run) reattach(ctx context.Context, m vmm.Machine, job agentJob) (Resul
 	if err := attacher.AttachWorkspace(ctx, view); err != nil {
 		return ru.fail(fmt.Errorf("give the machine its workspace view again: %w", err))
 	}
-	files, stopFiles := cfg.Workspace.FileEvents(ru.exec.Session)
+	files, stopFiles, err := cfg.Workspace.FileEvents(ru.exec.Session)
+	if err != nil {
+		return ru.fail(err)
+	}
 	defer stopFiles()
 	go ru.fileEvents(files)
 	ru.resumeCallCount(ctx)

@@ -34,8 +34,9 @@ type Workspace interface {
 	// Glob lists the session's files matching a pattern such as
 	// outputs/*.md, relative to the session.
 	Glob(session, pattern string) ([]string, error)
-	// FileEvents reports the session's file changes until stop is called.
-	FileEvents(session string) (events <-chan FileEvent, stop func())
+	// FileEvents reports the session's file changes until stop is called:
+	// every change after it returns, unless the reader falls behind.
+	FileEvents(session string) (events <-chan FileEvent, stop func(), err error)
 	// MkdirAll makes directory path (relative to the session) and the
 	// missing ones above it, owned by uid:gid; it follows no symbolic
 	// link.

@@ -119,7 +119,7 @@ func (w fsWorkspace) Glob(session, pattern string) ([]string, error) {
 	return matches, err
 }
 
-func (w fsWorkspace) FileEvents(session string) (<-chan FileEvent, func()) {
+func (w fsWorkspace) FileEvents(session string) (<-chan FileEvent, func(), error) {
 	sub := w.s.Events().Subscribe(1024)
 	out := make(chan FileEvent, 1024)
 	go func() {
@@ -130,7 +130,7 @@ func (w fsWorkspace) FileEvents(session string) (<-chan FileEvent, func()) {
 			}
 		}
 	}()
-	return out, sub.Close
+	return out, sub.Close, nil
 }
 
 // harness is a runner with everything real but the model provider and

@@ -155,7 +155,7 @@ func (w agentWorkspace) Glob(session, pattern string) ([]string, error) {
 // FileEvents passes on the session's created, written, renamed and
 // removed events until stop. The bus never blocks: when the runner falls
 // a buffer behind, events are dropped, not the agent slowed.
-func (w agentWorkspace) FileEvents(session string) (<-chan agents.FileEvent, func()) {
+func (w agentWorkspace) FileEvents(session string) (<-chan agents.FileEvent, func(), error) {
 	sub := w.store.Events().Subscribe(1024)
 	out := make(chan agents.FileEvent, 1024)
 	go func() {
@@ -167,7 +167,7 @@ func (w agentWorkspace) FileEvents(session string) (<-chan agents.FileEvent, fun
 			out <- agents.FileEvent{Op: string(e.Op), Path: e.Path}
 		}
 	}()
-	return out, sub.Close
+	return out, sub.Close, nil
 }
 
 // ReadFile reads a file of the session's live tree in the store, at most

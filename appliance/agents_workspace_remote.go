@@ -55,6 +55,10 @@ const mountTimeout = time.Minute
 // the connection to the workspace node dropped.
 const followRetry = time.Second
 
+// followReady bounds how long FileEvents waits for the workspace node to
+// follow the store's events.
+const followReady = 10 * time.Second
+
 func newRemoteWorkspace(cfg Config, client *remote.Client, driver vmm.Driver) remoteWorkspace {
 	return remoteWorkspace{client: client, cfg: cfg.Workspace, driver: driver,
 		views: filepath.Join(cfg.StateDir, "views", "_executions"), open: filepath.Join(cfg.StateDir, "views", "_open")}
@@ -169,16 +173,25 @@ func (w remoteWorkspace) ReadFile(session, path string, limit int64) ([]byte, er
 }
 
 // FileEvents follows the workspace node's events for the session,
-// following again when the connection drops, until stop.
-func (w remoteWorkspace) FileEvents(session string) (<-chan agents.FileEvent, func()) {
+// following again when the connection drops, until stop. It returns once
+// the node follows the store's events, so no change after it is missed,
+// or fails if the node cannot be followed within followReady.
+func (w remoteWorkspace) FileEvents(session string) (<-chan agents.FileEvent, func(), error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	out := make(chan agents.FileEvent, 1024)
+	ready := make(chan error, 1)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		defer close(out)
+		first := true
 		for ctx.Err() == nil {
-			remote.Follow(ctx, w.client.Node(session, fs.IDShift{}), func(e fs.Event) {
+			err := remote.Follow(ctx, w.client.Node(session, fs.IDShift{}), func() {
+				if first {
+					first = false
+					ready <- nil
+				}
+			}, func(e fs.Event) {
 				if e.Session != session || e.Op == fs.OpClosed || e.Op == fs.OpError {
 					return
 				}
@@ -187,13 +200,30 @@ func (w remoteWorkspace) FileEvents(session string) (<-chan agents.FileEvent, fu
 				case <-ctx.Done():
 				}
 			})
+			if first { // never followed: the caller hears why
+				ready <- err
+				return
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(followRetry):
 			}
 		}
 	}()
-	return out, func() { cancel(); <-done }
+	stop := func() { cancel(); <-done }
+	timer := time.NewTimer(followReady)
+	defer timer.Stop()
+	select {
+	case err := <-ready:
+		if err != nil {
+			stop()
+			return nil, nil, unavailablef("follow the file events of session %s on the workspace node: %v", session, err)
+		}
+		return out, stop, nil
+	case <-timer.C:
+		stop()
+		return nil, nil, unavailablef("follow the file events of session %s: the workspace node did not answer within %v", session, followReady)
+	}
 }
 
 // cleanStaleViews unmounts what a daemon that died left mounted.

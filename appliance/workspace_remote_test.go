@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -304,5 +305,48 @@ func TestRemoteWorkspaceConfigErrors(t *testing.T) {
 		if !strings.Contains(err.Error(), "workspace.remote") || !strings.Contains(err.Error(), "node_keys") {
 			t.Errorf("%s: Start = %v; want it to name workspace.remote and what to check", name, err)
 		}
+	}
+}
+
+// TestRemoteWorkspaceFileEvents: FileEvents on a node whose workspace is
+// remote returns once the workspace node follows the store, so a write
+// made the moment it returns is reported (a wait for changes that starts
+// then misses nothing); with the workspace node gone it fails, saying so,
+// instead of reporting nothing.
+func TestRemoteWorkspaceFileEvents(t *testing.T) {
+	a := newWorkspaceNode(t)
+	if err := a.store.CreateSession("s", fs.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := remote.Dial(ctx, remote.ClientConfig{Addr: a.addr, KeyFile: a.key, KnownHosts: a.known})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w := newRemoteWorkspace(Config{StateDir: t.TempDir()}, c, nil)
+	for i := range 20 {
+		events, stop, err := w.FileEvents("s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := fmt.Sprintf("outputs/f%d", i)
+		if _, err := a.store.WriteFile("s", p, strings.NewReader("x"), 0, fs.Owner{}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ev := <-events:
+			if ev.Path != p {
+				t.Fatalf("round %d: first event %+v, want one for %s", i, ev, p)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: no event for %s, written as FileEvents returned", i, p)
+		}
+		stop()
+	}
+	a.stop()
+	if _, _, err := w.FileEvents("s"); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "workspace node") {
+		t.Errorf("FileEvents with the workspace node gone = %v; want ErrUnavailable naming the workspace node", err)
 	}
 }

@@ -36,7 +36,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	followed := make(chan error, 1)
-	go func() { followed <- Follow(ctx, tb.node("alpha"), func(fs.Event) {}) }()
+	go func() { followed <- Follow(ctx, tb.node("alpha"), nil, func(fs.Event) {}) }()
 	tb.mount(t, "alpha")
 	if err := tb.srv.Close(); err != nil {
 		t.Fatalf("Close: %v", err)

@@ -17,10 +17,11 @@ import (
 // misses some (and is told how many, in Event.Dropped).
 const eventBuffer = 1024
 
-// serveEvents streams the store's file events to a node as JSON lines,
-// leaving out what the session's view hides (other sessions' .home).
-func (s *Server) serveEvents(session string, ch ssh.Channel) {
-	sub := s.cfg.Store.Events().Subscribe(eventBuffer)
+// serveEvents streams the store's file events from sub to a node as JSON
+// lines, leaving out what the session's view hides (other sessions'
+// .home). sub was taken before the node's request was accepted: every
+// event after the node hears yes reaches it.
+func (s *Server) serveEvents(session string, sub *fs.Subscription, ch ssh.Channel) {
 	defer sub.Close()
 	gone := make(chan struct{})
 	defer func() { ch.Close(); <-gone }()
@@ -55,8 +56,10 @@ func hidden(session string, ev fs.Event) bool {
 
 // Follow sends the serving node's file events, as seen from the
 // session's view, to fn until ctx ends or the connection drops (then it
-// returns the error; the caller reconnects and resynchronises).
-func Follow(ctx context.Context, n Node, fn func(fs.Event)) error {
+// returns the error; the caller reconnects and resynchronises). It calls
+// ready, if not nil, once the serving node follows the store's events:
+// every event after that reaches fn, unless fn falls eventBuffer behind.
+func Follow(ctx context.Context, n Node, ready func(), fn func(fs.Event)) error {
 	c, err := n.dial(ctx)
 	if err != nil {
 		return err
@@ -74,6 +77,9 @@ func Follow(ctx context.Context, n Node, fn func(fs.Event)) error {
 	}
 	if err := sess.RequestSubsystem(subsystemEvents); err != nil {
 		return fmt.Errorf("follow workspace events: %w", err)
+	}
+	if ready != nil {
+		ready()
 	}
 	dec := json.NewDecoder(bufio.NewReader(out))
 	for {

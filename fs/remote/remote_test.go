@@ -139,7 +139,7 @@ func TestWrongKeyRefused(t *testing.T) {
 		m.Unmount()
 		t.Fatalf("MountView with an unauthorized key succeeded")
 	}
-	if err := Follow(ctx, n, func(fs.Event) {}); err == nil {
+	if err := Follow(ctx, n, nil, func(fs.Event) {}); err == nil {
 		t.Fatalf("Follow with an unauthorized key succeeded")
 	}
 	n = tb.node("nosuch")
@@ -188,20 +188,25 @@ func TestFollowEvents(t *testing.T) {
 	defer cancel()
 	got := make(chan fs.Event, 64)
 	done := make(chan error, 1)
-	go func() { done <- Follow(ctx, tb.node("alpha"), func(e fs.Event) { got <- e }) }()
-	// Follow subscribes after its handshake; write until an event arrives.
+	// Once Follow says it is ready, the first write's event arrives.
+	ready := make(chan struct{})
+	go func() { done <- Follow(ctx, tb.node("alpha"), func() { close(ready) }, func(e fs.Event) { got <- e }) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Follow ended before it was ready: %v", err)
+	case <-ctx.Done():
+		t.Fatal("Follow not ready within a minute")
+	}
+	if err := tb.write("beta", "outputs/x", "x"); err != nil {
+		t.Fatal(err)
+	}
 	var first fs.Event
-	eventually(t, "first event", func() error {
-		if err := tb.write("beta", "outputs/x", "x"); err != nil {
-			return err
-		}
-		select {
-		case first = <-got:
-			return nil
-		case <-time.After(200 * time.Millisecond):
-			return errors.New("no event yet")
-		}
-	})
+	select {
+	case first = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event within 10s of a write made after Follow was ready")
+	}
 	if first.Session != "beta" || first.Path != "outputs/x" {
 		t.Errorf("first event = %+v, want beta outputs/x", first)
 	}

@@ -251,6 +251,11 @@ func (s *Server) serveChannel(u viewUser, control bool, ch ssh.Channel, reqs <-c
 			req.Reply(false, nil)
 			continue
 		}
+		var sub *fs.Subscription
+		if name == subsystemEvents && !control {
+			// Subscribed before the yes: a node that heard it misses nothing.
+			sub = s.cfg.Store.Events().Subscribe(eventBuffer)
+		}
 		req.Reply(true, nil)
 		wg.Add(1)
 		go func() { defer wg.Done(); ssh.DiscardRequests(reqs) }()
@@ -258,8 +263,8 @@ func (s *Server) serveChannel(u viewUser, control bool, ch ssh.Channel, reqs <-c
 			s.serveControl(ch)
 			return
 		}
-		if name == subsystemEvents {
-			s.serveEvents(u.session, ch)
+		if sub != nil {
+			s.serveEvents(u.session, sub, ch)
 			return
 		}
 		if err := s.serveSFTP(u, ch); err != nil {
