@@ -617,31 +617,52 @@ func TestEvents(t *testing.T) {
 	}
 }
 
-// TestWrittenBeforeCloseReturns: a file's written event is out by the
-// time the writer's close(2) returns, so a wait for changes that starts
-// after it never mistakes the write for a later one; the kernel sends
-// the release that follows on its own time. A write made durable with
-// fsync before the close is announced too.
-func TestWrittenBeforeCloseReturns(t *testing.T) {
+// TestSubscribeSettled: the kernel tells the store a file was closed
+// (a release) after close(2) has returned. A subscriber that comes
+// between gets no written event for that write: SubscribeSettled
+// announces it to the subscribers before it, once (the release adds
+// none). A write made durable with fsync before the close is announced
+// too; a file open at the call and written after it is announced at its
+// close.
+func TestSubscribeSettled(t *testing.T) {
 	s := testStore(t)
 	mustSession(t, s, "s")
 	mnt := mountView(t, s, ViewOptions{Session: "s"})
-	sub := s.Events().Subscribe(16)
-	defer sub.Close()
-	written := func() (n int) {
-		for {
+	all := s.Events().Subscribe(1 << 12)
+	defer all.Close()
+	// untilClosed returns the written events sub has for p by the time
+	// all has p's closed event (the release).
+	untilClosed := func(sub *Subscription, p string) (written int) {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for closed := false; !closed; {
 			select {
-			case ev := <-sub.C:
-				if ev.Op == OpWritten {
-					n++
+			case ev := <-all.C:
+				if ev.Path == p {
+					if ev.Op == OpWritten && sub == all {
+						written++
+					}
+					closed = ev.Op == OpClosed
 				}
-			default:
-				return n
+			case <-timeout:
+				t.Fatalf("no closed event for %s within 10s", p)
 			}
 		}
+		for sub != all {
+			select {
+			case ev := <-sub.C:
+				if ev.Path == p && ev.Op == OpWritten {
+					written++
+				}
+			default:
+				return written
+			}
+		}
+		return written
 	}
 	for i := range 200 {
-		f, err := os.Create(filepath.Join(mnt, "s/outputs", fmt.Sprintf("f%d", i)))
+		p := fmt.Sprintf("outputs/f%d", i)
+		f, err := os.Create(filepath.Join(mnt, "s", p))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -656,9 +677,46 @@ func TestWrittenBeforeCloseReturns(t *testing.T) {
 		if err := f.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if n := written(); n != 1 {
-			t.Fatalf("file %d (fsync: %v): %d written events when its close returned, want 1", i, i%2 == 1, n)
+		late := s.SubscribeSettled(16)
+		// Written again once late subscribed: late hears of this one.
+		if n := untilClosed(late, p); n != 0 {
+			t.Fatalf("file %d (fsync: %v): a subscriber that came after its close got %d written events, want 0", i, i%2 == 1, n)
 		}
+		late.Close()
+	}
+	p := "outputs/again"
+	f, err := os.Create(filepath.Join(mnt, "s", p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("before")
+	late := s.SubscribeSettled(16)
+	f.WriteString(" and after")
+	f.Close()
+	if n := untilClosed(late, p); n != 1 {
+		t.Errorf("a file open at the call and written after it: %d written events for the late subscriber, want 1", n)
+	}
+	late.Close()
+	p = "outputs/once"
+	if err := os.WriteFile(filepath.Join(mnt, "s", p), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	late = s.SubscribeSettled(16)
+	defer late.Close()
+	if n := untilClosed(all, p); n != 1 {
+		t.Errorf("%d written events for one write, settled by a subscriber's arrival and then released, want 1", n)
+	}
+	p = "outputs/synced"
+	if f, err = os.Create(filepath.Join(mnt, "s", p)); err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("durable")
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if n := untilClosed(all, p); n != 1 {
+		t.Errorf("%d written events for a file written, synced and closed, want 1", n)
 	}
 }
 

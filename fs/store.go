@@ -921,6 +921,24 @@ func (s *Store) Close() error {
 // Events returns the bus that carries file events.
 func (s *Store) Events() *Bus { return s.events }
 
+// SubscribeSettled subscribes to the store's events like
+// Events().Subscribe, first settling every file open for writing through
+// a view: what their writers wrote until now is recorded and announced to
+// the subscribers before this one. The kernel tells the store that a file
+// was closed on its own time, after close(2) has returned (a release);
+// without this, the written event of a write finished before the call
+// could reach the new subscriber as if the write came after it. Its
+// written events are for writes after the call (a file still open is
+// announced at its close, if written after the call).
+func (s *Store) SubscribeSettled(buf int) *Subscription {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range s.views {
+		v.settleWritersLocked()
+	}
+	return s.events.Subscribe(buf)
+}
+
 // Reflink reports whether the backing filesystem clones files, so that a
 // file changed after a snapshot is not copied whole.
 func (s *Store) Reflink() bool { return s.reflink }

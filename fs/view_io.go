@@ -206,9 +206,6 @@ func (v *View) finishOpen(nodeid uint64, h *handle, out *fuse.OpenOut) syscall.E
 		}
 		return syscall.EBUSY
 	}
-	if !h.write {
-		out.OpenFlags |= fuse.FOPEN_NOFLUSH // see Flush
-	}
 	switch h.mode {
 	case ioPass:
 		k.bk.pass++
@@ -328,32 +325,12 @@ func (v *View) grow(h *handle, end int64) syscall.Errno {
 	return v.s.commit()
 }
 
-// Flush settles a writable handle at each close(2) of it: its size goes
-// to the journal and its written event out before close returns, so
-// whatever the writer does next (tell another agent, which waits for
-// changes) comes after the write is recorded. The release that follows
-// later, when the kernel gets to it, is asynchronous. Read-only handles
-// are opened with FOPEN_NOFLUSH: their closes cost no round trip.
+// Flush is not needed: sizes are settled on release, and a subscriber
+// that must not take a write from before it for a later one subscribes
+// with Store.SubscribeSettled. ENOSYS tells the kernel to stop sending
+// it, which saves a round trip per close.
 func (v *View) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
-	h := v.handle(in.Fh)
-	if h == nil || !h.write {
-		return fuse.OK
-	}
-	f := h.f
-	if f == nil { // passthrough: the inode's backing file
-		v.mu.Lock()
-		if k := v.nodes[h.nodeid]; k != nil {
-			f = k.bk.file
-		}
-		v.mu.Unlock()
-	}
-	v.s.mu.Lock()
-	defer v.s.mu.Unlock()
-	v.settleLocked(h, f)
-	if sess, errno := v.live(h.key); errno == 0 {
-		v.announceLocked(sess, h)
-	}
-	return fuse.OK
+	return fuse.ENOSYS
 }
 
 func (v *View) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
@@ -429,20 +406,55 @@ func (v *View) announceLocked(sess *session, h *handle) {
 	v.s.changedInode(v, sess, h.key.ino)
 }
 
+// settleWritersLocked settles every writable handle of the view and
+// announces what their writers changed; the caller holds s.mu.
+func (v *View) settleWritersLocked() {
+	type open struct {
+		h *handle
+		f *os.File
+	}
+	var hs []open
+	v.mu.Lock()
+	for _, h := range v.handles {
+		if !h.write {
+			continue
+		}
+		f := h.f
+		if k := v.nodes[h.nodeid]; f == nil && k != nil {
+			f = k.bk.file // passthrough: open until a release, which waits for s.mu
+		}
+		hs = append(hs, open{h, f})
+	}
+	v.mu.Unlock()
+	for _, o := range hs {
+		v.settleLocked(o.h, o.f)
+		if sess, errno := v.live(o.h.key); errno == 0 {
+			v.announceLocked(sess, o.h)
+		}
+	}
+}
+
 func (v *View) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	// One hold of the store lock for all of it, taken before the handle
+	// leaves v.handles: SubscribeSettled, which holds it, finds a
+	// writable handle either open or settled and announced. A release
+	// runs beside the machine's next requests, which wait for the lock.
+	v.s.mu.Lock()
 	v.mu.Lock()
 	h := v.handles[in.Fh]
 	delete(v.handles, in.Fh)
 	if h == nil {
 		v.mu.Unlock()
+		v.s.mu.Unlock()
 		return
 	}
 	f := h.f // the blob's descriptor, for settle; closed after it
+	var unregister int32
 	if k := v.nodes[h.nodeid]; k != nil {
 		switch h.mode {
 		case ioPass:
 			if k.bk.pass--; k.bk.pass == 0 {
-				v.srv.UnregisterBackingFd(k.bk.id)
+				unregister = k.bk.id // after the lock: an ioctl
 				f = k.bk.file
 				k.bk = backing{cached: k.bk.cached}
 			}
@@ -455,9 +467,6 @@ func (v *View) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 		}
 	}
 	v.mu.Unlock()
-	// One hold of the store lock for all of it: a release runs beside
-	// the machine's next requests, which wait for the lock.
-	v.s.mu.Lock()
 	v.settleLocked(h, f)
 	sess, n := v.s.releaseCountsLocked(h)
 	if h.write && n != nil {
@@ -465,6 +474,9 @@ func (v *View) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 		v.s.events.publish(Event{Session: sess.name, Path: v.s.relPath(sess, h.dir, h.name), Op: OpClosed})
 	}
 	v.s.mu.Unlock()
+	if unregister != 0 {
+		v.srv.UnregisterBackingFd(unregister)
+	}
 	if f != nil {
 		f.Close()
 	}
