@@ -120,7 +120,7 @@ func (w fsWorkspace) Glob(session, pattern string) ([]string, error) {
 }
 
 func (w fsWorkspace) FileEvents(session string) (<-chan FileEvent, func(), error) {
-	sub := w.s.SubscribeSettled(1024)
+	sub := w.s.SubscribeSettled(session, 1024)
 	out := make(chan FileEvent, 1024)
 	go func() {
 		defer close(out)

@@ -156,7 +156,7 @@ func (w agentWorkspace) Glob(session, pattern string) ([]string, error) {
 // removed events after the call (SubscribeSettled) until stop. The bus never blocks: when the runner falls
 // a buffer behind, events are dropped, not the agent slowed.
 func (w agentWorkspace) FileEvents(session string) (<-chan agents.FileEvent, func(), error) {
-	sub := w.store.SubscribeSettled(1024)
+	sub := w.store.SubscribeSettled(session, 1024)
 	out := make(chan agents.FileEvent, 1024)
 	go func() {
 		defer close(out)

@@ -677,7 +677,7 @@ func TestSubscribeSettled(t *testing.T) {
 		if err := f.Close(); err != nil {
 			t.Fatal(err)
 		}
-		late := s.SubscribeSettled(16)
+		late := s.SubscribeSettled("s", 16)
 		// Written again once late subscribed: late hears of this one.
 		if n := untilClosed(late, p); n != 0 {
 			t.Fatalf("file %d (fsync: %v): a subscriber that came after its close got %d written events, want 0", i, i%2 == 1, n)
@@ -690,7 +690,7 @@ func TestSubscribeSettled(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.WriteString("before")
-	late := s.SubscribeSettled(16)
+	late := s.SubscribeSettled("s", 16)
 	f.WriteString(" and after")
 	f.Close()
 	if n := untilClosed(late, p); n != 1 {
@@ -701,7 +701,7 @@ func TestSubscribeSettled(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(mnt, "s", p), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	late = s.SubscribeSettled(16)
+	late = s.SubscribeSettled("s", 16)
 	defer late.Close()
 	if n := untilClosed(all, p); n != 1 {
 		t.Errorf("%d written events for one write, settled by a subscriber's arrival and then released, want 1", n)

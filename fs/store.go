@@ -922,19 +922,19 @@ func (s *Store) Close() error {
 func (s *Store) Events() *Bus { return s.events }
 
 // SubscribeSettled subscribes to the store's events like
-// Events().Subscribe, first settling every file open for writing through
-// a view: what their writers wrote until now is recorded and announced to
+// Events().Subscribe, for a subscriber that follows session, first
+// settling the session's files open for writing through any view: what their writers wrote until now is recorded and announced to
 // the subscribers before this one. The kernel tells the store that a file
 // was closed on its own time, after close(2) has returned (a release);
 // without this, the written event of a write finished before the call
 // could reach the new subscriber as if the write came after it. Its
 // written events are for writes after the call (a file still open is
 // announced at its close, if written after the call).
-func (s *Store) SubscribeSettled(buf int) *Subscription {
+func (s *Store) SubscribeSettled(session string, buf int) *Subscription {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, v := range s.views {
-		v.settleWritersLocked()
+		v.settleWritersLocked(session)
 	}
 	return s.events.Subscribe(buf)
 }

@@ -406,9 +406,9 @@ func (v *View) announceLocked(sess *session, h *handle) {
 	v.s.changedInode(v, sess, h.key.ino)
 }
 
-// settleWritersLocked settles every writable handle of the view and
+// settleWritersLocked settles the view's writable handles of session and
 // announces what their writers changed; the caller holds s.mu.
-func (v *View) settleWritersLocked() {
+func (v *View) settleWritersLocked(session string) {
 	type open struct {
 		h *handle
 		f *os.File
@@ -416,7 +416,7 @@ func (v *View) settleWritersLocked() {
 	var hs []open
 	v.mu.Lock()
 	for _, h := range v.handles {
-		if !h.write {
+		if !h.write || h.key.sess.name != session {
 			continue
 		}
 		f := h.f

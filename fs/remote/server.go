@@ -254,7 +254,7 @@ func (s *Server) serveChannel(u viewUser, control bool, ch ssh.Channel, reqs <-c
 		var sub *fs.Subscription
 		if name == subsystemEvents && !control {
 			// Subscribed before the yes: a node that heard it misses nothing.
-			sub = s.cfg.Store.SubscribeSettled(eventBuffer)
+			sub = s.cfg.Store.SubscribeSettled(u.session, eventBuffer)
 		}
 		req.Reply(true, nil)
 		wg.Add(1)
