@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -50,9 +51,18 @@ type Server struct {
 // registration, and with it every tool call of the execution in flight.
 type registered struct {
 	Execution
-	done context.Context
-	end  context.CancelFunc
+	done     context.Context
+	end      context.CancelFunc
+	inFlight atomic.Int32 // its tool calls now
 }
+
+// MaxInFlight bounds the tool calls of one execution in flight at once.
+// A wait holds its call for up to an hour, and with it a goroutine, a
+// connection and, for wait_for_files, a subscription to the workspace's
+// events that every change of the session is copied to; an agent that
+// started waits in a loop would hold ever more. Parallel waits for a
+// few children or files stay far below.
+const MaxInFlight = 32
 
 // New returns a server whose tools act through p.
 func New(p Platform) *Server {

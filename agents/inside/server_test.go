@@ -462,3 +462,82 @@ func TestInsideUnregisterEndsWaits(t *testing.T) {
 		t.Fatal("the wait went on after its execution was unregistered")
 	}
 }
+
+// TestHostileInsideWaitFlood: an agent that starts waits in a loop gets
+// MaxInFlight of them and a tool error saying what to do for every call
+// beyond; the bound is its own (another execution's calls go on), and a
+// wait that ends gives its place back.
+func TestHostileInsideWaitFlood(t *testing.T) {
+	b := blocker{&recorder{}, make(chan struct{}, MaxInFlight+1)}
+	s := New(b)
+	sock := serve(t, s)
+	tokA := s.Register(Execution{ID: "exec-a", Session: "session-a", Channel: "exec-a"})
+	tokB := s.Register(Execution{ID: "exec-b", Session: "session-b", Channel: "exec-b"})
+	csA, err := connect(t, machine(sock, "exec-a", tokA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	csB, err := connect(t, machine(sock, "exec-b", tokB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	first, cancelFirst := context.WithCancel(ctx)
+	ended := make(chan error, MaxInFlight)
+	for i := range MaxInFlight {
+		callCtx := ctx
+		if i == 0 {
+			callCtx = first
+		}
+		go func() {
+			_, err := csA.CallTool(callCtx, &mcpsdk.CallToolParams{Name: "wait_execution", Arguments: map[string]any{"execution": "exec-child", "timeout": "20h"}})
+			ended <- err
+		}()
+	}
+	for i := range MaxInFlight {
+		select {
+		case <-b.entered:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d waits reached the platform", i, MaxInFlight)
+		}
+	}
+	for tool, args := range map[string]map[string]any{
+		"wait_execution": {"execution": "exec-child"},
+		"wait_for_files": {"session": "session-b", "pattern": "outputs/*"},
+		"list_agents":    nil,
+	} {
+		text, isErr := call(t, csA, tool, args)
+		if !isErr || !strings.Contains(text, "in flight") || !strings.Contains(text, "wait for one to end") {
+			t.Errorf("%s with %d calls in flight: error %v, %q; want a tool error saying to wait for one", tool, MaxInFlight, isErr, text)
+		}
+	}
+	if text, isErr := call(t, csB, "list_agents", nil); isErr {
+		t.Errorf("another execution's call while A has %d in flight: %q", MaxInFlight, text)
+	}
+	cancelFirst()
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a wait whose caller went away did not end")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		text, isErr := call(t, csA, "list_agents", nil)
+		if !isErr {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a call after one of %d waits ended: %q", MaxInFlight, text)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.Unregister(tokA) // ends the rest
+	for range MaxInFlight - 1 {
+		select {
+		case <-ended:
+		case <-time.After(30 * time.Second):
+			t.Fatal("a wait went on after its execution was unregistered")
+		}
+	}
+}

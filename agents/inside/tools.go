@@ -121,7 +121,8 @@ func (s *Server) addTools(ms *mcpsdk.Server) {
 
 // caller is the execution a tool call comes from (admitted by
 // ServeHTTP, and still registered), and the call's context, which ends
-// with ctx or with the registration.
+// with ctx or with the registration. It refuses a call beyond the
+// execution's MaxInFlight; done ends the call's count.
 func (s *Server) caller(ctx context.Context, req *mcpsdk.CallToolRequest) (context.Context, Caller, func(), error) {
 	if req == nil || req.Extra == nil {
 		return ctx, Caller{}, func() {}, errors.New("no caller: this server answers agents in Hearth's machines only")
@@ -133,9 +134,14 @@ func (s *Server) caller(ctx context.Context, req *mcpsdk.CallToolRequest) (conte
 	if !ok {
 		return ctx, Caller{}, func() {}, errors.New("your execution has ended: its tools are closed")
 	}
+	if r.inFlight.Add(1) > MaxInFlight {
+		r.inFlight.Add(-1)
+		return ctx, Caller{}, func() {}, fmt.Errorf("%d of your tool calls are in flight already, the most at once: "+
+			"wait for one to end (a wait ends at its timeout) before you call another", MaxInFlight)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(r.done, cancel)
-	return ctx, Caller{Execution: r.ID, Session: r.Session, Deadline: r.Deadline}, func() { stop(); cancel() }, nil
+	return ctx, Caller{Execution: r.ID, Session: r.Session, Deadline: r.Deadline}, func() { stop(); cancel(); r.inFlight.Add(-1) }, nil
 }
 
 // bounded is ctx ending after d or at the caller's deadline, whichever

@@ -42,6 +42,9 @@ func NewClient(conn io.ReadWriteCloser) (*Client, error) {
 	// (TestSandboxLongPause). The host learns that a machine is gone
 	// from its process (the jail's agent, QEMU), not from pings.
 	cfg.EnableKeepAlive = false
+	// Streams the machine opens and the host has not taken yet (see
+	// acceptForwards); more are reset at once.
+	cfg.AcceptBacklog = forwardBacklog
 	sess, err := yamux.Client(conn, cfg)
 	if err != nil {
 		return nil, err
@@ -366,10 +369,34 @@ func (c *Client) Serve(name string, dial Dialer) {
 	c.mu.Unlock()
 }
 
-// acceptForwards connects each stream the agent opens to its service.
+// maxForwardStreams bounds the forwarded connections of one machine that
+// the host serves at once, and forwardBacklog those it holds waiting for
+// one of them to end. Each served one is a descriptor and goroutines here
+// and at its service, and each stream up to a 256 KiB window of data the
+// machine sent: a process inside that opened connections in a loop would
+// otherwise spend the daemon's descriptors and memory, and with them every
+// other machine's services and the API. The host takes (acknowledges) a
+// stream only when a slot is free; until then it waits in the session's
+// backlog, and the machine's end, which keeps no more unacknowledged
+// streams than that (the agent's own config), waits to open more. A
+// machine that sends more anyway has them reset. Agents' own use (model
+// calls, MCP tools, the egress proxy's connections) stays far below.
+const (
+	maxForwardStreams = 256
+	forwardBacklog    = 64
+)
+
+// acceptForwards connects each stream the agent opens to its service, at
+// most maxForwardStreams at once.
 func (c *Client) acceptForwards() {
 	defer c.wg.Done()
+	slots := make(chan struct{}, maxForwardStreams)
 	for {
+		select {
+		case slots <- struct{}{}:
+		case <-c.closed:
+			return
+		}
 		st, err := c.sess.AcceptStream()
 		if err != nil {
 			return
@@ -377,6 +404,7 @@ func (c *Client) acceptForwards() {
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
+			defer func() { <-slots }()
 			defer st.Close()
 			br := bufio.NewReader(io.LimitReader(st, 4096))
 			line, err := br.ReadBytes('\n')

@@ -3,6 +3,7 @@ package guest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -10,8 +11,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/yamux"
 )
 
 // pair runs a Server and a Client over a real unix socket pair, the way
@@ -397,5 +401,181 @@ func TestHealth(t *testing.T) {
 	h, err := c.Health(context.Background())
 	if err != nil || h.MemTotal == 0 || h.Processes == 0 || h.AgentPID != os.Getpid() {
 		t.Fatalf("Health = %+v, %v", h, err)
+	}
+}
+
+// countingEcho is echoService that also counts the connections open to
+// it now.
+func countingEcho(t *testing.T) (func(context.Context) (net.Conn, error), *atomic.Int32) {
+	echo := echoService(t)
+	var open atomic.Int32
+	return func(ctx context.Context) (net.Conn, error) {
+		c, err := echo(ctx)
+		if err != nil {
+			return nil, err
+		}
+		open.Add(1)
+		return &countedConn{Conn: c, open: &open}, nil
+	}, &open
+}
+
+type countedConn struct {
+	net.Conn
+	open *atomic.Int32
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.open.Add(-1) })
+	return c.Conn.Close()
+}
+
+// echoes reports whether conn echoes a byte within wait.
+func echoes(conn io.ReadWriter, setDeadline func(time.Time) error, wait time.Duration) bool {
+	setDeadline(time.Now().Add(wait))
+	defer setDeadline(time.Time{})
+	if _, err := conn.Write([]byte("x")); err != nil {
+		return false
+	}
+	b := make([]byte, 1)
+	_, err := io.ReadFull(conn, b)
+	return err == nil && b[0] == 'x'
+}
+
+// TestForwardStreamsCapped: a process inside that opens connections to a
+// forwarded port in a loop gets maxForwardStreams of them served at once;
+// the next one waits (it is not refused) and is served when one of those
+// ends.
+func TestForwardStreamsCapped(t *testing.T) {
+	c := pair(t, ServerOptions{})
+	svc, open := countingEcho(t)
+	c.Serve("echo", svc)
+	addr, err := c.Forward(context.Background(), "127.0.0.1:0", "echo")
+	if err != nil {
+		t.Fatalf("Forward = %v", err)
+	}
+	conns := make([]net.Conn, maxForwardStreams+1)
+	for i := range conns {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		defer conn.Close()
+		conns[i] = conn
+		if i < maxForwardStreams && !echoes(conn, conn.SetDeadline, 20*time.Second) {
+			t.Fatalf("connection %d of %d is not served", i+1, maxForwardStreams)
+		}
+	}
+	last := conns[maxForwardStreams]
+	if echoes(last, last.SetDeadline, 500*time.Millisecond) {
+		t.Fatalf("connection %d was served with %d open: the cap is not kept", maxForwardStreams+1, maxForwardStreams)
+	}
+	if n := open.Load(); n != maxForwardStreams {
+		t.Fatalf("%d connections open at the service, want %d", n, maxForwardStreams)
+	}
+	conns[0].Close()
+	// The byte it sent while it waited comes back once it is served.
+	last.SetDeadline(time.Now().Add(20 * time.Second))
+	b := make([]byte, 1)
+	if _, err := io.ReadFull(last, b); err != nil || b[0] != 'x' {
+		t.Fatalf("the waiting connection, once another ended: %q, %v", b, err)
+	}
+	// Ended from the inside, as their processes would: a session closed
+	// with hundreds of streams open takes the race detector most of a
+	// minute (5 ms without it).
+	for _, conn := range conns {
+		conn.Close()
+	}
+	for deadline := time.Now().Add(20 * time.Second); open.Load() > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections still open at the service 20s after theirs closed", open.Load())
+		}
+	}
+}
+
+// TestHostileGuestForwardFlood: a machine that speaks the protocol itself
+// and opens forwarded streams without waiting for the host to take them
+// (a hostile agent that took over its end of the channel) gets
+// maxForwardStreams served, forwardBacklog held, and every other one
+// reset at once, however many it opens: the host's descriptors and
+// buffers stay bounded.
+func TestHostileGuestForwardFlood(t *testing.T) {
+	hostEnd, guestEnd := socketPair(t)
+	c, err := NewClient(hostEnd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	svc, open := countingEcho(t)
+	c.Serve("echo", svc)
+	cfg := yamux.DefaultConfig()
+	cfg.LogOutput = io.Discard
+	cfg.AcceptBacklog, cfg.StreamOpenTimeout = 4096, 0 // it does not wait
+	guest, err := yamux.Server(guestEnd, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer guest.Close()
+	hdr, _ := json.Marshal(Forward{Name: "echo"})
+	// stream opens a forwarded stream; one reset already fails its
+	// header's write.
+	stream := func() (*yamux.Stream, error) {
+		st, err := guest.OpenStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = st.Write(append(hdr, '\n'))
+		return st, err
+	}
+	served := make([]*yamux.Stream, maxForwardStreams)
+	for i := range served {
+		served[i], err = stream()
+		if err != nil || !echoes(served[i], served[i].SetDeadline, 20*time.Second) {
+			t.Fatalf("stream %d of %d is not served", i, maxForwardStreams)
+		}
+	}
+	const extra = 200
+	var held, reset int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var flood []*yamux.Stream
+	for range forwardBacklog + extra {
+		st, err := stream()
+		flood = append(flood, st)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err == nil {
+				st.SetReadDeadline(time.Now().Add(2 * time.Second))
+				_, err = st.Read(make([]byte, 1))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, yamux.ErrConnectionReset):
+				reset++
+			case errors.Is(err, yamux.ErrTimeout):
+				held++
+			default:
+				t.Errorf("a stream beyond the cap read %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if held != forwardBacklog || reset != extra {
+		t.Fatalf("beyond the %d served: %d streams held and %d reset, want %d and %d", maxForwardStreams, held, reset, forwardBacklog, extra)
+	}
+	if n := open.Load(); n != maxForwardStreams {
+		t.Fatalf("%d connections open at the service, want %d", n, maxForwardStreams)
+	}
+	// Ended from the guest, as in TestForwardStreamsCapped; the held
+	// ones are served as slots free, and end too.
+	for _, st := range append(served, flood...) {
+		st.Close()
+	}
+	for deadline := time.Now().Add(20 * time.Second); open.Load() > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections still open at the service 20s after their streams closed", open.Load())
+		}
 	}
 }

@@ -113,6 +113,11 @@ func Serve(conn io.ReadWriteCloser, opts ServerOptions) error {
 func (s *Server) Serve(conn io.ReadWriteCloser) error {
 	cfg := yamux.DefaultConfig()
 	cfg.LogOutput = io.Discard
+	// Forwarded connections beyond what the host serves at once wait to
+	// be taken (see the host's maxForwardStreams), however long that is,
+	// rather than being reset (more streams unacknowledged than its
+	// backlog) or ending the session (one unacknowledged for 75 s).
+	cfg.AcceptBacklog, cfg.StreamOpenTimeout = forwardBacklog, 0
 	sess, err := yamux.Server(conn, cfg)
 	if err != nil {
 		return err
