@@ -253,23 +253,29 @@ func (r *rewriteHost) RoundTrip(req *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(req)
 }
 
+// twoExecutions serves s, registers executions A and B, each with its
+// own channel, and connects an MCP session as each; it returns A's token.
+func twoExecutions(t *testing.T, s *Server) (tokA string, csA, csB *mcpsdk.ClientSession) {
+	t.Helper()
+	sock := serve(t, s)
+	tokA = s.Register(Execution{ID: "exec-a", Session: "session-a", Channel: "exec-a"})
+	tokB := s.Register(Execution{ID: "exec-b", Session: "session-b", Channel: "exec-b"})
+	var err error
+	if csA, err = connect(t, machine(sock, "exec-a", tokA)); err != nil {
+		t.Fatal(err)
+	}
+	if csB, err = connect(t, machine(sock, "exec-b", tokB)); err != nil {
+		t.Fatal(err)
+	}
+	return tokA, csA, csB
+}
+
 // TestHostileInsideExecutionScope: an execution of another tree is "not
 // found", worded the same as one that does not exist; the caller's own
 // child is found.
 func TestHostileInsideExecutionScope(t *testing.T) {
 	p := &recorder{children: map[string]Status{"exec-a/exec-child": {Execution: "exec-child", Session: "session-child", Status: "running", USD: 0.5, TotalUSD: 0.5}}}
-	s := New(p)
-	sock := serve(t, s)
-	tokA := s.Register(Execution{ID: "exec-a", Session: "session-a", Channel: "exec-a"})
-	tokB := s.Register(Execution{ID: "exec-b", Session: "session-b", Channel: "exec-b"})
-	csA, err := connect(t, machine(sock, "exec-a", tokA))
-	if err != nil {
-		t.Fatal(err)
-	}
-	csB, err := connect(t, machine(sock, "exec-b", tokB))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, csA, csB := twoExecutions(t, New(p))
 	if text, isErr := call(t, csA, "get_execution", map[string]any{"execution": "exec-child"}); isErr || !strings.Contains(text, `"total_usd":0.5`) {
 		t.Errorf("A's own child: error %v, %s", isErr, text)
 	}
@@ -470,17 +476,7 @@ func TestInsideUnregisterEndsWaits(t *testing.T) {
 func TestHostileInsideWaitFlood(t *testing.T) {
 	b := blocker{&recorder{}, make(chan struct{}, MaxInFlight+1)}
 	s := New(b)
-	sock := serve(t, s)
-	tokA := s.Register(Execution{ID: "exec-a", Session: "session-a", Channel: "exec-a"})
-	tokB := s.Register(Execution{ID: "exec-b", Session: "session-b", Channel: "exec-b"})
-	csA, err := connect(t, machine(sock, "exec-a", tokA))
-	if err != nil {
-		t.Fatal(err)
-	}
-	csB, err := connect(t, machine(sock, "exec-b", tokB))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokA, csA, csB := twoExecutions(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	first, cancelFirst := context.WithCancel(ctx)
