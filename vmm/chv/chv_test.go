@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -334,6 +335,54 @@ func TestGuestPowerOff(t *testing.T) {
 	if err := m.Destroy(context.Background()); err != nil {
 		t.Errorf("Destroy after power-off = %v", err)
 	}
+}
+
+// TestGuestOrphans: what the guest orphans stays the guest's, as a VM's
+// init adopts it: the double (its subreaper) reaps one that ends, and a
+// destroy ends one still running. Without that, a command started in the
+// background left the guest, ran on through a pause and outlived the VM.
+func TestGuestOrphans(t *testing.T) {
+	d, spec := doubleDriver(t)
+	m := create(t, d, spec("orphans"))
+	// Each prints its pid; the ender ends after the shell that started
+	// it, so the double must reap it.
+	out, _ := vmmtest.Sh(t, m, `setsid sh -c 'exec sleep 30' </dev/null >/dev/null 2>&1 & echo $!; setsid sh -c 'exec sleep 0.3' </dev/null >/dev/null 2>&1 & echo $!`)
+	var sleeper, ender int
+	if _, err := fmt.Sscan(out, &sleeper, &ender); err != nil {
+		t.Fatalf("starting the orphans: %q", out)
+	}
+	double := m.st.VMM
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		adopted := parentOf(sleeper) == double
+		reaped := syscall.Kill(ender, 0) != nil // a zombie is still there
+		if adopted && reaped {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10s on: the sleeper (pid %d) adopted by the double (pid %d): %v; the ender (pid %d) reaped: %v", sleeper, double, adopted, ender, reaped)
+		}
+	}
+	if err := m.Destroy(context.Background()); err != nil {
+		t.Fatalf("Destroy = %v", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(sleeper, 0) == nil; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the orphaned sleeper (pid %d) outlived its VM by 10s", sleeper)
+		}
+	}
+}
+
+// parentOf is the parent of process pid, 0 if it is gone.
+func parentOf(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid ...
+	var state string
+	var ppid int
+	fmt.Sscan(string(b[bytes.LastIndexByte(b, ')')+1:]), &state, &ppid)
+	return ppid
 }
 
 // TestRecoverDeadVMM: a machine whose VMM died while the daemon was away

@@ -185,8 +185,8 @@ func TestWorkspaceAttachWhilePaused(t *testing.T) {
 		}
 	}()
 	const counter = "/workspace/agents/a/outputs/counter"
-	// The counter ends by itself after two minutes: under the double its
-	// loop is a host process that outlives the machine.
+	// The counter ends by itself after two minutes, should the machine's
+	// end not reach it (the double runs it as a host process).
 	lostFile := "/tmp/lost-" + s.ID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	if out, _ := vmmtest.Sh(t, m, `setsid sh -c 'i=0; while [ $i -lt 2400 ]; do i=$((i+1)); echo $i >> `+counter+` || echo lost $i >> `+lostFile+`; sleep 0.05; done' </dev/null >/dev/null 2>&1 & echo ok`); out != "ok\n" {
 		t.Fatalf("starting the counter: %q", out)
@@ -260,6 +260,17 @@ func TestRecoverWithWorkspacePaused(t *testing.T) {
 	}
 	if err := first.Pause(ctx); err != nil {
 		t.Fatalf("Pause = %v", err)
+	}
+	// Paused, the counter (an orphan in the guest, adopted by its init,
+	// here the double) writes nothing.
+	onHost := filepath.Join(old.Dir(), "a", "outputs", "counter")
+	before, err := os.ReadFile(onHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if after, err := os.ReadFile(onHost); err != nil || len(after) != len(before) {
+		t.Fatalf("the counter moved while its VM was paused: %d bytes, then %d (%v)", len(before), len(after), err)
 	}
 	first.Guest().Close()
 	if err := old.Unmount(); err != nil {

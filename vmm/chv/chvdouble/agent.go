@@ -2,6 +2,7 @@ package chvdouble
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +28,7 @@ type agent struct {
 	fsDevice string // the symlink standing for that device while it is plugged in (see workspace.go)
 	exited   chan struct{}
 	stopping atomic.Bool
+	adopts   bool // the double is the guest's subreaper (Options.Subreaper)
 }
 
 func startAgent(m *vm) (*agent, error) {
@@ -82,7 +84,7 @@ func startAgent(m *vm) (*agent, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("chv-double: start guest agent: %w", err)
 	}
-	a := &agent{cmd: cmd, port: port, sock: sock, fsTag: tag, fsDevice: device, exited: make(chan struct{})}
+	a := &agent{cmd: cmd, port: port, sock: sock, fsTag: tag, fsDevice: device, exited: make(chan struct{}), adopts: m.vmm.opts.Subreaper}
 	go func() {
 		cmd.Wait()
 		close(a.exited)
@@ -120,9 +122,33 @@ func (m *vm) workspaceDir(tag string) (dir string, ok bool, err error) {
 	return "", false, nil
 }
 
-// tree is the agent and every process descended from it.
+// tree is the guest's processes: the agent and every process descended
+// from it or, when the double is the guest's subreaper, from the double
+// (the agent and the guest's orphans).
 func (a *agent) tree() []int {
 	children := map[int][]int{}
+	for _, p := range processes() {
+		children[p.ppid] = append(children[p.ppid], p.pid)
+	}
+	out := []int{a.cmd.Process.Pid}
+	if a.adopts {
+		out = children[os.Getpid()]
+	}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
+}
+
+// proc is one process, as its /proc/PID/stat tells.
+type proc struct {
+	pid, ppid int
+	ended     bool // a zombie, waiting for its parent to reap it
+}
+
+// processes lists the host's processes.
+func processes() []proc {
+	var out []proc
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
@@ -134,17 +160,12 @@ func (a *agent) tree() []int {
 			continue
 		}
 		// pid (comm) state ppid ...: comm may hold spaces and parens.
-		rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
-		f := strings.Fields(rest)
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
 		if len(f) < 2 {
 			continue
 		}
 		ppid, _ := strconv.Atoi(f[1])
-		children[ppid] = append(children[ppid], pid)
-	}
-	out := []int{a.cmd.Process.Pid}
-	for i := 0; i < len(out); i++ {
-		out = append(out, children[out[i]]...)
+		out = append(out, proc{pid: pid, ppid: ppid, ended: f[0] == "Z"})
 	}
 	return out
 }

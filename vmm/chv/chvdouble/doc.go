@@ -32,7 +32,10 @@
 // The double's vsock socket speaks upstream's host-side handshake
 // (CONNECT <port>\n, answered OK <n>\n) and then joins the stream to that
 // agent when <port> is the one hearth.channel=vsock-listen:<port> names.
-// Pause stops the agent's process tree (SIGSTOP), resume continues it. A
+// The double (the command) is the guest's subreaper, so what the guest
+// orphans stays in its process tree, as a VM's init would adopt it, and
+// is reaped when it ends. Pause stops that tree (SIGSTOP), resume
+// continues it, and a power-off kills it. A
 // snapshot writes config.json, state.json and a sparse memory-ranges the
 // size of the VM's memory; a restore starts a fresh agent process, so
 // memory (running processes) is not brought back. The guest never sees

@@ -9,9 +9,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -33,6 +35,14 @@ type Options struct {
 	// Guest is the guest agent binary started as a host process on boot.
 	Guest string
 	Log   *slog.Logger // --log-file; nil: discard
+	// Subreaper makes this process the guest's subreaper (the command
+	// sets it; a process running more than one double must not): what
+	// the guest orphans, such as a command started in the background,
+	// becomes this process's child, as in a VM it would be its init's,
+	// so pause, resume and power-off reach it, and it is reaped when it
+	// ends. Without it an orphan leaves the guest, and a pause leaves it
+	// running.
+	Subreaper bool
 }
 
 // VMM is one double: one API socket, at most one VM.
@@ -84,6 +94,13 @@ func Listen(opts Options) (*VMM, error) {
 		lock.Close()
 		return nil, err
 	}
+	if opts.Subreaper {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			ln.Close()
+			lock.Close()
+			return nil, fmt.Errorf("become the guest's subreaper: %w", err)
+		}
+	}
 	v := &VMM{opts: opts, router: router, ln: ln, lock: lock, done: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/", http.StripPrefix("/api/v1", v.validate(api.HandlerWithOptions(v, api.StdHTTPServerOptions{
@@ -101,6 +118,9 @@ func Listen(opts Options) (*VMM, error) {
 func (v *VMM) Serve() error {
 	errc := make(chan error, 1)
 	go func() { errc <- v.srv.Serve(v.ln) }()
+	if v.opts.Subreaper {
+		go v.reapOrphans()
+	}
 	var err error
 	select {
 	case <-v.done:
@@ -121,6 +141,41 @@ func (v *VMM) Serve() error {
 		err = nil
 	}
 	return err
+}
+
+// reapOrphans reaps the guest's orphans (see Options.Subreaper) as they
+// end, until the double does. It scans under the lock, while no helper
+// the double runs and waits for itself (nsenter) is running, and leaves
+// the agent to its own waiter.
+func (v *VMM) reapOrphans() {
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, syscall.SIGCHLD)
+	defer signal.Stop(sigc)
+	tick := time.NewTicker(time.Second) // a SIGCHLD may come while the agent's zombie blocks the scan
+	defer tick.Stop()
+	for {
+		select {
+		case <-v.done:
+			return
+		case <-sigc:
+		case <-tick.C:
+		}
+		v.mu.Lock()
+		v.reapEnded()
+		v.mu.Unlock()
+	}
+}
+
+// reapEnded reaps every ended child but the agent.
+func (v *VMM) reapEnded() {
+	self := os.Getpid()
+	for _, p := range processes() {
+		if p.ppid != self || !p.ended || (v.vm != nil && v.vm.agent != nil && v.vm.agent.cmd.Process.Pid == p.pid) {
+			continue
+		}
+		var ws syscall.WaitStatus
+		syscall.Wait4(p.pid, &ws, syscall.WNOHANG, nil)
+	}
 }
 
 func (v *VMM) exit() { v.doneOnce.Do(func() { close(v.done) }) }

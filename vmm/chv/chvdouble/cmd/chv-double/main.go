@@ -70,7 +70,7 @@ func run(args []string) error {
 	} else if verbose > 0 {
 		w = os.Stderr
 	}
-	v, err := chvdouble.Listen(chvdouble.Options{APISocket: path, Guest: os.Getenv("CHV_DOUBLE_GUEST"), Log: slog.New(slog.NewTextHandler(w, nil))})
+	v, err := chvdouble.Listen(chvdouble.Options{APISocket: path, Guest: os.Getenv("CHV_DOUBLE_GUEST"), Subreaper: true, Log: slog.New(slog.NewTextHandler(w, nil))})
 	if err != nil {
 		return err
 	}
