@@ -350,12 +350,7 @@ func TestForwardWaitersCapped(t *testing.T) {
 	const extra = 10
 	conns := make([]net.Conn, forwardWaiting+extra)
 	for i := range conns {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatalf("connection %d: %v", i, err)
-		}
-		defer c.Close()
-		conns[i] = c
+		conns[i] = dial(t, addr)
 	}
 	// A closed connection reads EOF at once; a waiting one times out.
 	closed := make([]bool, len(conns))
@@ -430,10 +425,25 @@ func (c *countedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// echoes reports whether conn echoes a byte within wait.
-func echoes(conn io.ReadWriter, setDeadline func(time.Time) error, wait time.Duration) bool {
-	setDeadline(time.Now().Add(wait))
-	defer setDeadline(time.Time{})
+// dial connects to addr, closing the connection when t ends.
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", addr, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// echoes reports whether conn (a connection or a stream) echoes a byte
+// within wait.
+func echoes(conn interface {
+	io.ReadWriter
+	SetDeadline(time.Time) error
+}, wait time.Duration) bool {
+	conn.SetDeadline(time.Now().Add(wait))
+	defer conn.SetDeadline(time.Time{})
 	if _, err := conn.Write([]byte("x")); err != nil {
 		return false
 	}
@@ -456,18 +466,13 @@ func TestForwardStreamsCapped(t *testing.T) {
 	}
 	conns := make([]net.Conn, maxForwardStreams+1)
 	for i := range conns {
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatalf("connection %d: %v", i, err)
-		}
-		defer conn.Close()
-		conns[i] = conn
-		if i < maxForwardStreams && !echoes(conn, conn.SetDeadline, 20*time.Second) {
+		conns[i] = dial(t, addr)
+		if i < maxForwardStreams && !echoes(conns[i], 20*time.Second) {
 			t.Fatalf("connection %d of %d is not served", i+1, maxForwardStreams)
 		}
 	}
 	last := conns[maxForwardStreams]
-	if echoes(last, last.SetDeadline, 500*time.Millisecond) {
+	if echoes(last, 500*time.Millisecond) {
 		t.Fatalf("connection %d was served with %d open: the cap is not kept", maxForwardStreams+1, maxForwardStreams)
 	}
 	if n := open.Load(); n != maxForwardStreams {
@@ -486,11 +491,7 @@ func TestForwardStreamsCapped(t *testing.T) {
 	for _, conn := range conns {
 		conn.Close()
 	}
-	for deadline := time.Now().Add(20 * time.Second); open.Load() > 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections still open at the service 20s after theirs closed", open.Load())
-		}
-	}
+	waitServiceIdle(t, open)
 }
 
 // TestHostileGuestForwardFlood: a machine that speaks the protocol itself
@@ -530,7 +531,7 @@ func TestHostileGuestForwardFlood(t *testing.T) {
 	served := make([]*yamux.Stream, maxForwardStreams)
 	for i := range served {
 		served[i], err = stream()
-		if err != nil || !echoes(served[i], served[i].SetDeadline, 20*time.Second) {
+		if err != nil || !echoes(served[i], 20*time.Second) {
 			t.Fatalf("stream %d of %d is not served", i, maxForwardStreams)
 		}
 	}
@@ -573,9 +574,16 @@ func TestHostileGuestForwardFlood(t *testing.T) {
 	for _, st := range append(served, flood...) {
 		st.Close()
 	}
+	waitServiceIdle(t, open)
+}
+
+// waitServiceIdle waits until no connection is open at the service whose
+// count open is, for at most 20 s after the test closed its ends.
+func waitServiceIdle(t *testing.T, open *atomic.Int32) {
+	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); open.Load() > 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d connections still open at the service 20s after their streams closed", open.Load())
+			t.Fatalf("%d connections still open at the service 20s after theirs closed", open.Load())
 		}
 	}
 }

@@ -148,17 +148,14 @@ func (v *VMM) Serve() error {
 // the double runs and waits for itself (nsenter) is running, and leaves
 // the agent to its own waiter.
 func (v *VMM) reapOrphans() {
-	sigc := make(chan os.Signal, 1)
+	sigc := make(chan os.Signal, 1) // one pending signal stands for every child that ended since the last scan
 	signal.Notify(sigc, syscall.SIGCHLD)
 	defer signal.Stop(sigc)
-	tick := time.NewTicker(time.Second) // a SIGCHLD may come while the agent's zombie blocks the scan
-	defer tick.Stop()
 	for {
 		select {
 		case <-v.done:
 			return
 		case <-sigc:
-		case <-tick.C:
 		}
 		v.mu.Lock()
 		v.reapEnded()
