@@ -228,10 +228,16 @@ func TestSmallFilesClient(t *testing.T) {
 }
 
 // BenchmarkSmallFiles20k writes (100 bytes), stats and deletes 20,000
-// files through the mount and in a native directory on the same
-// filesystem, interleaved, and reports the median round of each side
-// (us/file-native, us/file-mount) and their ratio (x-native). Both
-// sides run the same client, a process of their own (smallFiles).
+// files through the mount, in a native directory on the same
+// filesystem, and through floorFS (floor_test.go: a FUSE server that does
+// nothing but answer, the least any FUSE server costs here), interleaved
+// in rotating order, and reports the median round of each side
+// (us/file-native, us/file-mount, us/file-floor) and the ratios: the
+// target, native against the mount (x-native); the floor against the
+// mount (x-floor: how near the view comes to no work of its own); and
+// native against the floor (x-native-floor: the best x-native any FUSE
+// server could reach in this run). All sides run the same client, a
+// process of their own (smallFiles).
 //
 // The native side is measured as it runs on a quiet host: each round
 // in a directory of its own, after sync(2) and after the store's
@@ -255,25 +261,41 @@ func BenchmarkSmallFiles20k(b *testing.B) {
 		quiet(b, s)
 		return smallFiles(b, dir, files)
 	}
-	mount := func() time.Duration {
-		quiet(b, s)
-		return smallFiles(b, mounted, files)
-	}
-	native() // warm-up: code, caches and the store's blob pool
-	mount()
-	b.ResetTimer()
-	var tn, tm []time.Duration
-	for i := 0; i < 5*b.N; i++ {
-		if i%2 == 0 {
-			tn, tm = append(tn, native()), append(tm, mount())
-		} else {
-			tm, tn = append(tm, mount()), append(tn, native())
+	in := func(dir string) func() time.Duration {
+		return func() time.Duration {
+			quiet(b, s)
+			return smallFiles(b, dir, files)
 		}
 	}
-	n, m := median(tn), median(tm)
-	b.ReportMetric(float64(n.Microseconds())/files, "us/file-native")
-	b.ReportMetric(float64(m.Microseconds())/files, "us/file-mount")
+	sides := []func() time.Duration{native, in(mounted)}
+	floor, why := mountFloor(b, filepath.Dir(s.dir))
+	if floor != "" {
+		sides = append(sides, in(floor))
+	} else {
+		b.Logf("no floor side: %s", why)
+	}
+	for _, side := range sides {
+		side() // warm-up: code, caches and the store's blob pool
+	}
+	b.ResetTimer()
+	times := make([][]time.Duration, len(sides))
+	for r := 0; r < 5*b.N; r++ {
+		for k := range sides {
+			i := (r + k) % len(sides)
+			times[i] = append(times[i], sides[i]())
+		}
+	}
+	perFile := func(d time.Duration) float64 { return float64(d.Microseconds()) / files }
+	n, m := median(times[0]), median(times[1])
+	b.ReportMetric(perFile(n), "us/file-native")
+	b.ReportMetric(perFile(m), "us/file-mount")
 	b.ReportMetric(n.Seconds()/m.Seconds(), "x-native")
+	if floor != "" {
+		f := median(times[2])
+		b.ReportMetric(perFile(f), "us/file-floor")
+		b.ReportMetric(f.Seconds()/m.Seconds(), "x-floor")
+		b.ReportMetric(n.Seconds()/f.Seconds(), "x-native-floor")
+	}
 }
 
 // quiet waits (at most a minute) until the store has recycled or deleted

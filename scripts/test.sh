@@ -65,5 +65,8 @@ for file in $(git ls-files '*_test.go'); do
     go test -run '^$' -fuzz "^${target}\$" -fuzztime "$HEARTH_FUZZTIME" "./$(dirname "$file")"
   done
 done
+# One package at a time (-p 1): a benchmark's ratio is against a baseline
+# measured in the same run, which means little while another package's
+# benchmark loads the same two cores.
 echo "==> benchmarks (one round each; ratios against a baseline in the same run, see docs)"
-go test -run '^$' -bench . -benchtime 1x -timeout 30m ./...
+go test -p 1 -run '^$' -bench . -benchtime 1x -timeout 30m ./...
