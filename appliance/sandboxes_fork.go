@@ -17,8 +17,9 @@ import (
 // Forking a sandbox: new sandboxes that start with a copy of its writable
 // layer as it is now and, with a session, a branch of its session. The
 // source is paused only while its layer is captured (vmm.Forker). Its
-// processes are not carried over, on any tier: a jail cannot copy them,
-// and the VM tiers boot each fork afresh.
+// memory is not carried over, on any tier: neither its processes (a jail
+// cannot copy them, and the VM tiers boot each fork afresh) nor its /tmp,
+// a tmpfs.
 
 const (
 	opFork = "fork"

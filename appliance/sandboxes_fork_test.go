@@ -12,7 +12,7 @@ import (
 // TestSandboxFork: forks start with the source's files, outside and in
 // its session, and its image, limits and labels; from then on every
 // sandbox's writes are its own, the source runs on with its processes,
-// and no process is carried over.
+// and no process is carried over, nor /tmp (a tmpfs: memory).
 func TestSandboxFork(t *testing.T) {
 	cfg := sandboxConfig(t)
 	_, c := startSandboxDaemon(t, cfg)
@@ -22,7 +22,7 @@ func TestSandboxFork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustRun(t, c, "src", "echo layer > /home/agent/l && echo ws > /workspace/agents/s1/outputs/w")
+	mustRun(t, c, "src", "echo layer > /home/agent/l && echo ws > /workspace/agents/s1/outputs/w && echo mem > /tmp/m")
 	if _, err := c.StartJob(ctx, "src", JobRequest{Argv: []string{"sleep", "100"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -40,8 +40,8 @@ func TestSandboxFork(t *testing.T) {
 			t.Errorf("GetSandbox(%s).ForkedFrom = %q, %v; want src", f.Id, got.ForkedFrom, err)
 		}
 		ws := "/workspace/agents/" + f.Session + "/outputs/"
-		if got := mustRun(t, c, f.Id, "cat /home/agent/l "+ws+"w; echo $FOO"); got != "layer\nws\nbar\n" {
-			t.Errorf("fork %s sees %q, want the source's files and env", f.Id, got)
+		if got := mustRun(t, c, f.Id, "cat /home/agent/l "+ws+"w; echo $FOO; ls -A /tmp"); got != "layer\nws\nbar\n" {
+			t.Errorf("fork %s sees %q, want the source's files and env, and an empty /tmp", f.Id, got)
 		}
 		if jobs, err := c.Jobs(ctx, f.Id); err != nil || len(jobs) != 0 {
 			t.Errorf("jobs of fork %s = %+v, %v; want none (processes are not carried over)", f.Id, jobs, err)

@@ -74,7 +74,7 @@ func readBuildFrames(resp *http.Response, progress io.Writer, what string) (Imag
 
 // ForkSandbox makes count new sandboxes (1 to 16) that start with a copy
 // of sandbox id's files as they are now and, with a session, a branch of
-// it. Processes are not carried over.
+// it. Memory is not carried over: no process, and an empty /tmp.
 func (c *Client) ForkSandbox(ctx context.Context, id string, count int) (ForkResult, error) {
 	var out ForkResult
 	// Without reflinks each fork copies the layer: a big layer takes

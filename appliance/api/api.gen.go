@@ -1973,8 +1973,8 @@ type ClientInterface interface {
 	// is captured, then carries on (a paused source stays paused). With
 	// a workspace session, the session is snapshotted and each fork gets
 	// a new session branched from it (data shared until written).
-	// Processes are not carried over: each fork starts with no process
-	// but its agent, on every tier. All forks are made or none: if one
+	// Memory is not carried over: each fork starts with no process but
+	// its agent and an empty /tmp (a tmpfs, memory, on every tier). All forks are made or none: if one
 	// fails, those made are destroyed. count is 1 to 16 (400 otherwise);
 	// a stopped or busy source is a 409; a tier that cannot fork, a 501.
 	//
@@ -1992,8 +1992,8 @@ type ClientInterface interface {
 	// is captured, then carries on (a paused source stays paused). With
 	// a workspace session, the session is snapshotted and each fork gets
 	// a new session branched from it (data shared until written).
-	// Processes are not carried over: each fork starts with no process
-	// but its agent, on every tier. All forks are made or none: if one
+	// Memory is not carried over: each fork starts with no process but
+	// its agent and an empty /tmp (a tmpfs, memory, on every tier). All forks are made or none: if one
 	// fails, those made are destroyed. count is 1 to 16 (400 otherwise);
 	// a stopped or busy source is a 409; a tier that cannot fork, a 501.
 	//
@@ -3184,8 +3184,8 @@ func (c *Client) StatSandboxFile(ctx context.Context, id SandboxID, params *Stat
 // is captured, then carries on (a paused source stays paused). With
 // a workspace session, the session is snapshotted and each fork gets
 // a new session branched from it (data shared until written).
-// Processes are not carried over: each fork starts with no process
-// but its agent, on every tier. All forks are made or none: if one
+// Memory is not carried over: each fork starts with no process but
+// its agent and an empty /tmp (a tmpfs, memory, on every tier). All forks are made or none: if one
 // fails, those made are destroyed. count is 1 to 16 (400 otherwise);
 // a stopped or busy source is a 409; a tier that cannot fork, a 501.
 //
@@ -3213,8 +3213,8 @@ func (c *Client) ForkSandboxWithBody(ctx context.Context, id SandboxID, contentT
 // is captured, then carries on (a paused source stays paused). With
 // a workspace session, the session is snapshotted and each fork gets
 // a new session branched from it (data shared until written).
-// Processes are not carried over: each fork starts with no process
-// but its agent, on every tier. All forks are made or none: if one
+// Memory is not carried over: each fork starts with no process but
+// its agent and an empty /tmp (a tmpfs, memory, on every tier). All forks are made or none: if one
 // fails, those made are destroyed. count is 1 to 16 (400 otherwise);
 // a stopped or busy source is a 409; a tier that cannot fork, a 501.
 //
@@ -7794,8 +7794,8 @@ type ClientWithResponsesInterface interface {
 	// is captured, then carries on (a paused source stays paused). With
 	// a workspace session, the session is snapshotted and each fork gets
 	// a new session branched from it (data shared until written).
-	// Processes are not carried over: each fork starts with no process
-	// but its agent, on every tier. All forks are made or none: if one
+	// Memory is not carried over: each fork starts with no process but
+	// its agent and an empty /tmp (a tmpfs, memory, on every tier). All forks are made or none: if one
 	// fails, those made are destroyed. count is 1 to 16 (400 otherwise);
 	// a stopped or busy source is a 409; a tier that cannot fork, a 501.
 	//
@@ -7813,8 +7813,8 @@ type ClientWithResponsesInterface interface {
 	// is captured, then carries on (a paused source stays paused). With
 	// a workspace session, the session is snapshotted and each fork gets
 	// a new session branched from it (data shared until written).
-	// Processes are not carried over: each fork starts with no process
-	// but its agent, on every tier. All forks are made or none: if one
+	// Memory is not carried over: each fork starts with no process but
+	// its agent and an empty /tmp (a tmpfs, memory, on every tier). All forks are made or none: if one
 	// fails, those made are destroyed. count is 1 to 16 (400 otherwise);
 	// a stopped or busy source is a 409; a tier that cannot fork, a 501.
 	//
@@ -12543,8 +12543,8 @@ func (c *ClientWithResponses) StatSandboxFileWithResponse(ctx context.Context, i
 // is captured, then carries on (a paused source stays paused). With
 // a workspace session, the session is snapshotted and each fork gets
 // a new session branched from it (data shared until written).
-// Processes are not carried over: each fork starts with no process
-// but its agent, on every tier. All forks are made or none: if one
+// Memory is not carried over: each fork starts with no process but
+// its agent and an empty /tmp (a tmpfs, memory, on every tier). All forks are made or none: if one
 // fails, those made are destroyed. count is 1 to 16 (400 otherwise);
 // a stopped or busy source is a 409; a tier that cannot fork, a 501.
 //
@@ -12568,8 +12568,8 @@ func (c *ClientWithResponses) ForkSandboxWithBodyWithResponse(ctx context.Contex
 // is captured, then carries on (a paused source stays paused). With
 // a workspace session, the session is snapshotted and each fork gets
 // a new session branched from it (data shared until written).
-// Processes are not carried over: each fork starts with no process
-// but its agent, on every tier. All forks are made or none: if one
+// Memory is not carried over: each fork starts with no process but
+// its agent and an empty /tmp (a tmpfs, memory, on every tier). All forks are made or none: if one
 // fails, those made are destroyed. count is 1 to 16 (400 otherwise);
 // a stopped or busy source is a 409; a tier that cannot fork, a 501.
 //

@@ -12,7 +12,7 @@ const maxForks = 16
 
 const forkDescription = "Fork a sandbox: make count (1 to 16, default 1) new sandboxes that start with a copy of its files as they are now " +
 	"(outside and, with a session, inside its workspace, each fork's session a branch of its). " +
-	"No process is carried over: each fork starts with none running. The source is paused only while its files are captured."
+	"Memory is not carried over: each fork starts with no process running and an empty /tmp (a tmpfs). The source is paused only while its files are captured."
 
 type forkArgs struct {
 	Sandbox string `json:"sandbox" jsonschema:"the sandbox id to fork"`

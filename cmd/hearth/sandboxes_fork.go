@@ -16,8 +16,8 @@ const maxForks = 16
 
 func sbxForkCmd() *command {
 	return &command{name: "fork", example: "hearth sandboxes fork box1\nhearth sandboxes fork box1 --count 4 --json", args: "ID", min: 1, max: 1, names: sandboxIDs, setup: sbxFork,
-		summary: "make --count new sandboxes from a copy of its files as they are now (and a branch of its session)\n" +
-			"processes are not carried over: each fork starts with none running; the source pauses only while its files are copied"}
+		summary: "make --count new sandboxes from a copy of its files as they are now (and a branch of its session);\n" +
+			"memory is not carried over: each fork starts with no process running and an empty /tmp (a tmpfs); the source pauses only while its files are copied"}
 }
 
 func sbxFork(fl *flag.FlagSet) action {
@@ -47,7 +47,7 @@ func sbxFork(fl *flag.FlagSet) action {
 		if res.Reflinked {
 			how = "reflinked"
 		}
-		fmt.Fprintf(inv.stdout, "forked sandbox %s %d times in %s (files %s; no process carried over):\n",
+		fmt.Fprintf(inv.stdout, "forked sandbox %s %d times in %s (files %s; no process and nothing in /tmp carried over):\n",
 			id, len(res.Sandboxes), time.Since(start).Round(time.Millisecond), how)
 		for _, s := range res.Sandboxes {
 			fmt.Fprintf(inv.stdout, "%s\t%s\n", s.Id, dash(s.Session))

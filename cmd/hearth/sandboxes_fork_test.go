@@ -8,14 +8,14 @@ import (
 )
 
 // TestSandboxForkCommand: fork makes sandboxes with the source's files,
-// says no process is carried over, refuses a bad count before asking the
+// says no process and nothing in /tmp is carried over, refuses a bad count before asking the
 // daemon, and ls --json shows where a fork came from.
 func TestSandboxForkCommand(t *testing.T) {
 	c, _ := sandboxDaemon(t)
 	runSteps(t, []step{
 		{args: []string{"sandboxes", "create", "--idle-timeout", "0", "--disk", "64M", "box", c}, wantOut: "box\n", exactOut: true},
 		{args: []string{"sandboxes", "exec", "box", c, "--", "sh", "-c", "echo before > /home/agent/state"}},
-		{args: []string{"sandboxes", "fork", "box", "--count", "2", c}, wantOut: "forked sandbox box 2 times"},
+		{args: []string{"sandboxes", "fork", "box", "--count", "2", c}, wantOut: "; no process and nothing in /tmp carried over):"},
 		{args: []string{"sandboxes", "fork", "box", "--count", "0", c}, wantCode: exitUsage, wantErr: "give 1 to 16"},
 		{args: []string{"sandboxes", "fork", "box", "--count", "17", c}, wantCode: exitUsage, wantErr: "give 1 to 16"},
 		{args: []string{"sandboxes", "fork", "nope", c}, wantCode: exitNotFound},

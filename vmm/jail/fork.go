@@ -18,7 +18,8 @@ import (
 // (a limited layer's image file, cloned or copied sparse; an unlimited
 // layer's upper directory, copied with reflinks where the filesystem has
 // them) and new machines start with a copy of that capture as their
-// layer. Processes are not carried over: a jail has no way to copy them.
+// layer. Processes are not carried over: a jail has no way to copy them;
+// nor is /tmp, a tmpfs of the machine's own.
 
 var _ vmm.Forker = (*machine)(nil)
 
