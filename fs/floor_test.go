@@ -33,9 +33,9 @@ type floorFS struct {
 	fuse.RawFileSystem
 	srv     *fuse.Server
 	backing *os.File
-	id      int32 // backing's passthrough id
 
 	mu    sync.Mutex
+	id    int32 // backing's passthrough id
 	names map[string]uint64
 	next  uint64
 }
@@ -89,9 +89,9 @@ func (f *floorFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string,
 	f.next++
 	ino := f.next
 	f.names[name] = ino
+	out.BackingID = f.id
 	f.mu.Unlock()
 	out.OpenFlags |= fuse.FOPEN_PASSTHROUGH
-	out.BackingID = f.id
 	out.Fh = ino
 	return f.entry(ino, &out.EntryOut)
 }
@@ -143,7 +143,9 @@ func mountFloor(t testing.TB, backingDir string) (string, string) {
 	if errno != 0 {
 		return "", fmt.Sprintf("no FUSE passthrough here (registering a backing file: %v)", errno)
 	}
+	f.mu.Lock() // the kernel's requests are read on other goroutines
 	f.id = id
+	f.mu.Unlock()
 	return dir, ""
 }
 
