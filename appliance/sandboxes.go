@@ -213,6 +213,7 @@ func newSandboxManager(deps SandboxDeps) (*sandboxManager, error) {
 		m.recoverAll()
 		m.log.Info("sandboxes ready", "driver", m.driver.Name(), "known", len(m.boxes))
 	}
+	m.endKeepersLater()
 	m.wg.Add(2)
 	go m.idleLoop()
 	go m.fillSlots()
@@ -726,41 +727,59 @@ func (m *sandboxManager) use(ctx context.Context, id string) (s *sandbox, releas
 
 // Close stops the idle loop and lets go of the sandboxes without stopping
 // them: their machines keep running for the next daemon to recover. The
-// views' FUSE connections end with this daemon, so a machine with a
-// workspace view is paused first (pausedRestart, in its record), and its
-// views are aborted rather than left for the machines to hold open: a
+// views' FUSE connections are served by this daemon, so a machine with a
+// workspace view is paused first (pausedRestart, in its record): a
 // machine let run meanwhile would have its writes into the workspace
 // fail until the next daemon attaches a new view (bytes lost across a
 // restart, issue 19). Frozen, its processes wait instead; the next
 // daemon attaches a new view and resumes it (recoverOne). A machine
-// paused already stays so, as it was. The driver is the daemon's to
-// close.
+// paused already stays so, as it was. Their views are retired and left
+// to a keeper that answers ESTALE, so that a process caught holding a
+// view's names walks its path again into the next view
+// (sandboxes_keeper.go). The driver is the daemon's to close.
 func (m *sandboxManager) Close() error {
 	m.closeOnce.Do(func() {
 		close(m.stop)
 		m.wg.Wait()
+		var conns []*os.File
 		for _, s := range m.list() {
-			m.release(s)
+			if c := m.release(s); c != nil {
+				conns = append(conns, c)
+			}
 		}
+		m.startKeeper(conns)
 	})
 	return nil
 }
 
-func (m *sandboxManager) release(s *sandbox) {
+// release lets go of s. The view of a machine that lives on is retired,
+// and its connection returned for the keeper (sandboxes_keeper.go);
+// any other view is unmounted.
+func (m *sandboxManager) release(s *sandbox) *os.File {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.m != nil && !s.stopped() {
+	lives := s.m != nil && !s.stopped()
+	if lives {
 		if s.rec.Paused == "" && s.view != nil {
 			m.freezeForRestart(s)
 		}
 		s.m.Guest().Close()
 	}
-	if s.view != nil {
-		if err := abortFUSE(s.view.Dir()); err != nil {
-			m.log.Warn("sandbox", "id", s.rec.ID, "err", err)
-		}
-		s.view.Unmount()
+	if s.view == nil {
+		return nil
 	}
+	if lives {
+		conn, err := s.view.Retire()
+		if err == nil {
+			return conn
+		}
+		m.log.Warn("sandbox: retire its workspace view; aborting it instead: a process caught opening a workspace file at the restart fails with ENOTCONN", "id", s.rec.ID, "err", err)
+	}
+	if err := abortFUSE(s.view.Dir()); err != nil {
+		m.log.Warn("sandbox", "id", s.rec.ID, "err", err)
+	}
+	s.view.Unmount()
+	return nil
 }
 
 func (m *sandboxManager) driverName() string {

@@ -363,6 +363,13 @@ func (v *View) Unmount() error {
 			err = fmt.Errorf("unmount view at %s: its FUSE connection did not end (abort: %v); its request readers are left behind", v.dir, aerr)
 		}
 	}
+	v.forget()
+	return err
+}
+
+// forget drops the view from its store and closes the files its open
+// handles and passthrough registrations hold.
+func (v *View) forget() {
 	v.s.mu.Lock()
 	for i, o := range v.s.views {
 		if o == v {
@@ -384,7 +391,6 @@ func (v *View) Unmount() error {
 	}
 	v.handles, v.nodes = map[uint64]*handle{}, map[uint64]*kref{}
 	v.mu.Unlock()
-	return err
 }
 
 // detach unmounts the view: plainly if it is not busy within a second
@@ -481,7 +487,8 @@ func CleanStaleMount(dir string) error {
 		if err == nil || errors.Is(err, syscall.ENOENT) {
 			return nil
 		}
-		if !errors.Is(err, syscall.ENOTCONN) && !errors.Is(err, syscall.ECONNABORTED) {
+		// ESTALE: a retired view's (Retire), whose keeper still answers.
+		if !errors.Is(err, syscall.ENOTCONN) && !errors.Is(err, syscall.ECONNABORTED) && !errors.Is(err, syscall.ESTALE) {
 			return fmt.Errorf("mount point %s: %w", dir, err)
 		}
 		if uerr := syscall.Unmount(dir, syscall.MNT_DETACH); uerr != nil {

@@ -6,6 +6,7 @@ package fuse
 
 import (
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
@@ -19,6 +20,9 @@ type protocolServer struct {
 	interruptMu    sync.Mutex
 	reqInflight    []*request
 	connectionDead bool
+
+	// retired: answer ESTALE without asking the file system (Retire).
+	retired atomic.Bool
 
 	kernelSettings InitIn
 
@@ -60,6 +64,11 @@ func (ms *protocolServer) handleRequest(h *operationHandler, req *request) {
 		req.status = ENOSYS
 	} else if !req.status.Ok() {
 		// Reply with the error from parsing the request.
+	} else if ms.retired.Load() {
+		req.status = Status(syscall.ESTALE)
+		if req.inHeader().Opcode == _OP_INTERRUPT {
+			req.status = OK // dropped below
+		}
 	} else if req.inHeader().NodeId == pollHackInode ||
 		req.inHeader().NodeId == FUSE_ROOT_ID && h.FileNames > 0 && req.filename() == pollHackName {
 		doPollHackLookup(ms, req)
