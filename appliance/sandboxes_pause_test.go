@@ -35,7 +35,9 @@ import (
 // opened before a restart while paused on request fails (the file
 // belongs to the dead view), and the counter logs its number; once at
 // most. Across a restart while running none may fail: the daemon pauses
-// at a moment with no file open.
+// at a moment with no file open, and a process caught between resolving
+// a path and opening it walks it again into the new view (the old one's
+// keeper answers ESTALE: TestRestartMidWalk).
 //
 // Those counters are detached processes: a running job keeps a sandbox
 // awake (TestSandboxIdlePause), so with one the idle pause would never

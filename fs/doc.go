@@ -27,6 +27,11 @@
 // through a view goes through the kernel's FUSE passthrough where the
 // kernel allows it, so bulk I/O runs at the backing filesystem's speed.
 //
+// A view of a machine that outlives the process serving it is retired
+// rather than unmounted (View.Retire, StartKeeper): its connection stays
+// up, answered ESTALE by a keeper process, so that a process caught in
+// a path walk walks again into the view mounted there next.
+//
 // A process that serves views must not start a process whose start
 // touches one of them: a working directory, root or executable in a view.
 // Go's child, between its fork and its exec, shares the parent's memory
