@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,6 +19,30 @@ func sandboxConfig(t testing.TB) Config {
 	cfg := agentConfig(t)
 	cfg.Sandbox.DefaultImage = "tiny"
 	appliancetest.AddTinyImage(t, filepath.Join(cfg.StateDir, "images"))
+	return cfg
+}
+
+// needQEMU skips a test that boots a VM where QEMU or its kernel's
+// source is missing.
+func needQEMU(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("qemu-system-x86_64 not on PATH: apt-get install qemu-system-x86 (scripts/test.sh does)")
+	}
+	if _, err := exec.LookPath("apt-get"); err != nil {
+		t.Skip("the VM kernel comes from Debian's linux-image-cloud-amd64, fetched with apt-get")
+	}
+}
+
+// qemuSandboxConfig is sandboxConfig on the QEMU tier (under TCG here),
+// with small VMs; it skips where QEMU cannot run.
+func qemuSandboxConfig(t testing.TB) Config {
+	t.Helper()
+	needQEMU(t)
+	cfg := sandboxConfig(t)
+	cfg.Sandbox.Tier = TierQEMU
+	cfg.Sandbox.AllowTCG = true
+	cfg.Sandbox.Memory = 256 << 20
 	return cfg
 }
 

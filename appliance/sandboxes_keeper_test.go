@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -29,17 +28,7 @@ func TestRestartMidWalk(t *testing.T) {
 		midWalk(t, sandboxConfig(t))
 	})
 	t.Run("qemu", func(t *testing.T) {
-		if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-			t.Skip("qemu-system-x86_64 not on PATH: apt-get install qemu-system-x86 (scripts/test.sh does)")
-		}
-		if _, err := exec.LookPath("apt-get"); err != nil {
-			t.Skip("the VM kernel comes from Debian's linux-image-cloud-amd64, fetched with apt-get")
-		}
-		cfg := sandboxConfig(t)
-		cfg.Sandbox.Tier = TierQEMU
-		cfg.Sandbox.AllowTCG = true
-		cfg.Sandbox.Memory = 256 << 20
-		midWalk(t, cfg)
+		midWalk(t, qemuSandboxConfig(t))
 	})
 }
 

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -53,17 +52,7 @@ func TestSandboxPauseNeverLosesAByte(t *testing.T) {
 		pauseCycles(t, sandboxConfig(t))
 	})
 	t.Run("qemu", func(t *testing.T) {
-		if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-			t.Skip("qemu-system-x86_64 not on PATH: apt-get install qemu-system-x86 (scripts/test.sh does)")
-		}
-		if _, err := exec.LookPath("apt-get"); err != nil {
-			t.Skip("the VM kernel comes from Debian's linux-image-cloud-amd64, fetched with apt-get")
-		}
-		cfg := sandboxConfig(t)
-		cfg.Sandbox.Tier = TierQEMU
-		cfg.Sandbox.AllowTCG = true
-		cfg.Sandbox.Memory = 256 << 20
-		pauseCycles(t, cfg)
+		pauseCycles(t, qemuSandboxConfig(t))
 	})
 }
 

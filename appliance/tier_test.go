@@ -69,12 +69,7 @@ func TestChooseTier(t *testing.T) {
 // says why; a forced qemu tier refuses to start without allow_tcg where
 // KVM cannot boot, and with it runs a sandbox in a real VM.
 func TestTiersOnThisHost(t *testing.T) {
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Skip("qemu-system-x86_64 not on PATH: apt-get install qemu-system-x86 (scripts/test.sh does)")
-	}
-	if _, err := exec.LookPath("apt-get"); err != nil {
-		t.Skip("the VM kernel comes from Debian's linux-image-cloud-amd64, fetched with apt-get")
-	}
+	needQEMU(t)
 	cfg := sandboxConfig(t)
 	cfg.Sandbox.Tier = TierAuto
 	ctx := context.Background()
