@@ -51,7 +51,8 @@ func (m *sandboxManager) startKeeper(conns []*os.File) {
 		return
 	}
 	defer p.Release()
-	if err := os.MkdirAll(m.keepersDir(), 0o700); err == nil {
+	err = os.MkdirAll(m.keepersDir(), 0o700)
+	if err == nil {
 		err = os.WriteFile(filepath.Join(m.keepersDir(), strconv.Itoa(p.Pid)), nil, 0o600)
 	}
 	if err != nil {
