@@ -46,6 +46,13 @@ func qemuSandboxConfig(t testing.TB) Config {
 	return cfg
 }
 
+// onJailAndQEMU runs f as two subtests, on the jail tier and on the QEMU
+// tier (skipped where QEMU cannot run), each with its sandboxConfig.
+func onJailAndQEMU(t *testing.T, f func(*testing.T, Config)) {
+	t.Run("jail", func(t *testing.T) { f(t, sandboxConfig(t)) })
+	t.Run("qemu", func(t *testing.T) { f(t, qemuSandboxConfig(t)) })
+}
+
 // agentConfig returns a config on temporary directories whose daemon can
 // run sandboxes, with no image yet.
 func agentConfig(t testing.TB) Config {

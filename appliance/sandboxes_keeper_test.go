@@ -24,12 +24,7 @@ import (
 // still fail (that file belongs to the old view); those are counted
 // apart. The keeper ends with the daemon that follows it.
 func TestRestartMidWalk(t *testing.T) {
-	t.Run("jail", func(t *testing.T) {
-		midWalk(t, sandboxConfig(t))
-	})
-	t.Run("qemu", func(t *testing.T) {
-		midWalk(t, qemuSandboxConfig(t))
-	})
+	onJailAndQEMU(t, midWalk)
 }
 
 // walkScript opens $1 by its path in a loop, noting each open that

@@ -48,12 +48,7 @@ import (
 // A cycle is two execs (the writes, the check) around the pause and
 // resume, so the QEMU tier runs all 100 cycles too.
 func TestSandboxPauseNeverLosesAByte(t *testing.T) {
-	t.Run("jail", func(t *testing.T) {
-		pauseCycles(t, sandboxConfig(t))
-	})
-	t.Run("qemu", func(t *testing.T) {
-		pauseCycles(t, qemuSandboxConfig(t))
-	})
+	onJailAndQEMU(t, pauseCycles)
 }
 
 const (

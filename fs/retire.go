@@ -47,6 +47,8 @@ func (v *View) Retire() (*os.File, error) {
 	}
 	v.srv.Retire()
 	v.closed = true
+	// A mount left behind answers ESTALE, which the next daemon's
+	// CleanStaleMount takes for a dead one and detaches.
 	syscall.Unmount(v.dir, syscall.MNT_DETACH)
 	close(v.done) // the notifier stops: nothing may reach the kernel for this view but ESTALE
 	v.forget()
@@ -63,7 +65,7 @@ const keeperEnv = "HEARTH_FUSE_KEEPER"
 const KeeperArg = "hearth-fuse-keeper"
 
 func init() {
-	if n, err := strconv.Atoi(os.Getenv(keeperEnv)); err == nil && os.Getenv(keeperEnv) != "" {
+	if n, err := strconv.Atoi(os.Getenv(keeperEnv)); err == nil {
 		os.Exit(keep(n))
 	}
 }

@@ -3,6 +3,7 @@ package fs
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -233,18 +234,14 @@ func FuzzStaleReply(f *testing.F) {
 		if !staleReply(req, out[:]) {
 			return
 		}
-		if len(req) < inHeaderLen || int(le32(req)) != len(req) {
+		if len(req) < inHeaderLen || int(binary.LittleEndian.Uint32(req)) != len(req) {
 			t.Fatalf("answered a malformed request %x", req)
 		}
-		if op := le32(req[4:]); op == opForget || op == opBatchForget || op == opInterrupt {
+		if op := binary.LittleEndian.Uint32(req[4:]); op == opForget || op == opBatchForget || op == opInterrupt {
 			t.Fatalf("answered opcode %d, which takes no answer", op)
 		}
-		if le32(out[:]) != outHeaderLen || int32(le32(out[4:])) != -int32(syscall.ESTALE) || !bytes.Equal(out[8:], req[8:16]) {
+		if binary.LittleEndian.Uint32(out[:]) != outHeaderLen || int32(binary.LittleEndian.Uint32(out[4:])) != -int32(syscall.ESTALE) || !bytes.Equal(out[8:], req[8:16]) {
 			t.Fatalf("answer %x to %x", out, req[:16])
 		}
 	})
-}
-
-func le32(b []byte) uint32 {
-	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 }
