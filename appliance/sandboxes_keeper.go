@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -65,8 +66,7 @@ func (m *sandboxManager) startKeeper(conns []*os.File) {
 // endKeepersLater ends the keepers a previous daemon left keeperGrace
 // from now, or at once when this daemon stops.
 func (m *sandboxManager) endKeepersLater() {
-	ents, _ := os.ReadDir(m.keepersDir())
-	if len(ents) == 0 {
+	if len(m.keepers()) == 0 {
 		return
 	}
 	m.wg.Add(1)
@@ -85,8 +85,7 @@ func (m *sandboxManager) endKeepersLater() {
 // endKeepers stops every keeper noted in keepersDir: its connections
 // abort, and processes still holding names of those views get ENOTCONN.
 func (m *sandboxManager) endKeepers() {
-	ents, _ := os.ReadDir(m.keepersDir())
-	for _, e := range ents {
+	for _, e := range m.keepers() {
 		pid, err := strconv.Atoi(e.Name())
 		if err == nil && isKeeper(pid) {
 			if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
@@ -95,6 +94,16 @@ func (m *sandboxManager) endKeepers() {
 		}
 		os.Remove(filepath.Join(m.keepersDir(), e.Name()))
 	}
+}
+
+// keepers lists the keepers' notes. A directory that cannot be read is
+// logged (its keepers then end only when their connections do).
+func (m *sandboxManager) keepers() []os.DirEntry {
+	ents, err := os.ReadDir(m.keepersDir())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		m.log.Warn("sandbox: list the workspace views' keepers", "dir", m.keepersDir(), "err", err)
+	}
+	return ents
 }
 
 // isKeeper reports whether pid is a keeper (and not a process that

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -149,5 +150,25 @@ func midWalk(t *testing.T, cfg Config) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(d.sbx.keepersDir(), "*")); len(left) > 0 {
 		t.Errorf("keepers still noted after they ended: %v", left)
+	}
+}
+
+// TestKeeperNotesUnreadable: a daemon that cannot read the keepers'
+// notes says so (those keepers then end only with their connections);
+// no notes at all is the usual case and says nothing.
+func TestKeeperNotesUnreadable(t *testing.T) {
+	var logged bytes.Buffer
+	m := &sandboxManager{dir: t.TempDir(), log: slog.New(slog.NewTextHandler(&logged, nil))}
+	if ents := m.keepers(); len(ents) != 0 || logged.Len() != 0 {
+		t.Fatalf("no notes directory: %d notes, logged %q", len(ents), logged.String())
+	}
+	if err := os.WriteFile(m.keepersDir(), nil, 0o600); err != nil { // a file where the directory goes
+		t.Fatal(err)
+	}
+	if ents := m.keepers(); len(ents) != 0 {
+		t.Fatalf("%d notes from a file", len(ents))
+	}
+	if !strings.Contains(logged.String(), "keepers") || !strings.Contains(logged.String(), "not a directory") {
+		t.Errorf("unreadable notes logged %q, want a warning naming the error", logged.String())
 	}
 }
