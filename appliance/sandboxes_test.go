@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -94,6 +96,27 @@ func TestSandboxLifecycle(t *testing.T) {
 		first := rec.chunks[0]
 		if last.at-first.at < 900*time.Millisecond {
 			t.Errorf("output was not streamed: first chunk at %v, the one after sleep 1 at %v", first.at, last.at)
+		}
+	})
+
+	t.Run("execs one after another keep their connection", func(t *testing.T) {
+		// Each exec's stream is read to its end, so the next request
+		// goes on the same connection instead of dialing again.
+		var reused []bool
+		tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			GotConn: func(ci httptrace.GotConnInfo) { reused = append(reused, ci.Reused) },
+		})
+		for _, argv := range [][]string{{"true"}, {"sh", "-c", "exit 4"}, {"echo", "hi"}} {
+			if _, err := c.Exec(tctx, "life", ExecRequest{Argv: argv}, io.Discard, nil); err != nil {
+				t.Fatalf("exec %v: %v", argv, err)
+			}
+		}
+		_, err := c.Exec(tctx, "life", ExecRequest{Argv: []string{"no-such-command"}}, nil, nil)
+		if _, err := c.Sandbox(tctx, "life"); err != nil {
+			t.Fatal(err)
+		}
+		if len(reused) != 5 || slices.Contains(reused[1:], false) {
+			t.Errorf("connections reused by 3 execs, a failed one (%v), then a get: %v; want every one after the first", err, reused)
 		}
 	})
 

@@ -58,7 +58,8 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest, stdout, s
 		return fail, err
 	}
 	defer resp.Body.Close()
-	dec := json.NewDecoder(bufio.NewReaderSize(resp.Body, 64<<10))
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	dec := json.NewDecoder(br)
 	for {
 		var f api.ExecFrame
 		if err := dec.Decode(&f); err != nil {
@@ -73,8 +74,10 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest, stdout, s
 		}
 		switch {
 		case f.Exit != nil:
+			drainTail(br)
 			return *f.Exit, nil
 		case f.Error != nil:
+			drainTail(br)
 			return fail, &APIError{Code: f.Error.Code, Message: f.Error.Message, Status: resp.StatusCode}
 		case f.Stream == api.ExecFrameStreamStdout && stdout != nil:
 			if _, err := stdout.Write(f.Data); err != nil {
@@ -84,6 +87,19 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest, stdout, s
 			stderr.Write(f.Data)
 		}
 	}
+}
+
+// maxStreamTail bounds what is read of a stream after its last frame.
+const maxStreamTail = 4 << 10
+
+// drainTail reads a stream's body to its end after its last frame (the
+// daemon ends it right after), so that the transport keeps the
+// connection for the next request: closed early, a body takes its
+// connection with it, and the next call dials again (a new connection,
+// and a new goroutine on each side). More than maxStreamTail of tail is
+// not the daemon's: the connection is dropped.
+func drainTail(r io.Reader) {
+	io.Copy(io.Discard, io.LimitReader(r, maxStreamTail))
 }
 
 // Upload writes r to path in a sandbox with mode (permission bits).
