@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"hearth/appliance/api"
 )
@@ -53,6 +54,8 @@ func (c *Client) ResumeSandbox(ctx context.Context, id string) (Sandbox, error) 
 // timeout, which the daemon applies); cancelling ctx kills the command.
 func (c *Client) Exec(ctx context.Context, id string, req ExecRequest, stdout, stderr io.Writer) (ExitStatus, error) {
 	fail := ExitStatus{Code: -1}
+	ctx, cancel := context.WithCancel(ctx) // also ends the read of the stream's tail (drainTail)
+	defer cancel()
 	resp, err := c.send(ctx, func(ctx context.Context) (*http.Response, error) { return c.api.ExecSandbox(ctx, id, req) })
 	if err != nil {
 		return fail, err
@@ -74,10 +77,10 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest, stdout, s
 		}
 		switch {
 		case f.Exit != nil:
-			drainTail(br)
+			drainTail(br, cancel)
 			return *f.Exit, nil
 		case f.Error != nil:
-			drainTail(br)
+			drainTail(br, cancel)
 			return fail, &APIError{Code: f.Error.Code, Message: f.Error.Message, Status: resp.StatusCode}
 		case f.Stream == api.ExecFrameStreamStdout && stdout != nil:
 			if _, err := stdout.Write(f.Data); err != nil {
@@ -89,16 +92,23 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest, stdout, s
 	}
 }
 
-// maxStreamTail bounds what is read of a stream after its last frame.
-const maxStreamTail = 4 << 10
+// What is read of a stream after its last frame: at most maxStreamTail
+// bytes, for at most maxTailWait.
+const (
+	maxStreamTail = 4 << 10
+	maxTailWait   = time.Second
+)
 
 // drainTail reads a stream's body to its end after its last frame (the
 // daemon ends it right after), so that the transport keeps the
 // connection for the next request: closed early, a body takes its
 // connection with it, and the next call dials again (a new connection,
-// and a new goroutine on each side). More than maxStreamTail of tail is
-// not the daemon's: the connection is dropped.
-func drainTail(r io.Reader) {
+// and a new goroutine on each side). A tail longer than maxStreamTail,
+// or not ended within maxTailWait (cancel, the request's, cuts the read
+// short), is not the daemon's: the connection is dropped.
+func drainTail(r io.Reader, cancel context.CancelFunc) {
+	t := time.AfterFunc(maxTailWait, cancel)
+	defer t.Stop()
 	io.Copy(io.Discard, io.LimitReader(r, maxStreamTail))
 }
 
